@@ -1,0 +1,118 @@
+/* The command-line side of gridfsctl: option parsing, output, exit codes. */
+#ifndef GRIDFSCTL_CMD_H
+#define GRIDFSCTL_CMD_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../lib/gfs.h"
+
+/* Exit codes, documented in gridfsctl(1). */
+enum {
+	EXIT_OK = 0,
+	EXIT_PARTIAL = 1,    /* some items failed, differ, or problems were found */
+	EXIT_USAGE = 2,      /* bad command line or configuration */
+	EXIT_BACKEND = 3,    /* backend unreachable, or a server command failed */
+	EXIT_NOTFOUND = 4,   /* the named file, id or revision does not exist */
+	EXIT_LOCAL = 5,      /* a local file could not be read or written */
+	EXIT_BUSY = 6,       /* another process holds the lock */
+	EXIT_INTERRUPTED = 130,
+};
+
+/* Settings shared by every subcommand (connection, verbosity). */
+struct globals {
+	const char *uri;     /* from --uri, $GRIDFSCTL_URI, the config file, or the default */
+	const char *db;      /* NULL: from the URI path, else "test" */
+	const char *bucket;  /* NULL: "fs" */
+	bool quiet;
+	bool progress;       /* stderr is a terminal and --no-progress not given */
+};
+
+extern struct globals G;
+extern const char *progname;   /* "gridfsctl" */
+extern const char *cmdname;    /* the subcommand being run, for messages */
+
+struct command {
+	const char *name;
+	const char *usage;   /* "NAME [options]" without "gridfsctl" */
+	const char *summary; /* one line */
+	const char *help;    /* the command's options, one per line, for --help */
+	int (*run)(int argc, char **argv);
+	const struct option *long_opts; /* subcommand options, for --help and completions */
+};
+
+extern const struct command commands[];
+
+/*
+ * Parses argv for one subcommand: its own options plus the global ones,
+ * which are accepted before or after the subcommand name. Calls on_opt for
+ * each option that is the subcommand's own. Handles --help. Returns optind
+ * (index of the first operand), or -1 after printing a usage error.
+ */
+typedef int (*opt_fn)(int opt, const char *arg, void *ctx);
+int parse_options(int argc, char **argv, const char *shortopts, const struct option *longopts,
+                  opt_fn on_opt, void *ctx);
+
+/*
+ * Handles one global option at argv[0] (with its argument in argv[1] or
+ * after '='). Returns how many argv entries it used, 0 if argv[0] is not a
+ * global option, -1 after a usage error.
+ */
+int global_option(int argc, char **argv);
+/* Fills in G from $GRIDFSCTL_URI and the config file where argv left it unset. */
+int load_settings(void);
+/* The help text of the running subcommand, for parse_options(). */
+const struct command *current_command(void);
+
+/* err(3)-style messages prefixed "gridfsctl CMD: ". */
+void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void warn_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* appends strerror(errno) */
+void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Maps a library error to an exit code. */
+int exit_code_for(const gfs_error *err);
+/* Prints err as one line and returns its exit code. */
+int fail(const gfs_error *err);
+
+/* Connects with the globals; prints a one-line error and returns NULL on failure. */
+gfs_conn *connect_or_warn(void);
+
+/* Prints a bson document as one line of relaxed extended JSON. */
+void print_json(FILE *out, const bson_t *doc);
+
+/* Parses sizes like "512", "64K", "1G". */
+bool parse_size(const char *s, uint64_t *out);
+/* Parses a positive int in [min, max]. */
+bool parse_int(const char *s, long min, long max, long *out);
+
+/*
+ * A progress line on stderr, drawn only when G.progress; rate-limited.
+ * total_* may be 0 when unknown.
+ */
+struct progress;
+struct progress *progress_start(const char *what, uint64_t total_items, uint64_t total_bytes);
+void progress_update(struct progress *p, uint64_t items, uint64_t bytes);
+void progress_set_totals(struct progress *p, uint64_t total_items, uint64_t total_bytes);
+void progress_done(struct progress *p);
+
+/* The subcommands. */
+int cmd_ls(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_put(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_mirror(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_supervise(int argc, char **argv);
+
+extern const char ls_help[], get_help[], put_help[], rm_help[], stat_help[], import_help[],
+    verify_help[], mirror_help[], watch_help[], serve_help[], supervise_help[];
+extern const struct option ls_options[], get_options[], put_options[], rm_options[],
+    stat_options[], import_options[], verify_options[], mirror_options[], watch_options[],
+    serve_options[], supervise_options[];
+
+#endif

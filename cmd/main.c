@@ -1,0 +1,127 @@
+/* gridfsctl: entry point and the table of subcommands. */
+#include <locale.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd.h"
+
+const struct command commands[] = {
+	{"ls", "ls [PREFIX] [-l] [--json]", "list files in the bucket", ls_help, cmd_ls, ls_options},
+	{"get", "get NAME|--id OID [-o FILE|-] [--force]", "write a stored file to disk or stdout", get_help, cmd_get, get_options},
+	{"put", "put FILE [--name NAME] [--type MIME]", "store a file, replacing older revisions when complete", put_help, cmd_put, put_options},
+	{"rm", "rm NAME...|--id OID", "remove files (all revisions of a name)", rm_help, cmd_rm, rm_options},
+	{"stat", "stat NAME|--id OID [--json]", "show one file's document", stat_help, cmd_stat, stat_options},
+	{"import", "import DIR [--prefix P] [options]", "bulk-load a directory tree", import_help, cmd_import, import_options},
+	{"verify", "verify [--prefix P] [--against DIR] [--repair]", "check stored files for damage", verify_help, cmd_verify, verify_options},
+	{"mirror", "mirror DIR [--prefix P] [--delete]", "write the bucket back to a disk tree", mirror_help, cmd_mirror, mirror_options},
+	{"watch", "watch DIR [--prefix P]", "keep the bucket in sync with a directory", watch_help, cmd_watch, watch_options},
+	{"serve", "serve [--listen ADDR:PORT] [--prefix P]", "serve files over HTTP", serve_help, cmd_serve, serve_options},
+	{"supervise", "supervise -c FILE | supervise -- CMD ARGS...", "run and restart backends and servers", supervise_help, cmd_supervise, supervise_options},
+	{NULL, NULL, NULL, NULL, NULL, NULL},
+};
+
+static void
+print_usage(FILE *out)
+{
+	fprintf(out, "usage: %s [global options] COMMAND [options] [args]\n\ncommands:\n", progname);
+	for (const struct command *c = commands; c->name; c++)
+		fprintf(out, "  %-10s %s\n", c->name, c->summary);
+	fprintf(out,
+	    "\nglobal options (before or after COMMAND):\n"
+	    "  --uri URI       connection string (default $GRIDFSCTL_URI, the config file, or %s)\n"
+	    "  --db NAME       database (default: from the URI path, else %s)\n"
+	    "  --bucket NAME   GridFS bucket prefix (default %s)\n"
+	    "  -q, --quiet     print only errors\n"
+	    "  --no-progress   never draw a progress bar\n"
+	    "  -h, --help      help for %s or for COMMAND\n"
+	    "  --version       print the version\n"
+	    "\nRun '%s COMMAND --help' for a command's options; see gridfsctl(1).\n",
+	    GFS_DEFAULT_URI, GFS_DEFAULT_DB, GFS_DEFAULT_BUCKET, progname, progname);
+}
+
+/* For the shell completions: one option per line, "=" marking those that take an argument. */
+static int
+print_option_names(const struct command *c)
+{
+	if (!c) {
+		for (c = commands; c->name; c++)
+			printf("%s\n", c->name);
+		return EXIT_OK;
+	}
+	for (const struct option *o = c->long_opts; o && o->name; o++)
+		printf("--%s%s\n", o->name, o->has_arg == no_argument ? "" : "=");
+	return EXIT_OK;
+}
+
+static const struct command *
+find_command(const char *name)
+{
+	for (const struct command *c = commands; c->name; c++)
+		if (strcmp(c->name, name) == 0)
+			return c;
+	return NULL;
+}
+
+/* Global options before the subcommand; the same options after it are handled by parse_options(). */
+static int
+parse_leading_globals(int argc, char **argv)
+{
+	int i = 1;
+	while (i < argc && argv[i][0] == '-' && argv[i][1] != '\0') {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			print_usage(stdout);
+			exit(EXIT_OK);
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("gridfsctl %s (mongo-c-driver %s)\n", GRIDFSCTL_VERSION, mongoc_get_version());
+			exit(EXIT_OK);
+		}
+		int used = global_option(argc - i, argv + i);
+		if (used < 0)
+			exit(EXIT_USAGE);
+		if (used == 0) {
+			usage_error("unknown option '%s'", argv[i]);
+			exit(EXIT_USAGE);
+		}
+		i += used;
+	}
+	return i;
+}
+
+int
+main(int argc, char **argv)
+{
+	setlocale(LC_ALL, "");
+	progname = "gridfsctl";
+	char *help_argv[3] = {NULL, "--help", NULL};
+	int i = parse_leading_globals(argc, argv);
+	if (i >= argc) {
+		print_usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (strcmp(argv[i], "help") == 0) {
+		if (i + 1 >= argc) {
+			print_usage(stdout);
+			return EXIT_OK;
+		}
+		help_argv[0] = argv[i + 1];
+		argv = help_argv;
+		argc = 2;
+		i = 0;
+	}
+	if (strcmp(argv[i], "_options") == 0 && i + 1 < argc)
+		return print_option_names(find_command(argv[i + 1]));
+	const struct command *c = find_command(argv[i]);
+	if (!c) {
+		fprintf(stderr, "%s: unknown command '%s'; see '%s --help'\n", progname, argv[i], progname);
+		return EXIT_USAGE;
+	}
+	cmdname = c->name;
+	if (load_settings() < 0)
+		return EXIT_USAGE;
+	mongoc_init();
+	int rc = c->run(argc - i, argv + i);
+	mongoc_cleanup();
+	return rc;
+}

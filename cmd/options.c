@@ -1,0 +1,400 @@
+/* The option layer shared by every subcommand, and the settings it fills in. */
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cmd.h"
+
+struct globals G;
+const char *progname = "gridfsctl";
+const char *cmdname = NULL;
+
+enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_HELP };
+
+static const struct option global_longopts[] = {
+	{"uri", required_argument, NULL, OPT_URI},
+	{"db", required_argument, NULL, OPT_DB},
+	{"bucket", required_argument, NULL, OPT_BUCKET},
+	{"quiet", no_argument, NULL, OPT_QUIET},
+	{"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+	{"help", no_argument, NULL, OPT_HELP},
+	{NULL, 0, NULL, 0},
+};
+
+static bool no_progress;
+
+/*
+ * A password typed into --uri is readable by every local user through
+ * /proc/PID/cmdline. Warn, and blank it in our argv so that it is visible
+ * for as short a time as we can manage.
+ */
+static void
+scrub_password(char *uri_arg)
+{
+	bson_error_t berr;
+	mongoc_uri_t *u = mongoc_uri_new_with_error(uri_arg, &berr);
+	if (!u)
+		return;
+	const char *pw = mongoc_uri_get_password(u);
+	if (pw && *pw) {
+		fprintf(stderr, "%s: warning: a password in --uri is visible to other users; "
+		                "use $GRIDFSCTL_URI or the config file\n", progname);
+		char *at = strrchr(uri_arg, '@');
+		char *colon = strchr(uri_arg, ':');
+		colon = colon ? strchr(colon + 1, ':') : NULL; /* skip "mongodb:" */
+		if (at && colon && colon < at)
+			memset(colon + 1, 'x', (size_t)(at - colon - 1));
+	}
+	mongoc_uri_destroy(u);
+}
+
+static void
+set_global(int id, char *arg)
+{
+	switch (id) {
+	case OPT_URI:
+		G.uri = strdup(arg);
+		scrub_password(arg);
+		break;
+	case OPT_DB: G.db = arg; break;
+	case OPT_BUCKET: G.bucket = arg; break;
+	case OPT_QUIET: G.quiet = true; break;
+	case OPT_NO_PROGRESS: no_progress = true; break;
+	}
+}
+
+int
+global_option(int argc, char **argv)
+{
+	const char *a = argv[0];
+	if (strcmp(a, "-q") == 0) {
+		set_global(OPT_QUIET, NULL);
+		return 1;
+	}
+	if (strncmp(a, "--", 2) != 0)
+		return 0;
+	for (const struct option *o = global_longopts; o->name; o++) {
+		size_t n = strlen(o->name);
+		if (o->val == OPT_HELP || strncmp(a + 2, o->name, n) != 0)
+			continue;
+		if (a[2 + n] == '=' && o->has_arg) {
+			set_global(o->val, argv[0] + 2 + n + 1);
+			return 1;
+		}
+		if (a[2 + n] != '\0')
+			continue;
+		if (!o->has_arg) {
+			set_global(o->val, NULL);
+			return 1;
+		}
+		if (argc < 2) {
+			usage_error("option '--%s' needs an argument", o->name);
+			return -1;
+		}
+		set_global(o->val, argv[1]);
+		return 2;
+	}
+	return 0;
+}
+
+const struct command *
+current_command(void)
+{
+	for (const struct command *c = commands; c->name; c++)
+		if (cmdname && strcmp(c->name, cmdname) == 0)
+			return c;
+	return NULL;
+}
+
+static void
+print_command_help(const struct command *c)
+{
+	printf("usage: %s %s\n\n%s.\n\n", progname, c->usage, c->summary);
+	if (c->help && *c->help)
+		printf("options:\n%s\n", c->help);
+	printf("global options: --uri URI, --db NAME, --bucket NAME, -q/--quiet, --no-progress\n"
+	       "exit status: 0 ok, 1 some items failed, 2 usage, 3 backend, 4 not found, 5 local I/O, "
+	       "6 busy; see %s-%s(1)\n", progname, c->name);
+}
+
+int
+parse_options(int argc, char **argv, const char *shortopts, const struct option *longopts,
+              opt_fn on_opt, void *ctx)
+{
+	size_t ncmd = 0, nglob = sizeof global_longopts / sizeof global_longopts[0];
+	while (longopts && longopts[ncmd].name)
+		ncmd++;
+	struct option *all = calloc(ncmd + nglob, sizeof *all);
+	if (!all)
+		abort();
+	for (size_t i = 0; i < ncmd; i++)
+		all[i] = longopts[i];
+	for (size_t i = 0; i < nglob; i++)
+		all[ncmd + i] = global_longopts[i];
+
+	char *shorts = malloc(strlen(shortopts ? shortopts : "") + 8);
+	if (!shorts)
+		abort();
+	/* Leading ':' reports a missing argument distinctly from an unknown option. */
+	sprintf(shorts, ":%shq", shortopts ? shortopts : "");
+
+	int rc = 0, opt;
+	optind = 1;
+	opterr = 0;
+	while (rc == 0 && (opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+		case OPT_HELP:
+			print_command_help(current_command());
+			exit(EXIT_OK);
+		case 'q':
+			set_global(OPT_QUIET, NULL);
+			break;
+		case OPT_URI:
+		case OPT_DB:
+		case OPT_BUCKET:
+		case OPT_QUIET:
+		case OPT_NO_PROGRESS:
+			set_global(opt, optarg);
+			break;
+		case ':':
+			usage_error("option '%s' needs an argument", argv[optind - 1]);
+			rc = -1;
+			break;
+		case '?':
+			if (optopt)
+				usage_error("unknown option '-%c'", optopt);
+			else
+				usage_error("unknown option '%s'", argv[optind - 1]);
+			rc = -1;
+			break;
+		default:
+			if (on_opt(opt, optarg, ctx) < 0)
+				rc = -1;
+		}
+	}
+	free(all);
+	free(shorts);
+	G.progress = !no_progress && !G.quiet && isatty(STDERR_FILENO);
+	return rc < 0 ? -1 : optind;
+}
+
+/* ---- settings: environment and config file --------------------------- */
+
+struct file_settings {
+	char *uri, *db, *bucket;
+};
+
+static int
+on_ini(void *user, const char *section, const char *name, const char *value)
+{
+	struct file_settings *fs = user;
+	if (strcmp(section, "connection") != 0)
+		return 1;
+	char **slot = strcmp(name, "uri") == 0 ? &fs->uri
+	            : strcmp(name, "db") == 0 ? &fs->db
+	            : strcmp(name, "bucket") == 0 ? &fs->bucket : NULL;
+	if (!slot)
+		return 1;
+	free(*slot);
+	*slot = strdup(value);
+	return 1;
+}
+
+static char *
+config_path(void)
+{
+	const char *p = getenv("GRIDFSCTL_CONFIG");
+	if (p)
+		return strdup(p);
+	char buf[4096];
+	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	if (xdg && *xdg)
+		snprintf(buf, sizeof buf, "%s/gridfsctl/config", xdg);
+	else if (home && *home)
+		snprintf(buf, sizeof buf, "%s/.config/gridfsctl/config", home);
+	else
+		return NULL;
+	return strdup(buf);
+}
+
+int
+load_settings(void)
+{
+	const char *env_uri = getenv("GRIDFSCTL_URI");
+	if (!G.uri && env_uri && *env_uri)
+		G.uri = env_uri;
+
+	char *path = config_path();
+	struct file_settings fs = {0};
+	FILE *f = path ? fopen(path, "r") : NULL;
+	if (!f && path && getenv("GRIDFSCTL_CONFIG")) {
+		warn_("%s", path);
+		free(path);
+		return -1;
+	}
+	if (f) {
+		int line = ini_parse_file(f, on_ini, &fs);
+		struct stat st;
+		bool shared = fstat(fileno(f), &st) == 0 && (st.st_mode & 077);
+		fclose(f);
+		if (line != 0) {
+			fprintf(stderr, "%s: %s:%d: cannot parse\n", progname, path, line);
+			free(path);
+			return -1;
+		}
+		if (fs.uri && shared && strchr(fs.uri, '@'))
+			fprintf(stderr, "%s: warning: %s holds credentials but others can read it (chmod 600)\n",
+			        progname, path);
+	}
+	free(path);
+	if (!G.uri && fs.uri)
+		G.uri = fs.uri;
+	else
+		free(fs.uri);
+	if (!G.db && fs.db)
+		G.db = fs.db;
+	else
+		free(fs.db);
+	if (!G.bucket && fs.bucket)
+		G.bucket = fs.bucket;
+	else
+		free(fs.bucket);
+	if (!G.uri)
+		G.uri = GFS_DEFAULT_URI;
+	return 0;
+}
+
+/* ---- messages and exit codes ----------------------------------------- */
+
+static void
+vmessage(const char *fmt, va_list ap, const char *suffix)
+{
+	if (cmdname)
+		fprintf(stderr, "%s %s: ", progname, cmdname);
+	else
+		fprintf(stderr, "%s: ", progname);
+	vfprintf(stderr, fmt, ap);
+	if (suffix)
+		fprintf(stderr, ": %s", suffix);
+	fputc('\n', stderr);
+}
+
+void
+warnx_(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmessage(fmt, ap, NULL);
+	va_end(ap);
+}
+
+void
+warn_(const char *fmt, ...)
+{
+	const char *e = strerror(errno);
+	va_list ap;
+	va_start(ap, fmt);
+	vmessage(fmt, ap, e);
+	va_end(ap);
+}
+
+void
+usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmessage(fmt, ap, NULL);
+	va_end(ap);
+	if (cmdname)
+		fprintf(stderr, "see '%s %s --help'\n", progname, cmdname);
+}
+
+int
+exit_code_for(const gfs_error *err)
+{
+	switch (err->code) {
+	case GFS_OK: return EXIT_OK;
+	case GFS_ENOTFOUND:
+	case GFS_ENOREVISION: return EXIT_NOTFOUND;
+	case GFS_EBACKEND: return EXIT_BACKEND;
+	case GFS_ELOCAL:
+	case GFS_EEXISTS: return EXIT_LOCAL;
+	case GFS_EINVAL: return EXIT_USAGE;
+	case GFS_EBUSY: return EXIT_BUSY;
+	case GFS_ECANCELED: return EXIT_INTERRUPTED;
+	default: return EXIT_PARTIAL;
+	}
+}
+
+int
+fail(const gfs_error *err)
+{
+	warnx_("%s", err->msg);
+	return exit_code_for(err);
+}
+
+gfs_conn *
+connect_or_warn(void)
+{
+	gfs_error err;
+	gfs_conn *conn = gfs_conn_open(G.uri, G.db, G.bucket, &err);
+	if (!conn) {
+		warnx_("%s", err.msg);
+		return NULL;
+	}
+	return conn;
+}
+
+void
+print_json(FILE *out, const bson_t *doc)
+{
+	size_t len;
+	char *s = bson_as_relaxed_extended_json(doc, &len);
+	fwrite(s, 1, len, out);
+	fputc('\n', out);
+	bson_free(s);
+}
+
+bool
+parse_int(const char *s, long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+bool
+parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return false;
+	uint64_t mult = 1;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': mult = 1ULL << 10; end++; break;
+	case 'm': case 'M': mult = 1ULL << 20; end++; break;
+	case 'g': case 'G': mult = 1ULL << 30; end++; break;
+	case 't': case 'T': mult = 1ULL << 40; end++; break;
+	default: return false;
+	}
+	if (*end == 'i' && mult > 1)
+		end++;
+	if ((*end == 'B' || *end == 'b') && end[1] == '\0')
+		end++;
+	if (*end || v > UINT64_MAX / mult)
+		return false;
+	*out = v * mult;
+	return true;
+}

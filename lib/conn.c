@@ -1,0 +1,262 @@
+/* Connections: a client pool per process, a session per thread. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gfs.h"
+
+struct gfs_conn {
+	mongoc_uri_t *uri;
+	mongoc_client_pool_t *pool;
+	char *db;
+	char *bucket;
+	char *files_name;
+	char *chunks_name;
+	atomic_bool indexes_checked;
+};
+
+/* A CLI should report an unreachable server in seconds, not the driver's default 30. */
+#define DEFAULT_SERVER_SELECTION_MS 10000
+
+gfs_conn *
+gfs_conn_open(const char *uri_str, const char *db, const char *bucket, gfs_error *err)
+{
+	bson_error_t berr;
+	mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_str ? uri_str : GFS_DEFAULT_URI, &berr);
+	if (!uri) {
+		gfs_error_set(err, GFS_EINVAL, "invalid connection string: %s", berr.message);
+		return NULL;
+	}
+	if (bucket && !*bucket) {
+		mongoc_uri_destroy(uri);
+		gfs_error_set(err, GFS_EINVAL, "the bucket name is empty");
+		return NULL;
+	}
+	if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
+		mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
+		                               DEFAULT_SERVER_SELECTION_MS);
+	if (!mongoc_uri_has_option(uri, MONGOC_URI_APPNAME))
+		mongoc_uri_set_appname(uri, "gridfsctl");
+
+	mongoc_client_pool_t *pool = mongoc_client_pool_new_with_error(uri, &berr);
+	if (!pool) {
+		mongoc_uri_destroy(uri);
+		gfs_error_set(err, GFS_EINVAL, "cannot use connection string: %s", berr.message);
+		return NULL;
+	}
+	mongoc_client_pool_set_error_api(pool, MONGOC_ERROR_API_VERSION_2);
+
+	gfs_conn *c = calloc(1, sizeof *c);
+	if (!c)
+		abort();
+	c->uri = uri;
+	c->pool = pool;
+	const char *uri_db = mongoc_uri_get_database(uri);
+	c->db = strdup(db && *db ? db : uri_db && *uri_db ? uri_db : GFS_DEFAULT_DB);
+	c->bucket = strdup(bucket ? bucket : GFS_DEFAULT_BUCKET);
+	c->files_name = bson_strdup_printf("%s.files", c->bucket);
+	c->chunks_name = bson_strdup_printf("%s.chunks", c->bucket);
+	return c;
+}
+
+void
+gfs_conn_close(gfs_conn *c)
+{
+	if (!c)
+		return;
+	mongoc_client_pool_destroy(c->pool);
+	mongoc_uri_destroy(c->uri);
+	free(c->db);
+	free(c->bucket);
+	bson_free(c->files_name);
+	bson_free(c->chunks_name);
+	free(c);
+}
+
+const char *
+gfs_conn_db(const gfs_conn *c)
+{
+	return c->db;
+}
+
+const char *
+gfs_conn_bucket(const gfs_conn *c)
+{
+	return c->bucket;
+}
+
+gfs_session *
+gfs_session_pop(gfs_conn *c)
+{
+	gfs_session *s = calloc(1, sizeof *s);
+	if (!s)
+		abort();
+	s->conn = c;
+	s->client = mongoc_client_pool_pop(c->pool);
+	s->files = mongoc_client_get_collection(s->client, c->db, c->files_name);
+	s->chunks = mongoc_client_get_collection(s->client, c->db, c->chunks_name);
+	return s;
+}
+
+void
+gfs_session_push(gfs_session *s)
+{
+	if (!s)
+		return;
+	mongoc_collection_destroy(s->files);
+	mongoc_collection_destroy(s->chunks);
+	mongoc_client_pool_push(s->conn->pool, s->client);
+	free(s);
+}
+
+bool
+gfs_conn_ping(gfs_conn *c, gfs_error *err)
+{
+	gfs_session *s = gfs_session_pop(c);
+	bson_t cmd = BSON_INITIALIZER, reply;
+	bson_error_t berr;
+	BSON_APPEND_INT32(&cmd, "ping", 1);
+	bool ok = mongoc_client_command_simple(s->client, "admin", &cmd, NULL, &reply, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "cannot reach the backend");
+	bson_destroy(&cmd);
+	bson_destroy(&reply);
+	gfs_session_push(s);
+	return ok;
+}
+
+char *
+gfs_uri_redact(const char *uri)
+{
+	const char *scheme = strstr(uri, "://");
+	const char *start = scheme ? scheme + 3 : uri;
+	const char *slash = strchr(start, '/');
+	const char *at = NULL;
+	for (const char *p = start; *p && (!slash || p < slash); p++)
+		if (*p == '@')
+			at = p;
+	if (!at)
+		return strdup(uri);
+	const char *colon = memchr(start, ':', (size_t)(at - start));
+	if (!colon)
+		return strdup(uri);
+	return bson_strdup_printf("%.*s:***%s", (int)(colon - uri), uri, at);
+}
+
+/* ---- indexes --------------------------------------------------------- */
+
+static bool
+keys_equal(const bson_t *a, const bson_t *b)
+{
+	bson_iter_t ia, ib;
+	if (!bson_iter_init(&ia, a) || !bson_iter_init(&ib, b))
+		return false;
+	for (;;) {
+		bool na = bson_iter_next(&ia), nb = bson_iter_next(&ib);
+		if (!na || !nb)
+			return na == nb;
+		if (strcmp(bson_iter_key(&ia), bson_iter_key(&ib)) != 0)
+			return false;
+		/* The spec: 1 and 1.0 (and int64 1) name the same index direction. */
+		if (!BSON_ITER_HOLDS_NUMBER(&ia) || !BSON_ITER_HOLDS_NUMBER(&ib) ||
+		    bson_iter_as_double(&ia) != bson_iter_as_double(&ib))
+			return false;
+	}
+}
+
+static bool
+has_index(mongoc_collection_t *coll, const bson_t *keys, bool *found, gfs_error *err)
+{
+	*found = false;
+	mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(coll, NULL);
+	const bson_t *doc;
+	while (!*found && mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		uint32_t len;
+		const uint8_t *data;
+		if (!bson_iter_init_find(&it, doc, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+			continue;
+		bson_iter_document(&it, &len, &data);
+		bson_t key;
+		if (bson_init_static(&key, data, len) && keys_equal(&key, keys))
+			*found = true;
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "listIndexes");
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
+static bool
+create_index(gfs_session *s, mongoc_collection_t *coll, const bson_t *keys, const char *name,
+             bool unique, gfs_error *err)
+{
+	bool found;
+	if (!has_index(coll, keys, &found, err))
+		return false;
+	if (found)
+		return true;
+	bson_t cmd = BSON_INITIALIZER, indexes, index, reply;
+	BSON_APPEND_UTF8(&cmd, "createIndexes", mongoc_collection_get_name(coll));
+	BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &indexes);
+	BSON_APPEND_DOCUMENT_BEGIN(&indexes, "0", &index);
+	BSON_APPEND_DOCUMENT(&index, "key", keys);
+	BSON_APPEND_UTF8(&index, "name", name);
+	if (unique)
+		BSON_APPEND_BOOL(&index, "unique", true);
+	bson_append_document_end(&indexes, &index);
+	bson_append_array_end(&cmd, &indexes);
+	mongoc_database_t *db = mongoc_client_get_database(s->client, s->conn->db);
+	bson_error_t berr;
+	bool ok = mongoc_database_write_command_with_opts(db, &cmd, NULL, &reply, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "createIndexes");
+	mongoc_database_destroy(db);
+	bson_destroy(&cmd);
+	bson_destroy(&reply);
+	return ok;
+}
+
+bool
+gfs_ensure_indexes(gfs_session *s, gfs_error *err)
+{
+	if (atomic_load(&s->conn->indexes_checked))
+		return true;
+
+	/* The spec: only when the files collection is empty, read from the primary. */
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "limit", 1);
+	mongoc_read_prefs_t *primary = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, primary);
+	const bson_t *doc;
+	bool empty = !mongoc_cursor_next(cur, &doc);
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	mongoc_cursor_destroy(cur);
+	mongoc_read_prefs_destroy(primary);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	if (!ok) {
+		gfs_error_from_bson(err, &berr, "cannot read the files collection");
+		return false;
+	}
+	if (empty) {
+		bson_t files_keys = BSON_INITIALIZER, chunk_keys = BSON_INITIALIZER;
+		BSON_APPEND_INT32(&files_keys, "filename", 1);
+		BSON_APPEND_INT32(&files_keys, "uploadDate", 1);
+		BSON_APPEND_INT32(&chunk_keys, "files_id", 1);
+		BSON_APPEND_INT32(&chunk_keys, "n", 1);
+		ok = create_index(s, s->files, &files_keys, "filename_1_uploadDate_1", false, err) &&
+		     create_index(s, s->chunks, &chunk_keys, "files_id_1_n_1", true, err);
+		bson_destroy(&files_keys);
+		bson_destroy(&chunk_keys);
+	}
+	if (ok)
+		atomic_store(&s->conn->indexes_checked, true);
+	return ok;
+}

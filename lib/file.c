@@ -1,0 +1,297 @@
+/* Files documents: parsing, lookups by name, id and prefix. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gfs.h"
+
+static bool
+iter_int64(const bson_iter_t *it, int64_t *out)
+{
+	switch (bson_iter_type(it)) {
+	case BSON_TYPE_INT32: *out = bson_iter_int32(it); return true;
+	case BSON_TYPE_INT64: *out = bson_iter_int64(it); return true;
+	case BSON_TYPE_DOUBLE: {
+		double d = bson_iter_double(it);
+		if (d != d || d < -9.2e18 || d > 9.2e18 || d != (double)(int64_t)d)
+			return false;
+		*out = (int64_t)d;
+		return true;
+	}
+	default: return false;
+	}
+}
+
+static void
+copy_hex(const bson_iter_t *it, char *dst, size_t want)
+{
+	uint32_t len;
+	const char *s = bson_iter_utf8(it, &len);
+	if (len == want) {
+		memcpy(dst, s, want);
+		dst[want] = '\0';
+	}
+}
+
+static void
+parse_metadata(bson_iter_t *meta, gfs_file *f)
+{
+	bson_iter_t it;
+	if (!bson_iter_recurse(meta, &it))
+		return;
+	int64_t v;
+	while (bson_iter_next(&it)) {
+		const char *k = bson_iter_key(&it);
+		if (strcmp(k, "sha256") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+			copy_hex(&it, f->sha256, 64);
+		else if (strcmp(k, "contentType") == 0 && BSON_ITER_HOLDS_UTF8(&it) && !f->content_type)
+			f->content_type = strdup(bson_iter_utf8(&it, NULL));
+		else if (strcmp(k, "mtimeNs") == 0 && iter_int64(&it, &v))
+			f->mtime_ns = v;
+		else if (strcmp(k, "mtime") == 0 && f->mtime_ns < 0) {
+			if (BSON_ITER_HOLDS_DATE_TIME(&it))
+				f->mtime_ns = bson_iter_date_time(&it) * 1000000;
+			else if (iter_int64(&it, &v))
+				f->mtime_ns = v * 1000000;
+		} else if (strcmp(k, "mode") == 0 && iter_int64(&it, &v) && v >= 0 && v <= 07777)
+			f->mode = (int32_t)v;
+	}
+}
+
+bool
+gfs_file_parse(const bson_t *doc, gfs_file *f, gfs_error *err)
+{
+	memset(f, 0, sizeof *f);
+	f->mtime_ns = -1;
+	f->mode = -1;
+	f->length = -1;
+	bson_iter_t it;
+	bool have_id = false;
+	int64_t v;
+	if (!bson_iter_init(&it, doc)) {
+		gfs_error_set(err, GFS_EBADDOC, "files document is not valid BSON");
+		return false;
+	}
+	/* Top-level contentType wins over metadata.contentType, so read it first. */
+	bson_iter_t ct;
+	if (bson_iter_init_find(&ct, doc, "contentType") && BSON_ITER_HOLDS_UTF8(&ct))
+		f->content_type = strdup(bson_iter_utf8(&ct, NULL));
+	while (bson_iter_next(&it)) {
+		const char *k = bson_iter_key(&it);
+		if (strcmp(k, "_id") == 0) {
+			bson_value_copy(bson_iter_value(&it), &f->id);
+			have_id = true;
+		} else if (strcmp(k, "filename") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+			f->filename = strdup(bson_iter_utf8(&it, NULL));
+		} else if (strcmp(k, "length") == 0 && iter_int64(&it, &v)) {
+			f->length = v;
+		} else if (strcmp(k, "chunkSize") == 0 && iter_int64(&it, &v) && v > 0 && v <= INT32_MAX) {
+			f->chunk_size = (int32_t)v;
+		} else if (strcmp(k, "uploadDate") == 0 && BSON_ITER_HOLDS_DATE_TIME(&it)) {
+			f->upload_date = bson_iter_date_time(&it);
+		} else if (strcmp(k, "md5") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+			copy_hex(&it, f->md5, 32);
+		} else if (strcmp(k, "metadata") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+			parse_metadata(&it, f);
+		}
+	}
+	f->doc = bson_copy(doc);
+	const char *name = f->filename ? f->filename : "(no filename)";
+	if (!have_id) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: files document has no _id", name);
+		gfs_file_free(f);
+		return false;
+	}
+	if (f->length < 0 || f->chunk_size <= 0) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: files document has no valid length or chunkSize", name);
+		gfs_file_free(f);
+		return false;
+	}
+	return true;
+}
+
+void
+gfs_file_free(gfs_file *f)
+{
+	if (!f)
+		return;
+	if (f->doc)
+		bson_value_destroy(&f->id);
+	free(f->filename);
+	free(f->content_type);
+	if (f->doc)
+		bson_destroy(f->doc);
+	memset(f, 0, sizeof *f);
+}
+
+int64_t
+gfs_chunk_count(int64_t length, int32_t chunk_size)
+{
+	if (length <= 0 || chunk_size <= 0)
+		return 0;
+	return (length + chunk_size - 1) / chunk_size;
+}
+
+int32_t
+gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n)
+{
+	int64_t count = gfs_chunk_count(length, chunk_size);
+	if (n < 0 || n >= count)
+		return 0;
+	if (n < count - 1)
+		return chunk_size;
+	return (int32_t)(length - (count - 1) * (int64_t)chunk_size);
+}
+
+char *
+gfs_id_string(const bson_value_t *id)
+{
+	if (id->value_type == BSON_TYPE_OID) {
+		char hex[25];
+		bson_oid_to_string(&id->value.v_oid, hex);
+		return strdup(hex);
+	}
+	if (id->value_type == BSON_TYPE_UTF8)
+		return strdup(id->value.v_utf8.str);
+	bson_t tmp = BSON_INITIALIZER;
+	BSON_APPEND_VALUE(&tmp, "id", id);
+	size_t len;
+	char *json = bson_as_relaxed_extended_json(&tmp, &len);
+	bson_destroy(&tmp);
+	char *out = strdup(json);
+	bson_free(json);
+	return out;
+}
+
+bool
+gfs_id_parse_oid(const char *s, bson_value_t *out)
+{
+	if (!s || strlen(s) != 24 || !bson_oid_is_valid(s, 24))
+		return false;
+	memset(out, 0, sizeof *out);
+	out->value_type = BSON_TYPE_OID;
+	bson_oid_init_from_string(&out->value.v_oid, s);
+	return true;
+}
+
+/* ---- lookups --------------------------------------------------------- */
+
+static int
+find_one(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts, gfs_file *out,
+         gfs_error *err)
+{
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
+	const bson_t *doc;
+	int rc = 0;
+	if (mongoc_cursor_next(cur, &doc))
+		rc = gfs_file_parse(doc, out, err) ? 1 : -1;
+	bson_error_t berr;
+	if (rc == 0 && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "find in files collection");
+		rc = -1;
+	}
+	mongoc_cursor_destroy(cur);
+	return rc;
+}
+
+bool
+gfs_find_by_name(gfs_session *s, const char *name, int revision, gfs_file *out, gfs_error *err)
+{
+	int dir = revision >= 0 ? 1 : -1;
+	int64_t skip = revision >= 0 ? revision : -(int64_t)revision - 1;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "uploadDate", dir);
+	BSON_APPEND_INT32(&sort, "_id", dir);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT64(&opts, "skip", skip);
+	BSON_APPEND_INT64(&opts, "limit", 1);
+	int rc = find_one(s->files, &filter, &opts, out, err);
+	bson_destroy(&opts);
+	if (rc == 0 && skip > 0) {
+		bson_t any = BSON_INITIALIZER;
+		BSON_APPEND_INT64(&any, "limit", 1);
+		gfs_file probe;
+		int exists = find_one(s->files, &filter, &any, &probe, err);
+		bson_destroy(&any);
+		if (exists > 0) {
+			gfs_file_free(&probe);
+			gfs_error_set(err, GFS_ENOREVISION, "%s: no revision %d", name, revision);
+		} else if (exists == 0) {
+			gfs_error_set(err, GFS_ENOTFOUND, "%s: no such file", name);
+		}
+	} else if (rc == 0) {
+		gfs_error_set(err, GFS_ENOTFOUND, "%s: no such file", name);
+	}
+	bson_destroy(&filter);
+	return rc > 0;
+}
+
+bool
+gfs_find_by_id(gfs_session *s, const bson_value_t *id, gfs_file *out, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_VALUE(&filter, "_id", id);
+	int rc = find_one(s->files, &filter, NULL, out, err);
+	bson_destroy(&filter);
+	if (rc == 0) {
+		char *ids = gfs_id_string(id);
+		gfs_error_set(err, GFS_ENOTFOUND, "id %s: no such file", ids);
+		free(ids);
+	}
+	return rc > 0;
+}
+
+/*
+ * A range rather than an anchored $regex: both use the filename index on
+ * MongoDB, and a range needs no escaping of the prefix. The upper bound is
+ * the prefix followed by U+10FFFF, the greatest code point.
+ */
+void
+gfs_prefix_filter(bson_t *filter, const char *prefix)
+{
+	if (!prefix || !*prefix)
+		return;
+	bson_t range;
+	char *upper = bson_strdup_printf("%s\xf4\x8f\xbf\xbf", prefix);
+	BSON_APPEND_DOCUMENT_BEGIN(filter, "filename", &range);
+	BSON_APPEND_UTF8(&range, "$gte", prefix);
+	BSON_APPEND_UTF8(&range, "$lt", upper);
+	bson_append_document_end(filter, &range);
+	bson_free(upper);
+}
+
+bool
+gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, void *ctx, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+	gfs_prefix_filter(&filter, prefix);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "filename", 1);
+	BSON_APPEND_INT32(&sort, "uploadDate", 1);
+	BSON_APPEND_INT32(&sort, "_id", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", 1000);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	const bson_t *doc;
+	bool ok = true;
+	while (ok && mongoc_cursor_next(cur, &doc)) {
+		gfs_file f;
+		gfs_error perr;
+		if (!gfs_file_parse(doc, &f, &perr))
+			continue; /* malformed documents are verify's business, not a listing's */
+		bool more = fn(&f, ctx);
+		gfs_file_free(&f);
+		if (!more)
+			break;
+	}
+	bson_error_t berr;
+	if (mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "list files");
+		ok = false;
+	}
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	return ok;
+}

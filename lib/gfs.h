@@ -1,0 +1,215 @@
+/*
+ * gfs: a GridFS library on mongo-c-driver, written to the GridFS
+ * specification. It knows nothing of argv, stdout or terminals: every
+ * function reports failure through a gfs_error and leaves printing to
+ * the caller.
+ */
+#ifndef GFS_H
+#define GFS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mongoc/mongoc.h>
+
+#define GFS_DEFAULT_CHUNK_SIZE (255 * 1024)
+#define GFS_DEFAULT_URI "mongodb://127.0.0.1:27017"
+#define GFS_DEFAULT_DB "test"
+#define GFS_DEFAULT_BUCKET "fs"
+
+/* Distinct failure kinds, so callers can map them to exit codes. */
+enum gfs_errcode {
+	GFS_OK = 0,
+	GFS_ENOTFOUND,      /* no file of that name or id */
+	GFS_ENOREVISION,    /* the name exists, the revision does not */
+	GFS_EMISSINGCHUNK,  /* a chunk 0..n-1 is absent */
+	GFS_EWRONGSIZE,     /* a chunk's data has the wrong length */
+	GFS_EEXTRACHUNK,    /* a chunk numbered n or beyond, or a duplicate */
+	GFS_EBADDOC,        /* a files or chunks document is malformed */
+	GFS_ECHECKSUM,      /* content does not match metadata.sha256 */
+	GFS_EBACKEND,       /* server unreachable or command failed */
+	GFS_ELOCAL,         /* a local file could not be read or written */
+	GFS_EINVAL,         /* bad argument */
+	GFS_EEXISTS,        /* target exists */
+	GFS_EBUSY,          /* a lock is held by someone else */
+	GFS_ECANCELED,      /* stopped on request */
+};
+
+typedef struct gfs_error {
+	enum gfs_errcode code;
+	char msg[512];
+} gfs_error;
+
+void gfs_error_set(gfs_error *err, enum gfs_errcode code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void gfs_error_clear(gfs_error *err);
+/* Copies a driver error into err with a short context prefix. */
+void gfs_error_from_bson(gfs_error *err, const bson_error_t *berr, const char *context);
+const char *gfs_errcode_name(enum gfs_errcode code);
+
+/* ---- connection ------------------------------------------------------ */
+
+typedef struct gfs_conn gfs_conn;
+
+/*
+ * Opens a thread-safe client pool. db may be NULL (taken from the URI path,
+ * else "test"); bucket may be NULL ("fs"). Does not contact the server:
+ * call gfs_conn_ping() for that.
+ */
+gfs_conn *gfs_conn_open(const char *uri, const char *db, const char *bucket, gfs_error *err);
+void gfs_conn_close(gfs_conn *conn);
+bool gfs_conn_ping(gfs_conn *conn, gfs_error *err);
+const char *gfs_conn_db(const gfs_conn *conn);
+const char *gfs_conn_bucket(const gfs_conn *conn);
+/* The URI with any password removed, safe to print or log. */
+char *gfs_uri_redact(const char *uri);
+
+/*
+ * A client and the two bucket collections, for one thread at a time.
+ * Pop one per worker thread; push it back when done.
+ */
+typedef struct gfs_session {
+	gfs_conn *conn;
+	mongoc_client_t *client;
+	mongoc_collection_t *files;
+	mongoc_collection_t *chunks;
+} gfs_session;
+
+gfs_session *gfs_session_pop(gfs_conn *conn);
+void gfs_session_push(gfs_session *s);
+
+/* Creates the spec's indexes if the files collection is empty and they are missing. */
+bool gfs_ensure_indexes(gfs_session *s, gfs_error *err);
+
+/* ---- files documents ------------------------------------------------- */
+
+typedef struct gfs_file {
+	bson_value_t id;        /* _id, any BSON type */
+	char *filename;         /* NULL when absent */
+	int64_t length;
+	int32_t chunk_size;
+	int64_t upload_date;    /* ms since the epoch */
+	char *content_type;     /* top-level contentType, else metadata.contentType; may be NULL */
+	char sha256[65];        /* metadata.sha256, "" when absent */
+	char md5[33];           /* legacy md5, "" when absent */
+	int64_t mtime_ns;       /* metadata.mtimeNs, else metadata.mtime in ns; -1 when absent */
+	int32_t mode;           /* metadata.mode, -1 when absent */
+	bson_t *doc;            /* the whole document */
+} gfs_file;
+
+/* Parses a files document; tolerant of numeric types and extra fields. */
+bool gfs_file_parse(const bson_t *doc, gfs_file *out, gfs_error *err);
+void gfs_file_free(gfs_file *f);
+/* Number of chunks a file of this length and chunk size must have. */
+int64_t gfs_chunk_count(int64_t length, int32_t chunk_size);
+/* Expected length of chunk n. */
+int32_t gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n);
+/* Writes the id as text: 24 hex digits for an ObjectId, else relaxed JSON. */
+char *gfs_id_string(const bson_value_t *id);
+/* Parses 24 hex digits into an ObjectId value. */
+bool gfs_id_parse_oid(const char *s, bson_value_t *out);
+
+/*
+ * Finds by name. revision: -1 newest (default), -2 the one before, ...;
+ * 0 the original, 1 the next, ... as the GridFS spec.
+ */
+bool gfs_find_by_name(gfs_session *s, const char *name, int revision, gfs_file *out, gfs_error *err);
+bool gfs_find_by_id(gfs_session *s, const bson_value_t *id, gfs_file *out, gfs_error *err);
+
+/*
+ * Calls fn for each files document whose filename starts with prefix
+ * (NULL or "" for all), in filename then uploadDate order. fn returns false
+ * to stop early. The gfs_file is freed after fn returns.
+ */
+typedef bool (*gfs_file_fn)(const gfs_file *f, void *ctx);
+bool gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, void *ctx, gfs_error *err);
+
+/* A filter matching filenames that start with prefix (all when NULL or ""). */
+void gfs_prefix_filter(bson_t *filter, const char *prefix);
+
+/* ---- reading --------------------------------------------------------- */
+
+/* Receives each chunk's data in order; return false to stop (GFS_ECANCELED). */
+typedef bool (*gfs_data_fn)(const uint8_t *data, size_t len, void *ctx);
+
+/*
+ * Streams a file's content chunk by chunk, validating numbering and sizes.
+ * When verify_hash is set and metadata.sha256 exists, a mismatch fails with
+ * GFS_ECHECKSUM after the last chunk. sha256_out (65 bytes) may be NULL.
+ */
+bool gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, void *ctx,
+              char *sha256_out, gfs_error *err);
+
+/* A batchSize for chunk cursors that keeps each batch well under 16 MB. */
+int32_t gfs_chunk_batch_size(int32_t chunk_size);
+
+/* ---- writing --------------------------------------------------------- */
+
+typedef struct gfs_put_opts {
+	const char *filename;
+	const char *content_type;   /* NULL: none stored */
+	const bson_t *metadata;     /* extra metadata fields; sha256 is added */
+	int32_t chunk_size;         /* 0: default */
+	const bson_value_t *id;     /* NULL: a new ObjectId */
+} gfs_put_opts;
+
+/* Reads up to len bytes; returns bytes read, 0 at end, -1 on error (errno set). */
+typedef ssize_t (*gfs_source_fn)(uint8_t *buf, size_t len, void *ctx);
+
+/*
+ * Uploads one file: chunks first, in bulk inserts, then the files document.
+ * On failure the chunks already written are removed (best effort). The new
+ * files document is returned in out when out is not NULL.
+ */
+bool gfs_put(gfs_session *s, const gfs_put_opts *opts, gfs_source_fn src, void *src_ctx,
+             gfs_file *out, gfs_error *err);
+/* gfs_source_fn over a file descriptor. ctx is an int *. */
+ssize_t gfs_source_fd(uint8_t *buf, size_t len, void *ctx);
+
+/*
+ * Batches chunk documents of many files into few bulk inserts. Files
+ * documents must be inserted only after gfs_chunk_batch_flush() returns true
+ * for every chunk of that file.
+ */
+typedef struct gfs_chunk_batch gfs_chunk_batch;
+gfs_chunk_batch *gfs_chunk_batch_new(size_t max_bytes);
+void gfs_chunk_batch_free(gfs_chunk_batch *b);
+size_t gfs_chunk_batch_bytes(const gfs_chunk_batch *b);
+size_t gfs_chunk_batch_count(const gfs_chunk_batch *b);
+void gfs_chunk_batch_add(gfs_chunk_batch *b, const bson_value_t *files_id, int64_t n,
+                         const uint8_t *data, size_t len);
+/* Inserts what is batched (unordered) and empties the batch. */
+bool gfs_chunk_batch_flush(gfs_chunk_batch *b, gfs_session *s, gfs_error *err);
+
+/* Builds a files document as the spec lays it out. */
+void gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, int64_t length,
+                   int32_t chunk_size, int64_t upload_date_ms, const char *content_type,
+                   const char *sha256_hex, const bson_t *metadata);
+
+/* ---- deleting, renaming ---------------------------------------------- */
+
+/* Removes the files document first, then its chunks. */
+bool gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err);
+/*
+ * Removes every revision of name older than keep_id (the one just written).
+ * keep: how many of the newest revisions to keep in all (>= 1).
+ */
+bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, gfs_error *err);
+bool gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_error *err);
+
+/* ---- hashing --------------------------------------------------------- */
+
+typedef struct gfs_sha256 gfs_sha256;
+gfs_sha256 *gfs_sha256_new(void);
+void gfs_sha256_update(gfs_sha256 *h, const void *data, size_t len);
+/* Writes 64 hex digits and a NUL into hex, and frees h. */
+void gfs_sha256_final(gfs_sha256 *h, char hex[65]);
+
+/* ---- time ------------------------------------------------------------ */
+
+int64_t gfs_now_ms(void);
+/* Formats ms since the epoch as ISO 8601 UTC with milliseconds. */
+void gfs_iso8601(int64_t ms, char buf[32]);
+
+#endif

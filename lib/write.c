@@ -1,0 +1,343 @@
+/* Writing, deleting and renaming files, chunks first as the spec requires. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gfs.h"
+
+/* Each bulk insert carries at most this much chunk data (one or two wire messages). */
+#define PUT_BATCH_BYTES (8 * 1024 * 1024)
+
+struct gfs_chunk_batch {
+	bson_t **docs;
+	size_t count, cap;
+	size_t bytes, max_bytes;
+};
+
+gfs_chunk_batch *
+gfs_chunk_batch_new(size_t max_bytes)
+{
+	gfs_chunk_batch *b = calloc(1, sizeof *b);
+	if (!b)
+		abort();
+	b->max_bytes = max_bytes;
+	return b;
+}
+
+static void
+batch_clear(gfs_chunk_batch *b)
+{
+	for (size_t i = 0; i < b->count; i++)
+		bson_destroy(b->docs[i]);
+	b->count = 0;
+	b->bytes = 0;
+}
+
+void
+gfs_chunk_batch_free(gfs_chunk_batch *b)
+{
+	if (!b)
+		return;
+	batch_clear(b);
+	free(b->docs);
+	free(b);
+}
+
+size_t
+gfs_chunk_batch_bytes(const gfs_chunk_batch *b)
+{
+	return b->bytes;
+}
+
+size_t
+gfs_chunk_batch_count(const gfs_chunk_batch *b)
+{
+	return b->count;
+}
+
+void
+gfs_chunk_batch_add(gfs_chunk_batch *b, const bson_value_t *files_id, int64_t n,
+                    const uint8_t *data, size_t len)
+{
+	if (b->count == b->cap) {
+		b->cap = b->cap ? b->cap * 2 : 64;
+		b->docs = realloc(b->docs, b->cap * sizeof *b->docs);
+		if (!b->docs)
+			abort();
+	}
+	bson_t *doc = bson_sized_new((uint32_t)len + 64);
+	bson_oid_t oid;
+	bson_oid_init(&oid, NULL);
+	BSON_APPEND_OID(doc, "_id", &oid);
+	BSON_APPEND_VALUE(doc, "files_id", files_id);
+	/* The spec types n as int32; a 255 KiB chunk size reaches that only at 500 TiB. */
+	BSON_APPEND_INT32(doc, "n", (int32_t)n);
+	BSON_APPEND_BINARY(doc, "data", BSON_SUBTYPE_BINARY, data, (uint32_t)len);
+	b->docs[b->count++] = doc;
+	b->bytes += len;
+}
+
+bool
+gfs_chunk_batch_flush(gfs_chunk_batch *b, gfs_session *s, gfs_error *err)
+{
+	if (b->count == 0)
+		return true;
+	bson_t opts = BSON_INITIALIZER, reply;
+	BSON_APPEND_BOOL(&opts, "ordered", false);
+	bson_error_t berr;
+	bool ok = mongoc_collection_insert_many(s->chunks, (const bson_t **)b->docs, b->count, &opts,
+	                                        &reply, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "insert chunks");
+	bson_destroy(&opts);
+	bson_destroy(&reply);
+	batch_clear(b);
+	return ok;
+}
+
+void
+gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, int64_t length,
+              int32_t chunk_size, int64_t upload_date_ms, const char *content_type,
+              const char *sha256_hex, const bson_t *metadata)
+{
+	BSON_APPEND_VALUE(doc, "_id", id);
+	BSON_APPEND_INT64(doc, "length", length);
+	BSON_APPEND_INT32(doc, "chunkSize", chunk_size);
+	BSON_APPEND_DATE_TIME(doc, "uploadDate", upload_date_ms);
+	BSON_APPEND_UTF8(doc, "filename", filename);
+	if (content_type)
+		BSON_APPEND_UTF8(doc, "contentType", content_type);
+	bson_t meta;
+	BSON_APPEND_DOCUMENT_BEGIN(doc, "metadata", &meta);
+	bson_iter_t it;
+	if (metadata && bson_iter_init(&it, metadata)) {
+		while (bson_iter_next(&it)) {
+			const char *k = bson_iter_key(&it);
+			if (strcmp(k, "sha256") == 0 || (content_type && strcmp(k, "contentType") == 0))
+				continue;
+			BSON_APPEND_VALUE(&meta, k, bson_iter_value(&it));
+		}
+	}
+	if (content_type)
+		BSON_APPEND_UTF8(&meta, "contentType", content_type);
+	if (sha256_hex)
+		BSON_APPEND_UTF8(&meta, "sha256", sha256_hex);
+	bson_append_document_end(doc, &meta);
+}
+
+ssize_t
+gfs_source_fd(uint8_t *buf, size_t len, void *ctx)
+{
+	int fd = *(int *)ctx;
+	size_t got = 0;
+	while (got < len) {
+		ssize_t r = read(fd, buf + got, len - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+static void
+remove_chunks(gfs_session *s, const bson_value_t *id)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_VALUE(&filter, "files_id", id);
+	mongoc_collection_delete_many(s->chunks, &filter, NULL, NULL, NULL);
+	bson_destroy(&filter);
+}
+
+bool
+gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx, gfs_file *out,
+        gfs_error *err)
+{
+	if (!o->filename) {
+		gfs_error_set(err, GFS_EINVAL, "a filename is required");
+		return false;
+	}
+	int32_t cs = o->chunk_size > 0 ? o->chunk_size : GFS_DEFAULT_CHUNK_SIZE;
+	bson_value_t id;
+	if (o->id) {
+		bson_value_copy(o->id, &id);
+	} else {
+		memset(&id, 0, sizeof id);
+		id.value_type = BSON_TYPE_OID;
+		bson_oid_init(&id.value.v_oid, NULL);
+	}
+	if (!gfs_ensure_indexes(s, err)) {
+		bson_value_destroy(&id);
+		return false;
+	}
+
+	uint8_t *buf = malloc((size_t)cs);
+	if (!buf)
+		abort();
+	gfs_chunk_batch *batch = gfs_chunk_batch_new(PUT_BATCH_BYTES);
+	gfs_sha256 *h = gfs_sha256_new();
+	int64_t length = 0, n = 0;
+	bool ok = true, wrote = false;
+	for (;;) {
+		ssize_t r = src(buf, (size_t)cs, src_ctx);
+		if (r < 0) {
+			gfs_error_set(err, GFS_ELOCAL, "%s: read: %s", o->filename, strerror(errno));
+			ok = false;
+			break;
+		}
+		if (r == 0)
+			break;
+		gfs_sha256_update(h, buf, (size_t)r);
+		gfs_chunk_batch_add(batch, &id, n++, buf, (size_t)r);
+		length += r;
+		if (gfs_chunk_batch_bytes(batch) >= PUT_BATCH_BYTES) {
+			wrote = true;
+			if (!(ok = gfs_chunk_batch_flush(batch, s, err)))
+				break;
+		}
+		if (r < cs)
+			break;
+	}
+	if (ok && gfs_chunk_batch_count(batch)) {
+		wrote = true;
+		ok = gfs_chunk_batch_flush(batch, s, err);
+	}
+	char hex[65];
+	gfs_sha256_final(h, hex);
+	gfs_chunk_batch_free(batch);
+	free(buf);
+
+	if (ok) {
+		bson_t doc = BSON_INITIALIZER;
+		gfs_files_doc(&doc, &id, o->filename, length, cs, gfs_now_ms(), o->content_type, hex,
+		              o->metadata);
+		bson_error_t berr;
+		ok = mongoc_collection_insert_one(s->files, &doc, NULL, NULL, &berr);
+		if (!ok)
+			gfs_error_from_bson(err, &berr, "insert files document");
+		else if (out)
+			ok = gfs_file_parse(&doc, out, err);
+		bson_destroy(&doc);
+	}
+	if (!ok && wrote)
+		remove_chunks(s, &id);
+	bson_value_destroy(&id);
+	return ok;
+}
+
+bool
+gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, reply;
+	bson_error_t berr;
+	BSON_APPEND_VALUE(&filter, "_id", id);
+	bool ok = mongoc_collection_delete_one(s->files, &filter, NULL, &reply, &berr);
+	bson_destroy(&filter);
+	if (!ok) {
+		bson_destroy(&reply);
+		gfs_error_from_bson(err, &berr, "delete files document");
+		return false;
+	}
+	bson_iter_t it;
+	int64_t deleted = 0;
+	if (bson_iter_init_find(&it, &reply, "deletedCount") && BSON_ITER_HOLDS_NUMBER(&it))
+		deleted = bson_iter_as_int64(&it);
+	bson_destroy(&reply);
+
+	bson_init(&filter);
+	BSON_APPEND_VALUE(&filter, "files_id", id);
+	ok = mongoc_collection_delete_many(s->chunks, &filter, NULL, NULL, &berr);
+	bson_destroy(&filter);
+	if (!ok) {
+		gfs_error_from_bson(err, &berr, "delete chunks");
+		return false;
+	}
+	if (deleted == 0) {
+		char *ids = gfs_id_string(id);
+		gfs_error_set(err, GFS_ENOTFOUND, "id %s: no such file", ids);
+		free(ids);
+		return false;
+	}
+	return true;
+}
+
+bool
+gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "uploadDate", -1);
+	BSON_APPEND_INT32(&sort, "_id", -1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "skip", keep < 1 ? 1 : keep);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+
+	/* Collect first: deleting while the cursor is open would shift its skip. */
+	bson_value_t *ids = NULL;
+	size_t count = 0, cap = 0;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		if (!bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		if (count == cap) {
+			cap = cap ? cap * 2 : 8;
+			ids = realloc(ids, cap * sizeof *ids);
+			if (!ids)
+				abort();
+		}
+		bson_value_copy(bson_iter_value(&it), &ids[count++]);
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "find old revisions");
+	mongoc_cursor_destroy(cur);
+	for (size_t i = 0; i < count; i++) {
+		gfs_error derr;
+		if (ok && !gfs_delete(s, &ids[i], &derr) && derr.code != GFS_ENOTFOUND) {
+			*err = derr;
+			ok = false;
+		}
+		bson_value_destroy(&ids[i]);
+	}
+	free(ids);
+	return ok;
+}
+
+bool
+gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, reply;
+	BSON_APPEND_VALUE(&filter, "_id", id);
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+	BSON_APPEND_UTF8(&set, "filename", new_name);
+	bson_append_document_end(&update, &set);
+	bson_error_t berr;
+	bool ok = mongoc_collection_update_one(s->files, &filter, &update, NULL, &reply, &berr);
+	if (!ok) {
+		gfs_error_from_bson(err, &berr, "rename");
+	} else {
+		bson_iter_t it;
+		if (bson_iter_init_find(&it, &reply, "matchedCount") && bson_iter_as_int64(&it) == 0) {
+			char *ids = gfs_id_string(id);
+			gfs_error_set(err, GFS_ENOTFOUND, "id %s: no such file", ids);
+			free(ids);
+			ok = false;
+		}
+	}
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	bson_destroy(&reply);
+	return ok;
+}

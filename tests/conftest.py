@@ -1,0 +1,144 @@
+"""Fixtures shared by every integration test.
+
+The tests run the built gridfsctl binary against a real backend process (the
+embedded FerretDB server, started once per test session) and check what it
+did with an independent client: pymongo and its gridfs module.
+"""
+import hashlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+
+import gridfs
+import pymongo
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
+STORAGE = os.environ.get("GRIDFSCTL_TEST_STORAGE", "sqlite")
+
+# Sanitizer failures get exit codes of their own, so they can never pass for
+# one of gridfsctl's documented exit statuses.
+SAN_ENV = {
+    "ASAN_OPTIONS": "detect_leaks=1:exitcode=86:abort_on_error=0:detect_stack_use_after_return=1",
+    "UBSAN_OPTIONS": "halt_on_error=1:exitcode=87:print_stacktrace=1",
+    "LSAN_OPTIONS": "suppressions=" + os.path.join(ROOT, "tests", "lsan.supp") + ":print_suppressions=0",
+}
+SAN_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Backend:
+    def __init__(self, datadir, port, storage):
+        self.datadir, self.port, self.storage = datadir, port, storage
+        self.uri = f"mongodb://127.0.0.1:{port}/"
+
+    def start(self):
+        out = subprocess.run([os.path.join(ROOT, "scripts", "backend"), "start", self.datadir,
+                              str(self.port), self.storage],
+                             check=True, capture_output=True, text=True)
+        assert out.stdout.strip() == self.uri
+
+    def stop(self):
+        subprocess.run([os.path.join(ROOT, "scripts", "backend"), "stop", self.datadir], check=True)
+
+    def client(self):
+        return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=5000)
+
+
+@pytest.fixture(scope="session")
+def backend(tmp_path_factory):
+    datadir = str(tmp_path_factory.mktemp("backend"))
+    if STORAGE == "postgresql":
+        shutil.chown(datadir, "postgres") if os.geteuid() == 0 else None
+    b = Backend(datadir, free_port(), STORAGE)
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def mongo(backend):
+    c = backend.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def db(mongo, request):
+    """A database of its own for each test, dropped afterwards."""
+    name = "t_" + re.sub(r"[^A-Za-z0-9]", "_", request.node.name)[:40] + "_" + uuid.uuid4().hex[:6]
+    yield mongo[name]
+    mongo.drop_database(name)
+
+
+@pytest.fixture
+def bucket(db):
+    return gridfs.GridFSBucket(db)
+
+
+class Result:
+    def __init__(self, proc):
+        self.rc = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr.decode("utf-8", "replace") if isinstance(proc.stderr, bytes) else proc.stderr
+
+    @property
+    def text(self):
+        return self.out.decode("utf-8", "replace") if isinstance(self.out, bytes) else self.out
+
+    def __repr__(self):
+        return f"Result(rc={self.rc}, out={self.text[:400]!r}, err={self.err[:800]!r})"
+
+
+def check_sanitizers(res):
+    for marker in SAN_MARKERS:
+        assert marker not in res.err, f"sanitizer report:\n{res.err}"
+    assert res.rc not in (86, 87), f"sanitizer exit:\n{res.err}"
+
+
+class Gridfsctl:
+    """Runs the gridfsctl binary against the test database."""
+
+    def __init__(self, backend, dbname, tmp_path):
+        self.backend, self.dbname, self.tmp_path = backend, dbname, tmp_path
+        self.env = dict(os.environ, **SAN_ENV)
+        self.env["GRIDFSCTL_URI"] = backend.uri
+        self.env["GRIDFSCTL_CONFIG"] = "/dev/null"
+        self.env.pop("GRIDFSCTL_BUCKET", None)
+
+    def run(self, *args, input=None, cwd=None, env=None, timeout=120, db=True):
+        argv = [BIN] + [str(a) for a in args]
+        if db:
+            argv += ["--db", self.dbname]
+        e = dict(self.env, **(env or {}))
+        proc = subprocess.run(argv, input=input, capture_output=True, cwd=cwd or self.tmp_path,
+                              env=e, timeout=timeout)
+        res = Result(proc)
+        check_sanitizers(res)
+        return res
+
+    def popen(self, *args, db=True, env=None, **kw):
+        argv = [BIN] + [str(a) for a in args]
+        if db:
+            argv += ["--db", self.dbname]
+        e = dict(self.env, **(env or {}))
+        return subprocess.Popen(argv, env=e, **kw)
+
+
+@pytest.fixture
+def gfs(backend, db, tmp_path):
+    return Gridfsctl(backend, db.name, tmp_path)
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()

@@ -9,6 +9,8 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
 PYTEST  ?= python3 -m pytest
+B       ?= build
+BIN     ?= $(if $(filter build,$(B)),gridfsctl,$(B)/gridfsctl)
 
 PKGS    := libmongoc-1.0 libbson-1.0 libcrypto libmicrohttpd inih
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
@@ -25,43 +27,43 @@ CMD_SRC := $(sort $(wildcard cmd/*.c))
 HDRS    := $(wildcard lib/*.h cmd/*.h)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
-OBJ      := $(patsubst %.c,build/obj/%.o,$(LIB_SRC) $(CMD_SRC))
-ASAN_OBJ := $(patsubst %.c,build/asan/obj/%.o,$(LIB_SRC) $(CMD_SRC))
-LIB_OBJ      := $(patsubst %.c,build/obj/%.o,$(LIB_SRC))
-ASAN_LIB_OBJ := $(patsubst %.c,build/asan/obj/%.o,$(LIB_SRC))
-UNIT_BIN     := $(patsubst tests/unit/%.c,build/unit/%,$(UNIT_SRC))
-ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/unit/%,$(UNIT_SRC))
+OBJ      := $(patsubst %.c,$(B)/obj/%.o,$(LIB_SRC) $(CMD_SRC))
+ASAN_OBJ := $(patsubst %.c,$(B)/asan/obj/%.o,$(LIB_SRC) $(CMD_SRC))
+LIB_OBJ      := $(patsubst %.c,$(B)/obj/%.o,$(LIB_SRC))
+ASAN_LIB_OBJ := $(patsubst %.c,$(B)/asan/obj/%.o,$(LIB_SRC))
+UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/unit/%,$(UNIT_SRC))
+ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/asan/unit/%,$(UNIT_SRC))
 
 MAN_SRC := $(wildcard man/*.scd)
-MAN_OUT := $(patsubst man/%.scd,build/man/%,$(MAN_SRC))
+MAN_OUT := $(patsubst man/%.scd,$(B)/man/%,$(MAN_SRC))
 
 .PHONY: all asan unit man check check-unit check-integration demo install clean backend
 
-all: gridfsctl man
+all: $(BIN) man
 
-gridfsctl: $(OBJ)
+$(BIN): $(OBJ)
 	$(CC) $(ALL_CFLAGS) -o $@ $(OBJ) $(PKG_LIBS)
 
-build/obj/%.o: %.c $(HDRS)
+$(B)/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	@$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-asan: build/asan/gridfsctl
+asan: $(B)/asan/gridfsctl
 
-build/asan/gridfsctl: $(ASAN_OBJ)
+$(B)/asan/gridfsctl: $(ASAN_OBJ)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -o $@ $(ASAN_OBJ) $(PKG_LIBS)
 
-build/asan/obj/%.o: %.c $(HDRS)
+$(B)/asan/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC/SAN  $<"
 	@$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -c -o $@ $<
 
-build/unit/%: tests/unit/%.c $(LIB_OBJ) $(HDRS)
+$(B)/unit/%: tests/unit/%.c $(LIB_OBJ) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_OBJ) $(PKG_LIBS) -lcmocka
 
-build/asan/unit/%: tests/unit/%.c $(ASAN_LIB_OBJ) $(HDRS)
+$(B)/asan/unit/%: tests/unit/%.c $(ASAN_LIB_OBJ) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -o $@ $< $(ASAN_LIB_OBJ) $(PKG_LIBS) -lcmocka
 
@@ -69,8 +71,8 @@ unit: $(UNIT_BIN) $(ASAN_UNIT_BIN)
 
 man: $(MAN_OUT)
 
-build/man/%: man/%.scd
-	@mkdir -p build/man
+$(B)/man/%: man/%.scd
+	@mkdir -p $(B)/man
 	scdoc < $< > $@
 
 backend:
@@ -81,7 +83,7 @@ check-unit: unit
 
 # Integration tests run the ASan build (leaks are errors) and the release build.
 check-integration: gridfsctl asan man backend
-	GRIDFSCTL_BIN=$(CURDIR)/build/asan/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
+	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
 	GRIDFSCTL_BIN=$(CURDIR)/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
 
 check: check-unit check-integration
@@ -89,7 +91,7 @@ check: check-unit check-integration
 demo: gridfsctl backend
 	scripts/demo
 
-install: gridfsctl man
+install: $(BIN) man
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 755 gridfsctl $(DESTDIR)$(PREFIX)/bin/gridfsctl
 	for m in $(MAN_OUT); do s=$${m##*.}; install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \

@@ -42,7 +42,8 @@ MAN_OUT := $(patsubst man/%.scd,$(B)/man/%,$(MAN_SRC))
 all: $(BIN) man
 
 $(BIN): $(OBJ)
-	$(CC) $(ALL_CFLAGS) -o $@ $(OBJ) $(PKG_LIBS)
+	@echo "  LD      $@"
+	@$(CC) $(ALL_CFLAGS) -o $@ $(OBJ) $(PKG_LIBS)
 
 $(B)/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -52,7 +53,8 @@ $(B)/obj/%.o: %.c $(HDRS)
 asan: $(B)/asan/gridfsctl
 
 $(B)/asan/gridfsctl: $(ASAN_OBJ)
-	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -o $@ $(ASAN_OBJ) $(PKG_LIBS)
+	@echo "  LD/SAN  $@"
+	@$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -o $@ $(ASAN_OBJ) $(PKG_LIBS)
 
 $(B)/asan/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)

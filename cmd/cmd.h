@@ -81,6 +81,11 @@ gfs_conn *connect_or_warn(void);
 /* Prints a bson document as one line of relaxed extended JSON. */
 void print_json(FILE *out, const bson_t *doc);
 
+/* Everyday-verb helpers (cmd/util.c). */
+void file_to_json(const gfs_file *f, bson_t *out);
+int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out);
+bool one_target(int nargs, const char *id_hex);
+
 /* Parses sizes like "512", "64K", "1G". */
 bool parse_size(const char *s, uint64_t *out);
 /* Parses a positive int in [min, max]. */

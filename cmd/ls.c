@@ -1,14 +1,132 @@
-/* gridfsctl ls: not implemented yet. */
+/* gridfsctl ls: list the files of the bucket. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "cmd.h"
 
-const char ls_help[] = "";
-const struct option ls_options[] = {{NULL, 0, NULL, 0}};
+const char ls_help[] =
+    "  -l, --long            size, upload date, content type and name\n"
+    "  -a, --all-revisions   every revision, not only the newest of each name\n"
+    "      --json            one JSON object per file (JSON Lines)\n";
+
+enum { OPT_JSON = 1 };
+
+const struct option ls_options[] = {
+	{"long", no_argument, NULL, 'l'},
+	{"all-revisions", no_argument, NULL, 'a'},
+	{"json", no_argument, NULL, OPT_JSON},
+	{NULL, 0, NULL, 0},
+};
+
+struct ls {
+	bool lng, all, json;
+	gfs_file pending;      /* newest revision seen so far of the current name */
+	bool have_pending;
+	int64_t revisions;     /* of the pending name */
+	uint64_t count;
+};
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct ls *l = ctx;
+	switch (opt) {
+	case 'l': l->lng = true; return 0;
+	case 'a': l->all = true; return 0;
+	case OPT_JSON: l->json = true; return 0;
+	}
+	return -1;
+}
+
+static void
+print_file(struct ls *l, const gfs_file *f, int64_t revisions)
+{
+	const char *name = f->filename ? f->filename : "";
+	if (l->json) {
+		bson_t doc = BSON_INITIALIZER;
+		file_to_json(f, &doc);
+		if (!l->all)
+			BSON_APPEND_INT64(&doc, "revisions", revisions);
+		print_json(stdout, &doc);
+		bson_destroy(&doc);
+	} else if (l->lng) {
+		char date[32];
+		gfs_iso8601(f->upload_date, date);
+		printf("%12lld  %s  %-24s  %s\n", (long long)f->length, date,
+		       f->content_type ? f->content_type : "-", name);
+	} else {
+		printf("%s\n", name);
+	}
+	l->count++;
+}
+
+static void
+copy_file(gfs_file *dst, const gfs_file *src)
+{
+	gfs_error err;
+	if (!gfs_file_parse(src->doc, dst, &err))
+		abort(); /* src was parsed from the same document a moment ago */
+}
+
+static void
+flush_pending(struct ls *l)
+{
+	if (!l->have_pending)
+		return;
+	print_file(l, &l->pending, l->revisions);
+	gfs_file_free(&l->pending);
+	l->have_pending = false;
+}
+
+static bool
+on_file(const gfs_file *f, void *ctx)
+{
+	struct ls *l = ctx;
+	if (l->all) {
+		print_file(l, f, 1);
+		return true;
+	}
+	/* Sorted by name then date: the last of a run of equal names is the newest. */
+	bool same = l->have_pending && f->filename && l->pending.filename &&
+	            strcmp(f->filename, l->pending.filename) == 0;
+	if (!same) {
+		flush_pending(l);
+		l->revisions = 0;
+	} else {
+		gfs_file_free(&l->pending);
+	}
+	copy_file(&l->pending, f);
+	l->have_pending = true;
+	l->revisions++;
+	return true;
+}
 
 int
 cmd_ls(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	warnx_("not implemented yet");
-	return EXIT_USAGE;
+	struct ls l = {0};
+	int i = parse_options(argc, argv, "la", ls_options, on_opt, &l);
+	if (i < 0)
+		return EXIT_USAGE;
+	if (argc - i > 1) {
+		usage_error("at most one PREFIX");
+		return EXIT_USAGE;
+	}
+	const char *prefix = i < argc ? argv[i] : NULL;
+	gfs_conn *conn = connect_or_warn();
+	if (!conn)
+		return EXIT_USAGE;
+	gfs_session *s = gfs_session_pop(conn);
+	gfs_error err;
+	bool ok = gfs_list(s, prefix, on_file, &l, &err);
+	flush_pending(&l);
+	gfs_session_push(s);
+	gfs_conn_close(conn);
+	if (!ok)
+		return fail(&err);
+	if (fflush(stdout) != 0) {
+		warn_("stdout");
+		return EXIT_LOCAL;
+	}
+	return EXIT_OK;
 }

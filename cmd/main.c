@@ -89,6 +89,20 @@ parse_leading_globals(int argc, char **argv)
 	return i;
 }
 
+/*
+ * The driver logs to stderr by default, including warnings that are noise to
+ * a user (a server without endSessions) and never a substitute for the
+ * errors we report. Show them only when asked to.
+ */
+static void
+driver_log(mongoc_log_level_t level, const char *domain, const char *message, void *data)
+{
+	(void)data;
+	if (getenv("GRIDFSCTL_DEBUG"))
+		fprintf(stderr, "%s: driver %s: %s: %s\n", progname, mongoc_log_level_str(level), domain,
+		        message);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -120,6 +134,7 @@ main(int argc, char **argv)
 	cmdname = c->name;
 	if (load_settings() < 0)
 		return EXIT_USAGE;
+	mongoc_log_set_handler(driver_log, NULL);
 	mongoc_init();
 	int rc = c->run(argc - i, argv + i);
 	mongoc_cleanup();

@@ -1,14 +1,122 @@
-/* gridfsctl rm: not implemented yet. */
+/* gridfsctl rm: remove files, every revision of each name, or one by id. */
+#include <stdlib.h>
+
 #include "cmd.h"
 
-const char rm_help[] = "";
-const struct option rm_options[] = {{NULL, 0, NULL, 0}};
+const char rm_help[] =
+    "      --id OID      remove the file with this _id (one revision)\n"
+    "  -f, --force       a missing name is not an error\n"
+    "      --json        print one JSON object per name: {name, removed}\n";
+
+enum { OPT_ID = 1, OPT_JSON };
+
+const struct option rm_options[] = {
+	{"id", required_argument, NULL, OPT_ID},
+	{"force", no_argument, NULL, 'f'},
+	{"json", no_argument, NULL, OPT_JSON},
+	{NULL, 0, NULL, 0},
+};
+
+struct rm_opts {
+	const char *id;
+	bool force, json;
+};
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct rm_opts *o = ctx;
+	switch (opt) {
+	case OPT_ID: o->id = arg; return 0;
+	case 'f': o->force = true; return 0;
+	case OPT_JSON: o->json = true; return 0;
+	}
+	return -1;
+}
+
+static void
+report(const struct rm_opts *o, const char *what, int64_t removed)
+{
+	if (!o->json)
+		return;
+	bson_t doc = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&doc, o->id ? "id" : "name", what);
+	BSON_APPEND_INT64(&doc, "removed", removed);
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
+
+/* Removes every revision, newest first, so a reader never sees an older one appear as newest. */
+static int
+rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
+{
+	int64_t removed = 0;
+	gfs_error err;
+	gfs_file f;
+	while (gfs_find_by_name(s, name, -1, &f, &err)) {
+		bool ok = gfs_delete(s, &f.id, &err);
+		gfs_file_free(&f);
+		if (!ok && err.code != GFS_ENOTFOUND)
+			return fail(&err);
+		removed++;
+	}
+	if (err.code != GFS_ENOTFOUND)
+		return fail(&err);
+	report(o, name, removed);
+	if (removed == 0 && !o->force)
+		return fail(&err);
+	return EXIT_OK;
+}
+
+static int
+rm_id(gfs_session *s, const struct rm_opts *o)
+{
+	bson_value_t id;
+	if (!gfs_id_parse_oid(o->id, &id)) {
+		usage_error("'%s' is not an ObjectId (24 hex digits)", o->id);
+		return EXIT_USAGE;
+	}
+	gfs_error err;
+	bool ok = gfs_delete(s, &id, &err);
+	if (!ok && !(err.code == GFS_ENOTFOUND && o->force))
+		return fail(&err);
+	report(o, o->id, ok ? 1 : 0);
+	return EXIT_OK;
+}
 
 int
 cmd_rm(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	warnx_("not implemented yet");
-	return EXIT_USAGE;
+	struct rm_opts o = {0};
+	int i = parse_options(argc, argv, "f", rm_options, on_opt, &o);
+	if (i < 0)
+		return EXIT_USAGE;
+	if (o.id ? argc - i != 0 : argc - i < 1) {
+		usage_error(o.id ? "give NAMEs or --id, not both" : "a NAME or --id is required");
+		return EXIT_USAGE;
+	}
+	gfs_conn *conn = connect_or_warn();
+	if (!conn)
+		return EXIT_USAGE;
+	gfs_session *s = gfs_session_pop(conn);
+	int rc = EXIT_OK;
+	if (o.id) {
+		rc = rm_id(s, &o);
+	} else {
+		int nfail = 0, last = EXIT_OK, nnames = argc - i;
+		for (; i < argc; i++) {
+			int r = rm_name(s, &o, argv[i]);
+			if (r != EXIT_OK) {
+				nfail++;
+				last = r;
+			}
+			if (r == EXIT_BACKEND)
+				break;
+		}
+		/* One name: its own status. Several: 1 when only some failed. */
+		rc = nfail == 0 ? EXIT_OK : (last == EXIT_BACKEND || nfail == nnames) ? last : EXIT_PARTIAL;
+	}
+	gfs_session_push(s);
+	gfs_conn_close(conn);
+	return rc;
 }

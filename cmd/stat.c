@@ -1,14 +1,114 @@
-/* gridfsctl stat: not implemented yet. */
+/* gridfsctl stat: show one file's document. */
+#include <stdlib.h>
+
 #include "cmd.h"
 
-const char stat_help[] = "";
-const struct option stat_options[] = {{NULL, 0, NULL, 0}};
+const char stat_help[] =
+    "      --id OID      the file with this _id instead of a NAME\n"
+    "  -r, --rev N       revision: -1 newest (default), -2 the one before, 0 the first\n"
+    "      --json        print one JSON object\n";
+
+enum { OPT_ID = 1, OPT_JSON };
+
+const struct option stat_options[] = {
+	{"id", required_argument, NULL, OPT_ID},
+	{"rev", required_argument, NULL, 'r'},
+	{"json", no_argument, NULL, OPT_JSON},
+	{NULL, 0, NULL, 0},
+};
+
+struct stat_opts {
+	const char *id;
+	long rev;
+	bool json;
+};
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct stat_opts *o = ctx;
+	switch (opt) {
+	case OPT_ID: o->id = arg; return 0;
+	case OPT_JSON: o->json = true; return 0;
+	case 'r':
+		if (parse_int(arg, -1000000, 1000000, &o->rev))
+			return 0;
+		usage_error("--rev takes an integer, not '%s'", arg);
+		return -1;
+	}
+	return -1;
+}
+
+static void
+print_metadata(const gfs_file *f)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, f->doc, "metadata") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+		return;
+	uint32_t len;
+	const uint8_t *data;
+	bson_iter_document(&it, &len, &data);
+	bson_t meta;
+	if (!bson_init_static(&meta, data, len))
+		return;
+	char *json = bson_as_relaxed_extended_json(&meta, NULL);
+	printf("metadata:    %s\n", json);
+	bson_free(json);
+}
+
+static void
+print_text(const gfs_file *f)
+{
+	char *id = gfs_id_string(&f->id);
+	char date[32];
+	gfs_iso8601(f->upload_date, date);
+	printf("name:        %s\n", f->filename ? f->filename : "");
+	printf("id:          %s\n", id);
+	printf("length:      %lld\n", (long long)f->length);
+	printf("chunkSize:   %d\n", f->chunk_size);
+	printf("chunks:      %lld\n", (long long)gfs_chunk_count(f->length, f->chunk_size));
+	printf("uploadDate:  %s\n", date);
+	printf("contentType: %s\n", f->content_type ? f->content_type : "-");
+	printf("sha256:      %s\n", f->sha256[0] ? f->sha256 : "-");
+	if (f->md5[0])
+		printf("md5:         %s\n", f->md5);
+	print_metadata(f);
+	free(id);
+}
+
+static void
+print_as_json(const gfs_file *f)
+{
+	bson_t doc = BSON_INITIALIZER;
+	file_to_json(f, &doc);
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, f->doc, "metadata"))
+		BSON_APPEND_VALUE(&doc, "metadata", bson_iter_value(&it));
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
 
 int
 cmd_stat(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	warnx_("not implemented yet");
-	return EXIT_USAGE;
+	struct stat_opts o = {.rev = -1};
+	int i = parse_options(argc, argv, "r:", stat_options, on_opt, &o);
+	if (i < 0 || !one_target(argc - i, o.id))
+		return EXIT_USAGE;
+	gfs_conn *conn = connect_or_warn();
+	if (!conn)
+		return EXIT_USAGE;
+	gfs_session *s = gfs_session_pop(conn);
+	gfs_file f;
+	int rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f);
+	if (rc == EXIT_OK) {
+		if (o.json)
+			print_as_json(&f);
+		else
+			print_text(&f);
+		gfs_file_free(&f);
+	}
+	gfs_session_push(s);
+	gfs_conn_close(conn);
+	return rc;
 }

@@ -28,7 +28,10 @@ gfs_error_clear(gfs_error *err)
 void
 gfs_error_from_bson(gfs_error *err, const bson_error_t *berr, const char *context)
 {
-	gfs_error_set(err, GFS_EBACKEND, "%s: %s", context, berr->message);
+	if (berr->domain == MONGOC_ERROR_SERVER_SELECTION || berr->domain == MONGOC_ERROR_STREAM)
+		gfs_error_set(err, GFS_EBACKEND, "%s: cannot reach the backend: %s", context, berr->message);
+	else
+		gfs_error_set(err, GFS_EBACKEND, "%s: %s", context, berr->message);
 }
 
 const char *

@@ -160,7 +160,8 @@ typedef ssize_t (*gfs_source_fn)(uint8_t *buf, size_t len, void *ctx);
 /*
  * Uploads one file: chunks first, in bulk inserts, then the files document.
  * On failure the chunks already written are removed (best effort). The new
- * files document is returned in out when out is not NULL.
+ * files document is returned in out when out is not NULL. opts is read again
+ * after the last chunk, so a source may fill in content_type as it reads.
  */
 bool gfs_put(gfs_session *s, const gfs_put_opts *opts, gfs_source_fn src, void *src_ctx,
              gfs_file *out, gfs_error *err);

@@ -1,0 +1,62 @@
+/* Output helpers shared by the everyday verbs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+
+void
+file_to_json(const gfs_file *f, bson_t *out)
+{
+	char *id = gfs_id_string(&f->id);
+	char date[32];
+	gfs_iso8601(f->upload_date, date);
+	BSON_APPEND_UTF8(out, "id", id);
+	BSON_APPEND_UTF8(out, "filename", f->filename ? f->filename : "");
+	BSON_APPEND_INT64(out, "length", f->length);
+	BSON_APPEND_INT32(out, "chunkSize", f->chunk_size);
+	BSON_APPEND_INT64(out, "chunks", gfs_chunk_count(f->length, f->chunk_size));
+	BSON_APPEND_UTF8(out, "uploadDate", date);
+	if (f->content_type)
+		BSON_APPEND_UTF8(out, "contentType", f->content_type);
+	else
+		BSON_APPEND_NULL(out, "contentType");
+	if (f->sha256[0])
+		BSON_APPEND_UTF8(out, "sha256", f->sha256);
+	if (f->md5[0])
+		BSON_APPEND_UTF8(out, "md5", f->md5);
+	free(id);
+}
+
+/* Resolves NAME (with revision) or --id OID to a files document. */
+int
+lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out)
+{
+	gfs_error err;
+	bool ok;
+	if (id_hex) {
+		bson_value_t id;
+		if (!gfs_id_parse_oid(id_hex, &id)) {
+			usage_error("'%s' is not an ObjectId (24 hex digits)", id_hex);
+			return EXIT_USAGE;
+		}
+		ok = gfs_find_by_id(s, &id, out, &err);
+	} else {
+		ok = gfs_find_by_name(s, name, revision, out, &err);
+	}
+	return ok ? EXIT_OK : fail(&err);
+}
+
+/* Validates the NAME | --id choice common to get, stat and rm. */
+bool
+one_target(int nargs, const char *id_hex)
+{
+	if (id_hex && nargs > 0) {
+		usage_error("give a NAME or --id, not both");
+		return false;
+	}
+	if (!id_hex && nargs != 1) {
+		usage_error(nargs ? "too many arguments" : "a NAME or --id is required");
+		return false;
+	}
+	return true;
+}

@@ -1,0 +1,251 @@
+/* Unit tests for the pure parts of the GridFS core: chunk arithmetic, document parsing, names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../lib/gfs.h"
+#include "../../lib/names.h"
+
+static void
+test_chunk_count(void **state)
+{
+	(void)state;
+	assert_int_equal(gfs_chunk_count(0, 261120), 0);
+	assert_int_equal(gfs_chunk_count(1, 261120), 1);
+	assert_int_equal(gfs_chunk_count(261120, 261120), 1);
+	assert_int_equal(gfs_chunk_count(261121, 261120), 2);
+	assert_int_equal(gfs_chunk_count(5LL << 30, 261120), ((5LL << 30) + 261119) / 261120);
+}
+
+static void
+test_chunk_expected_len(void **state)
+{
+	(void)state;
+	assert_int_equal(gfs_chunk_expected_len(261121, 261120, 0), 261120);
+	assert_int_equal(gfs_chunk_expected_len(261121, 261120, 1), 1);
+	assert_int_equal(gfs_chunk_expected_len(261121, 261120, 2), 0);
+	assert_int_equal(gfs_chunk_expected_len(261120, 261120, 0), 261120);
+	assert_int_equal(gfs_chunk_expected_len(10, 4, 2), 2);
+	assert_int_equal(gfs_chunk_expected_len(10, 4, -1), 0);
+}
+
+static void
+test_parse_tolerates_numeric_types(void **state)
+{
+	(void)state;
+	bson_t *doc = BCON_NEW("_id", BCON_INT32(7), "length", BCON_DOUBLE(300.0), "chunkSize",
+	                       BCON_INT64(256), "uploadDate", BCON_DATE_TIME(1000), "filename",
+	                       BCON_UTF8("a/b"), "extra", BCON_UTF8("ignored"), "metadata", "{",
+	                       "sha256", BCON_UTF8("aa" "bbccddeeff00112233445566778899aabbccddeeff00112233445566778899"),
+	                       "contentType", BCON_UTF8("image/png"), "mtimeNs", BCON_INT64(5), "mode",
+	                       BCON_INT32(0644), "}");
+	gfs_file f;
+	gfs_error err;
+	assert_true(gfs_file_parse(doc, &f, &err));
+	assert_int_equal(f.length, 300);
+	assert_int_equal(f.chunk_size, 256);
+	assert_int_equal(f.upload_date, 1000);
+	assert_string_equal(f.filename, "a/b");
+	assert_string_equal(f.content_type, "image/png");
+	assert_int_equal(strlen(f.sha256), 64);
+	assert_int_equal(f.mtime_ns, 5);
+	assert_int_equal(f.mode, 0644);
+	assert_int_equal(f.id.value_type, BSON_TYPE_INT32);
+	gfs_file_free(&f);
+	bson_destroy(doc);
+}
+
+static void
+test_parse_prefers_top_level_content_type(void **state)
+{
+	(void)state;
+	bson_t *doc = BCON_NEW("_id", BCON_INT32(1), "length", BCON_INT32(0), "chunkSize",
+	                       BCON_INT32(10), "metadata", "{", "contentType", BCON_UTF8("b/b"), "mtime",
+	                       BCON_DATE_TIME(2), "}", "contentType", BCON_UTF8("a/a"));
+	gfs_file f;
+	gfs_error err;
+	assert_true(gfs_file_parse(doc, &f, &err));
+	assert_string_equal(f.content_type, "a/a");
+	assert_int_equal(f.mtime_ns, 2000000);
+	assert_int_equal(f.sha256[0], '\0');
+	gfs_file_free(&f);
+	bson_destroy(doc);
+}
+
+static void
+test_parse_rejects_missing_fields(void **state)
+{
+	(void)state;
+	bson_t *no_len = BCON_NEW("_id", BCON_INT32(1), "chunkSize", BCON_INT32(10));
+	bson_t *bad_cs = BCON_NEW("_id", BCON_INT32(1), "length", BCON_INT32(1), "chunkSize", BCON_INT32(0));
+	bson_t *frac = BCON_NEW("_id", BCON_INT32(1), "length", BCON_DOUBLE(1.5), "chunkSize", BCON_INT32(4));
+	gfs_file f;
+	gfs_error err;
+	assert_false(gfs_file_parse(no_len, &f, &err));
+	assert_int_equal(err.code, GFS_EBADDOC);
+	assert_false(gfs_file_parse(bad_cs, &f, &err));
+	assert_false(gfs_file_parse(frac, &f, &err));
+	bson_destroy(no_len);
+	bson_destroy(bad_cs);
+	bson_destroy(frac);
+}
+
+static void
+test_batch_size_bounds(void **state)
+{
+	(void)state;
+	assert_int_equal(gfs_chunk_batch_size(261120), 32);
+	assert_int_equal(gfs_chunk_batch_size(16 << 20), 1);
+	assert_int_equal(gfs_chunk_batch_size(1), 1000);
+	assert_true((int64_t)gfs_chunk_batch_size(261120) * 261120 < 16 * 1024 * 1024);
+}
+
+static void
+test_prefixes(void **state)
+{
+	(void)state;
+	char *p = gfs_prefix_normalize("posters//");
+	assert_string_equal(p, "posters/");
+	free(p);
+	p = gfs_prefix_normalize(NULL);
+	assert_string_equal(p, "");
+	free(p);
+	p = gfs_prefix_join("posters", "ab/cd.jpg");
+	assert_string_equal(p, "posters/ab/cd.jpg");
+	free(p);
+	p = gfs_prefix_join("", "x");
+	assert_string_equal(p, "x");
+	free(p);
+	assert_string_equal(gfs_prefix_strip("posters/", "posters/a"), "a");
+	assert_null(gfs_prefix_strip("posters/", "postersa"));
+}
+
+static void
+test_utf8_names(void **state)
+{
+	(void)state;
+	bool esc;
+	assert_true(gfs_utf8_valid("caf\xc3\xa9", 5));
+	assert_false(gfs_utf8_valid("\xc0\xaf", 2));         /* overlong '/' */
+	assert_false(gfs_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+	assert_false(gfs_utf8_valid("a\0b", 3));
+	char *n = gfs_name_from_bytes("caf\xc3\xa9", 5, &esc);
+	assert_string_equal(n, "caf\xc3\xa9");
+	assert_false(esc);
+	free(n);
+	n = gfs_name_from_bytes("a\xff/b\xe9", 5, &esc);
+	assert_string_equal(n, "a%FF/b%E9");
+	assert_true(esc);
+	free(n);
+}
+
+static void
+test_raw_name(void **state)
+{
+	(void)state;
+	bson_t *doc = BCON_NEW("metadata", "{", "rawName", BCON_BIN(BSON_SUBTYPE_BINARY, (const uint8_t *)"a\xff", 2), "}");
+	size_t len = 0;
+	char *raw = gfs_raw_name(doc, &len);
+	assert_non_null(raw);
+	assert_int_equal(len, 2);
+	assert_memory_equal(raw, "a\xff", 2);
+	free(raw);
+	bson_destroy(doc);
+}
+
+static void
+test_redact(void **state)
+{
+	(void)state;
+	char *r = gfs_uri_redact("mongodb://user:s3cret@db1:27017,db2/x?replicaSet=rs");
+	assert_null(strstr(r, "s3cret"));
+	assert_string_equal(r, "mongodb://user:***@db1:27017,db2/x?replicaSet=rs");
+	free(r);
+	r = gfs_uri_redact("mongodb://db1/x");
+	assert_string_equal(r, "mongodb://db1/x");
+	free(r);
+}
+
+static void
+test_sha256_vectors(void **state)
+{
+	(void)state;
+	char hex[65];
+	gfs_sha256 *h = gfs_sha256_new();
+	gfs_sha256_final(h, hex);
+	assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	h = gfs_sha256_new();
+	gfs_sha256_update(h, "ab", 2);
+	gfs_sha256_update(h, "c", 1);
+	gfs_sha256_final(h, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+static void
+test_ids_and_dates(void **state)
+{
+	(void)state;
+	bson_value_t v;
+	assert_false(gfs_id_parse_oid("xyz", &v));
+	assert_false(gfs_id_parse_oid("6b10259227fecc59ffca558g", &v));
+	assert_true(gfs_id_parse_oid("6b10259227fecc59ffca5581", &v));
+	char *s = gfs_id_string(&v);
+	assert_string_equal(s, "6b10259227fecc59ffca5581");
+	free(s);
+	char buf[32];
+	gfs_iso8601(1600000000123, buf);
+	assert_string_equal(buf, "2020-09-13T12:26:40.123Z");
+}
+
+static void
+test_files_doc_layout(void **state)
+{
+	(void)state;
+	bson_value_t id = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 3};
+	bson_t *meta = BCON_NEW("sha256", BCON_UTF8("stale"), "k", BCON_INT32(1));
+	bson_t doc = BSON_INITIALIZER;
+	gfs_files_doc(&doc, &id, "n", 5, 4, 99, "text/plain", "ab", meta);
+	gfs_file f;
+	gfs_error err;
+	assert_true(gfs_file_parse(&doc, &f, &err));
+	assert_int_equal(f.length, 5);
+	assert_int_equal(f.chunk_size, 4);
+	assert_string_equal(f.content_type, "text/plain");
+	bson_iter_t it;
+	assert_true(bson_iter_init_find(&it, &doc, "length"));
+	assert_int_equal(bson_iter_type(&it), BSON_TYPE_INT64);
+	assert_true(bson_iter_init_find(&it, &doc, "chunkSize"));
+	assert_int_equal(bson_iter_type(&it), BSON_TYPE_INT32);
+	/* the caller's stale sha256 never survives next to the real one */
+	assert_true(bson_iter_init(&it, &doc) && bson_iter_find_descendant(&it, "metadata.sha256", &it));
+	assert_string_equal(bson_iter_utf8(&it, NULL), "ab");
+	gfs_file_free(&f);
+	bson_destroy(&doc);
+	bson_destroy(meta);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chunk_count),
+		cmocka_unit_test(test_chunk_expected_len),
+		cmocka_unit_test(test_parse_tolerates_numeric_types),
+		cmocka_unit_test(test_parse_prefers_top_level_content_type),
+		cmocka_unit_test(test_parse_rejects_missing_fields),
+		cmocka_unit_test(test_batch_size_bounds),
+		cmocka_unit_test(test_prefixes),
+		cmocka_unit_test(test_utf8_names),
+		cmocka_unit_test(test_raw_name),
+		cmocka_unit_test(test_redact),
+		cmocka_unit_test(test_sha256_vectors),
+		cmocka_unit_test(test_ids_and_dates),
+		cmocka_unit_test(test_files_doc_layout),
+	};
+	return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}

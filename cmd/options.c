@@ -143,14 +143,15 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 	sprintf(shorts, ":%shq", shortopts ? shortopts : "");
 
 	int rc = 0, opt;
+	bool help = false;
 	optind = 1;
 	opterr = 0;
-	while (rc == 0 && (opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
+	while (rc == 0 && !help && (opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
 		switch (opt) {
 		case 'h':
 		case OPT_HELP:
-			print_command_help(current_command());
-			exit(EXIT_OK);
+			help = true;
+			break;
 		case 'q':
 			set_global(OPT_QUIET, NULL);
 			break;
@@ -179,6 +180,10 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 	}
 	free(all);
 	free(shorts);
+	if (help) {
+		print_command_help(current_command());
+		exit(EXIT_OK);
+	}
 	G.progress = !no_progress && !G.quiet && isatty(STDERR_FILENO);
 	return rc < 0 ? -1 : optind;
 }

@@ -1,0 +1,1049 @@
+/*
+ * verify: one pass over the chunks of a bucket, hashing in parallel.
+ *
+ * The calling thread reads: it loads the selected files documents into a
+ * table keyed by _id, then streams chunk documents sorted by files_id and n.
+ * Every chunk is checked for number and size on the reader; its data is
+ * copied into the queue of the hashing thread that owns that file (a file
+ * stays with one thread, so its chunks are hashed in order). When a file's
+ * last chunk has been hashed the thread hands the file back and the reader
+ * gives its verdict, so callbacks always run on the calling thread.
+ *
+ * Memory: the table of files documents, the queues (bounded in bytes), and
+ * per file in flight its hash state.
+ */
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "verify.h"
+
+/* Bytes of chunk data waiting in one hashing queue before the reader blocks. */
+#define QUEUE_BYTES (16 * 1024 * 1024)
+#define DEFAULT_IDS_PER_BATCH 500
+#define MAX_THREADS 16
+
+const char *
+gfs_verify_kind_name(enum gfs_verify_kind k)
+{
+	switch (k) {
+	case GFS_VK_MISSING_CHUNK: return "MISSING-CHUNK";
+	case GFS_VK_WRONG_SIZE: return "WRONG-SIZE";
+	case GFS_VK_EXTRA_CHUNK: return "EXTRA-CHUNK";
+	case GFS_VK_CHECKSUM: return "CHECKSUM";
+	case GFS_VK_UNVERIFIABLE: return "UNVERIFIABLE";
+	case GFS_VK_ORPHAN_CHUNKS: return "ORPHAN-CHUNKS";
+	case GFS_VK_INCOMPLETE: return "INCOMPLETE";
+	case GFS_VK_BAD_DOC: return "BAD-DOC";
+	}
+	return "UNKNOWN";
+}
+
+/* ---- pure helpers ---------------------------------------------------- */
+
+bool
+gfs_verify_parse_percent(const char *s, double *out)
+{
+	char *end;
+	if (!s || !*s)
+		return false;
+	double v = strtod(s, &end);
+	if (end == s)
+		return false;
+	if (*end == '%')
+		end++;
+	if (*end || !(v > 0) || v > 100)
+		return false;
+	*out = v / 100.0;
+	return true;
+}
+
+static uint64_t
+fnv1a(const uint8_t *p, size_t len, uint64_t h)
+{
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+/* The bytes that identify an id: its BSON element with an empty key. */
+static void
+id_key(const bson_value_t *id, bson_t *key)
+{
+	bson_init(key);
+	bson_append_value(key, "", 0, id);
+}
+
+bool
+gfs_verify_sampled(const bson_value_t *id, double fraction, uint64_t seed)
+{
+	if (fraction >= 1.0)
+		return true;
+	bson_t key;
+	id_key(id, &key);
+	uint64_t h = fnv1a(bson_get_data(&key), key.len, 0xcbf29ce484222325ULL ^ seed);
+	bson_destroy(&key);
+	/* The low bits of FNV are weak; mix before scaling. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (double)(h >> 11) / (double)(1ULL << 53) < fraction;
+}
+
+void
+gfs_chunk_check_init(gfs_chunk_check *c, int64_t length, int32_t chunk_size)
+{
+	memset(c, 0, sizeof *c);
+	c->length = length;
+	c->chunk_size = chunk_size;
+	c->expected = gfs_chunk_count(length, chunk_size);
+	c->fail_n = -1;
+	c->first_extra_n = -1;
+}
+
+static void
+check_fail(gfs_chunk_check *c, enum gfs_verify_kind kind, int64_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+check_fail(gfs_chunk_check *c, enum gfs_verify_kind kind, int64_t n, const char *fmt, ...)
+{
+	c->failed = true;
+	c->fail_kind = kind;
+	c->fail_n = n;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->fail_detail, sizeof c->fail_detail, fmt, ap);
+	va_end(ap);
+}
+
+int
+gfs_chunk_check_add(gfs_chunk_check *c, bool has_n, int64_t n, bool has_data, uint32_t len)
+{
+	if (!has_n) {
+		if (!c->failed)
+			check_fail(c, GFS_VK_BAD_DOC, -1, "a chunk has no numeric n");
+		return 0;
+	}
+	/* Extra chunks do not stop the check: the rest may still be whole. */
+	if (n >= c->expected || n < c->next || n < 0) {
+		if (c->extras++ == 0)
+			c->first_extra_n = n;
+		return 0;
+	}
+	if (c->failed)
+		return 0;
+	if (n > c->next) {
+		check_fail(c, GFS_VK_MISSING_CHUNK, c->next, "n=%lld", (long long)c->next);
+		return 0;
+	}
+	if (!has_data) {
+		check_fail(c, GFS_VK_BAD_DOC, n, "n=%lld has no binary data", (long long)n);
+		return 0;
+	}
+	int32_t want = gfs_chunk_expected_len(c->length, c->chunk_size, n);
+	if ((int64_t)len != want) {
+		check_fail(c, GFS_VK_WRONG_SIZE, n, "n=%lld has %u bytes, expected %d", (long long)n,
+		           len, want);
+		return 0;
+	}
+	c->next++;
+	return 1;
+}
+
+void
+gfs_chunk_check_end(gfs_chunk_check *c)
+{
+	if (!c->failed && c->next < c->expected)
+		check_fail(c, GFS_VK_MISSING_CHUNK, c->next, "n=%lld", (long long)c->next);
+}
+
+/* ---- the files table ------------------------------------------------- */
+
+struct vfile {
+	bson_t key;            /* id_key() of _id */
+	uint64_t hash;
+	bson_value_t id;       /* copy, also for BAD-DOC entries */
+	gfs_file f;            /* valid when !bad */
+	bool bad;
+	bool seen;             /* chunks arrived for it */
+	char *bad_name;        /* BAD-DOC: filename if it had one */
+	char bad_detail[512];
+};
+
+struct table {
+	struct vfile **slots;  /* open addressing */
+	size_t cap;
+	struct vfile **list;   /* in _id order */
+	size_t count, list_cap;
+};
+
+static uint64_t
+key_hash(const bson_t *key)
+{
+	return fnv1a(bson_get_data(key), key->len, 0xcbf29ce484222325ULL);
+}
+
+static bool
+key_eq(const bson_t *a, const bson_t *b)
+{
+	return a->len == b->len && memcmp(bson_get_data(a), bson_get_data(b), a->len) == 0;
+}
+
+static void
+table_grow(struct table *t)
+{
+	size_t ncap = t->cap ? t->cap * 2 : 1024;
+	struct vfile **ns = calloc(ncap, sizeof *ns);
+	if (!ns)
+		abort();
+	for (size_t i = 0; i < t->cap; i++) {
+		struct vfile *v = t->slots[i];
+		if (!v)
+			continue;
+		size_t j = v->hash & (ncap - 1);
+		while (ns[j])
+			j = (j + 1) & (ncap - 1);
+		ns[j] = v;
+	}
+	free(t->slots);
+	t->slots = ns;
+	t->cap = ncap;
+}
+
+static struct vfile *
+table_find(const struct table *t, const bson_t *key, uint64_t h)
+{
+	if (!t->cap)
+		return NULL;
+	for (size_t j = h & (t->cap - 1); t->slots[j]; j = (j + 1) & (t->cap - 1))
+		if (t->slots[j]->hash == h && key_eq(&t->slots[j]->key, key))
+			return t->slots[j];
+	return NULL;
+}
+
+/* Returns false when the id is already there (a duplicate _id cannot happen on MongoDB). */
+static bool
+table_add(struct table *t, struct vfile *v)
+{
+	if ((t->count + 1) * 2 > t->cap)
+		table_grow(t);
+	if (table_find(t, &v->key, v->hash))
+		return false;
+	size_t j = v->hash & (t->cap - 1);
+	while (t->slots[j])
+		j = (j + 1) & (t->cap - 1);
+	t->slots[j] = v;
+	if (t->count == t->list_cap) {
+		t->list_cap = t->list_cap ? t->list_cap * 2 : 1024;
+		t->list = realloc(t->list, t->list_cap * sizeof *t->list);
+		if (!t->list)
+			abort();
+	}
+	t->list[t->count++] = v;
+	return true;
+}
+
+static void
+vfile_free(struct vfile *v)
+{
+	bson_destroy(&v->key);
+	bson_value_destroy(&v->id);
+	if (!v->bad)
+		gfs_file_free(&v->f);
+	free(v->bad_name);
+	free(v);
+}
+
+static void
+table_free(struct table *t)
+{
+	for (size_t i = 0; i < t->count; i++)
+		vfile_free(t->list[i]);
+	free(t->list);
+	free(t->slots);
+	memset(t, 0, sizeof *t);
+}
+
+/* ---- hashing threads ------------------------------------------------- */
+
+/* One file in flight: its checker, and its hash state until the verdict. */
+struct slot {
+	struct vfile *vf;
+	gfs_chunk_check check;
+	EVP_MD_CTX *sha, *md5;     /* md5 only for legacy files without sha256 */
+	char sha256[65], md5hex[33];
+	size_t n_extra_ids;
+	bson_value_t extra_ids[GFS_VERIFY_MAX_EXTRA_IDS];
+	struct slot *next_done;
+};
+
+struct item {
+	struct slot *slot;
+	uint8_t *data;            /* NULL with end set: the file's last item */
+	uint32_t len;
+	bool end;
+	struct item *next;
+};
+
+struct hasher {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t can_take, can_put;
+	struct item *head, *tail;
+	size_t bytes;
+	bool closing;
+	struct verify *v;
+};
+
+struct verify {
+	const gfs_verify_opts *o;
+	gfs_verify_stats *st;
+	gfs_session *s;
+	struct table t;
+	struct hasher *h;
+	int nh;
+	int next_h;
+	pthread_mutex_t done_mu;
+	struct slot *done;         /* slots whose hashing finished, for the reader */
+	size_t in_flight;
+	pthread_cond_t done_cond;
+	double last_progress;
+};
+
+static void
+hex_digest(EVP_MD_CTX *ctx, char *hex)
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	if (EVP_DigestFinal_ex(ctx, md, &n) != 1)
+		abort();
+	for (unsigned int i = 0; i < n; i++) {
+		hex[2 * i] = digits[md[i] >> 4];
+		hex[2 * i + 1] = digits[md[i] & 15];
+	}
+	hex[2 * n] = '\0';
+}
+
+static void
+slot_finish_hash(struct slot *sl)
+{
+	hex_digest(sl->sha, sl->sha256);
+	EVP_MD_CTX_free(sl->sha);
+	sl->sha = NULL;
+	if (sl->md5) {
+		hex_digest(sl->md5, sl->md5hex);
+		EVP_MD_CTX_free(sl->md5);
+		sl->md5 = NULL;
+	}
+}
+
+static void
+hash_item(struct verify *v, struct item *it)
+{
+	struct slot *sl = it->slot;
+	if (it->data) {
+		if (EVP_DigestUpdate(sl->sha, it->data, it->len) != 1)
+			abort();
+		if (sl->md5 && EVP_DigestUpdate(sl->md5, it->data, it->len) != 1)
+			abort();
+	}
+	if (!it->end)
+		return;
+	slot_finish_hash(sl);
+	pthread_mutex_lock(&v->done_mu);
+	sl->next_done = v->done;
+	v->done = sl;
+	pthread_cond_signal(&v->done_cond);
+	pthread_mutex_unlock(&v->done_mu);
+}
+
+static void *
+hasher_main(void *arg)
+{
+	struct hasher *h = arg;
+	for (;;) {
+		pthread_mutex_lock(&h->mu);
+		while (!h->head && !h->closing)
+			pthread_cond_wait(&h->can_take, &h->mu);
+		struct item *it = h->head;
+		if (!it) {
+			pthread_mutex_unlock(&h->mu);
+			return NULL;
+		}
+		h->head = it->next;
+		if (!h->head)
+			h->tail = NULL;
+		h->bytes -= it->len;
+		pthread_cond_signal(&h->can_put);
+		pthread_mutex_unlock(&h->mu);
+		hash_item(h->v, it);
+		free(it->data);
+		free(it);
+	}
+}
+
+static void
+hasher_put(struct hasher *h, struct slot *sl, const uint8_t *data, uint32_t len, bool end)
+{
+	struct item *it = calloc(1, sizeof *it);
+	if (!it)
+		abort();
+	it->slot = sl;
+	it->end = end;
+	if (data) {
+		it->data = malloc(len ? len : 1);
+		if (!it->data)
+			abort();
+		memcpy(it->data, data, len);
+		it->len = len;
+	}
+	pthread_mutex_lock(&h->mu);
+	while (h->head && h->bytes + len > QUEUE_BYTES)
+		pthread_cond_wait(&h->can_put, &h->mu);
+	if (h->tail)
+		h->tail->next = it;
+	else
+		h->head = it;
+	h->tail = it;
+	h->bytes += len;
+	pthread_cond_signal(&h->can_take);
+	pthread_mutex_unlock(&h->mu);
+}
+
+static int
+default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	/* One CPU reads and parses; on small machines the backend shares them too. */
+	if (n <= 2)
+		return 1;
+	return n - 1 > 4 ? 4 : (int)(n - 1);
+}
+
+static bool
+hashers_start(struct verify *v, int n)
+{
+	v->h = calloc((size_t)n, sizeof *v->h);
+	if (!v->h)
+		abort();
+	for (int i = 0; i < n; i++) {
+		struct hasher *h = &v->h[i];
+		h->v = v;
+		pthread_mutex_init(&h->mu, NULL);
+		pthread_cond_init(&h->can_take, NULL);
+		pthread_cond_init(&h->can_put, NULL);
+		if (pthread_create(&h->thread, NULL, hasher_main, h) != 0) {
+			pthread_mutex_destroy(&h->mu);
+			pthread_cond_destroy(&h->can_take);
+			pthread_cond_destroy(&h->can_put);
+			v->nh = i;
+			return false;
+		}
+		v->nh = i + 1;
+	}
+	return true;
+}
+
+static void
+hashers_stop(struct verify *v)
+{
+	for (int i = 0; i < v->nh; i++) {
+		struct hasher *h = &v->h[i];
+		pthread_mutex_lock(&h->mu);
+		h->closing = true;
+		pthread_cond_signal(&h->can_take);
+		pthread_mutex_unlock(&h->mu);
+		pthread_join(h->thread, NULL);
+		pthread_mutex_destroy(&h->mu);
+		pthread_cond_destroy(&h->can_take);
+		pthread_cond_destroy(&h->can_put);
+	}
+	free(v->h);
+	v->h = NULL;
+	v->nh = 0;
+}
+
+/* ---- verdicts -------------------------------------------------------- */
+
+static void
+report(struct verify *v, gfs_verify_problem *p)
+{
+	v->st->problems++;
+	v->st->by_kind[p->kind]++;
+	if (v->o->on_problem)
+		v->o->on_problem(p, v->o->ctx);
+}
+
+static void
+problem_init(gfs_verify_problem *p, enum gfs_verify_kind kind, const struct vfile *vf)
+{
+	memset(p, 0, sizeof *p);
+	p->kind = kind;
+	p->n = -1;
+	if (vf) {
+		p->id = &vf->id;
+		p->filename = vf->bad ? vf->bad_name : vf->f.filename;
+		p->file = vf->bad ? NULL : &vf->f;
+	}
+}
+
+static void
+slot_free(struct slot *sl)
+{
+	if (sl->sha)
+		EVP_MD_CTX_free(sl->sha);
+	if (sl->md5)
+		EVP_MD_CTX_free(sl->md5);
+	for (size_t i = 0; i < sl->n_extra_ids; i++)
+		bson_value_destroy(&sl->extra_ids[i]);
+	free(sl);
+}
+
+/* Everything known about one file is in: report what is wrong with it, once per fault. */
+static void
+verdict(struct verify *v, struct slot *sl)
+{
+	const gfs_file *f = &sl->vf->f;
+	gfs_chunk_check *c = &sl->check;
+	gfs_verify_problem p;
+	gfs_verify_file res = {.file = f};
+	bool hash_ok = false;
+
+	v->st->files_checked++;
+	if (c->failed) {
+		problem_init(&p, c->fail_kind, sl->vf);
+		p.n = c->fail_n;
+		snprintf(p.detail, sizeof p.detail, "%s", c->fail_detail);
+		report(v, &p);
+	} else {
+		memcpy(res.sha256, sl->sha256, sizeof res.sha256);
+		const char *want = f->sha256[0] ? f->sha256 : f->md5[0] ? f->md5 : NULL;
+		const char *got = f->sha256[0] ? sl->sha256 : sl->md5hex;
+		if (want && strcmp(want, got) != 0) {
+			problem_init(&p, GFS_VK_CHECKSUM, sl->vf);
+			snprintf(p.detail, sizeof p.detail, "%s %s, stored %s",
+			         f->sha256[0] ? "sha256" : "md5", got, want);
+			memcpy(p.actual, got, strlen(got) + 1);
+			report(v, &p);
+		} else if (want) {
+			hash_ok = true;
+			res.verified = true;
+		} else if (f->length > 0) {
+			problem_init(&p, GFS_VK_UNVERIFIABLE, sl->vf);
+			snprintf(p.detail, sizeof p.detail, "no metadata.sha256 or md5");
+			report(v, &p);
+			hash_ok = true;   /* complete, just not provably right */
+		} else {
+			hash_ok = true;   /* nothing stored, nothing to be wrong */
+		}
+	}
+	if (c->extras) {
+		problem_init(&p, GFS_VK_EXTRA_CHUNK, sl->vf);
+		p.n = c->first_extra_n;
+		p.count = c->extras;
+		p.data_intact = !c->failed && hash_ok;
+		p.n_extra_ids = sl->n_extra_ids;
+		p.extra_ids = sl->extra_ids;
+		snprintf(p.detail, sizeof p.detail, "n=%lld (%lld extra, file has %lld chunks)",
+		         (long long)c->first_extra_n, (long long)c->extras, (long long)c->expected);
+		report(v, &p);
+	}
+	res.intact = !c->failed && hash_ok && !c->extras;
+	if (v->o->on_file)
+		v->o->on_file(&res, v->o->ctx);
+}
+
+static struct slot *
+slot_new(struct vfile *vf)
+{
+	struct slot *sl = calloc(1, sizeof *sl);
+	if (!sl)
+		abort();
+	sl->vf = vf;
+	gfs_chunk_check_init(&sl->check, vf->f.length, vf->f.chunk_size);
+	sl->sha = EVP_MD_CTX_new();
+	if (!sl->sha || EVP_DigestInit_ex(sl->sha, EVP_sha256(), NULL) != 1)
+		abort();
+	if (!vf->f.sha256[0] && vf->f.md5[0]) {
+		sl->md5 = EVP_MD_CTX_new();
+		if (!sl->md5 || EVP_DigestInit_ex(sl->md5, EVP_md5(), NULL) != 1)
+			abort();
+	}
+	return sl;
+}
+
+static void
+progress(struct verify *v, bool force)
+{
+	if (!v->o->on_progress)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	if (!force && now - v->last_progress < 0.1)
+		return;
+	v->last_progress = now;
+	v->o->on_progress(v->st->files_checked, v->st->bytes, v->o->ctx);
+}
+
+/* Gives verdicts on the files whose hashing finished; wait: until none is in flight. */
+static void
+drain(struct verify *v, bool wait)
+{
+	pthread_mutex_lock(&v->done_mu);
+	while (wait && v->in_flight > 0) {
+		struct slot *list = v->done;
+		v->done = NULL;
+		if (!list) {
+			pthread_cond_wait(&v->done_cond, &v->done_mu);
+			continue;
+		}
+		pthread_mutex_unlock(&v->done_mu);
+		for (struct slot *sl = list, *nx; sl; sl = nx) {
+			nx = sl->next_done;
+			verdict(v, sl);
+			slot_free(sl);
+			v->in_flight--;
+		}
+		pthread_mutex_lock(&v->done_mu);
+	}
+	struct slot *list = v->done;
+	v->done = NULL;
+	pthread_mutex_unlock(&v->done_mu);
+	for (struct slot *sl = list, *nx; sl; sl = nx) {
+		nx = sl->next_done;
+		verdict(v, sl);
+		slot_free(sl);
+		v->in_flight--;
+	}
+	progress(v, false);
+}
+
+/* ---- reading --------------------------------------------------------- */
+
+/* The group of consecutive chunks with one files_id. */
+struct group {
+	bool active;
+	bson_t key;
+	uint64_t hash;
+	bson_value_t files_id;
+	struct vfile *vf;          /* NULL: orphans (or a file not selected) */
+	bool skip;                 /* a BAD-DOC file, or a file not in the sample */
+	struct slot *sl;
+	struct hasher *h;
+	int64_t chunks, bytes;     /* for orphans */
+};
+
+static void
+group_end(struct verify *v, struct group *g)
+{
+	if (!g->active)
+		return;
+	if (g->sl) {
+		gfs_chunk_check_end(&g->sl->check);
+		hasher_put(g->h, g->sl, NULL, 0, true);
+		g->sl = NULL;
+	} else if (!g->vf && !g->skip) {
+		gfs_verify_problem p;
+		problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
+		p.id = &g->files_id;
+		p.count = g->chunks;
+		p.bytes = g->bytes;
+		snprintf(p.detail, sizeof p.detail, "count=%lld bytes=%lld", (long long)g->chunks,
+		         (long long)g->bytes);
+		report(v, &p);
+	}
+	bson_destroy(&g->key);
+	bson_value_destroy(&g->files_id);
+	memset(g, 0, sizeof *g);
+}
+
+static void
+group_begin(struct verify *v, struct group *g, const bson_value_t *files_id, bson_t *key,
+            uint64_t h)
+{
+	g->active = true;
+	g->key = *key;             /* takes ownership */
+	g->hash = h;
+	bson_value_copy(files_id, &g->files_id);
+	g->vf = table_find(&v->t, key, h);
+	if (!g->vf) {
+		/*
+		 * Only a scan of the whole bucket can call chunks orphans: under a
+		 * prefix or sample they may belong to a file not selected.
+		 */
+		g->skip = !v->st->orphans_checked;
+		return;
+	}
+	g->vf->seen = true;
+	if (g->vf->bad) {
+		g->skip = true;
+		return;
+	}
+	g->sl = slot_new(g->vf);
+	g->h = &v->h[v->next_h];
+	v->next_h = (v->next_h + 1) % v->nh;
+	v->in_flight++;
+}
+
+static void
+note_extra_id(struct slot *sl, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (sl->n_extra_ids >= GFS_VERIFY_MAX_EXTRA_IDS || !bson_iter_init_find(&it, doc, "_id"))
+		return;
+	bson_value_copy(bson_iter_value(&it), &sl->extra_ids[sl->n_extra_ids++]);
+}
+
+static void
+chunk(struct verify *v, struct group *g, const bson_t *doc)
+{
+	bson_iter_t it;
+	bool has_n = false, has_data = false;
+	int64_t n = -1;
+	uint32_t len = 0;
+	const uint8_t *data = NULL;
+	if (bson_iter_init_find(&it, doc, "n") && BSON_ITER_HOLDS_NUMBER(&it)) {
+		has_n = true;
+		n = bson_iter_as_int64(&it);
+	}
+	if (bson_iter_init_find(&it, doc, "data") && BSON_ITER_HOLDS_BINARY(&it)) {
+		bson_subtype_t sub;
+		bson_iter_binary(&it, &sub, &len, &data);
+		has_data = true;
+	}
+	v->st->chunks++;
+	if (!g->vf || g->skip) {
+		g->chunks++;
+		g->bytes += len;
+		return;
+	}
+	v->st->bytes += len;
+	int64_t extras = g->sl->check.extras;
+	if (gfs_chunk_check_add(&g->sl->check, has_n, n, has_data, len) == 1)
+		hasher_put(g->h, g->sl, data, len, false);
+	else if (g->sl->check.extras > extras)
+		note_extra_id(g->sl, doc);
+}
+
+/* Streams one cursor of chunks sorted by files_id, n. */
+static bool
+stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
+{
+	bson_t opts = BSON_INITIALIZER, sort;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "files_id", 1);
+	BSON_APPEND_INT32(&sort, "n", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", batch);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->s->chunks, filter, &opts, NULL);
+	bson_destroy(&opts);
+
+	struct group g;
+	memset(&g, 0, sizeof g);
+	const bson_t *doc;
+	bool ok = true;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (v->o->stop && *v->o->stop) {
+			gfs_error_set(err, GFS_ECANCELED, "verify interrupted");
+			ok = false;
+			break;
+		}
+		bson_iter_t it;
+		if (!bson_iter_init_find(&it, doc, "files_id")) {
+			/* Not a chunk of anything: count it as an orphan group of its own. */
+			gfs_verify_problem p;
+			problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
+			p.count = 1;
+			snprintf(p.detail, sizeof p.detail, "a chunk without files_id");
+			if (v->st->orphans_checked)
+				report(v, &p);
+			continue;
+		}
+		const bson_value_t *fid = bson_iter_value(&it);
+		bson_t key;
+		id_key(fid, &key);
+		uint64_t h = key_hash(&key);
+		if (g.active && g.hash == h && key_eq(&g.key, &key)) {
+			bson_destroy(&key);
+		} else {
+			group_end(v, &g);
+			group_begin(v, &g, fid, &key, h);
+		}
+		chunk(v, &g, doc);
+		drain(v, false);
+	}
+	bson_error_t berr;
+	if (ok && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "read chunks");
+		ok = false;
+	}
+	mongoc_cursor_destroy(cur);
+	/* Always end the group: its slot must reach the hasher to be freed. */
+	group_end(v, &g);
+	return ok;
+}
+
+/* ---- loading the files documents -------------------------------------- */
+
+static void
+add_bad(struct verify *v, const bson_t *doc, const gfs_error *perr)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "_id")) {
+		gfs_verify_problem p;
+		problem_init(&p, GFS_VK_BAD_DOC, NULL);
+		snprintf(p.detail, sizeof p.detail, "%s", perr->msg);
+		report(v, &p);
+		return;
+	}
+	struct vfile *vf = calloc(1, sizeof *vf);
+	if (!vf)
+		abort();
+	vf->bad = true;
+	bson_value_copy(bson_iter_value(&it), &vf->id);
+	id_key(&vf->id, &vf->key);
+	vf->hash = key_hash(&vf->key);
+	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
+		vf->bad_name = strdup(bson_iter_utf8(&it, NULL));
+	/* The parser's message names the file; keep only its reason. */
+	const char *reason = strstr(perr->msg, ": ");
+	snprintf(vf->bad_detail, sizeof vf->bad_detail, "%s", reason ? reason + 2 : perr->msg);
+	if (!table_add(&v->t, vf))
+		vfile_free(vf);
+}
+
+static bool
+load_files(struct verify *v, int32_t *max_chunk, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+	gfs_prefix_filter(&filter, v->o->prefix);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "_id", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", 1000);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->s->files, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	double sample = v->o->sample > 0 ? v->o->sample : 1.0;
+	*max_chunk = 1;
+	while (mongoc_cursor_next(cur, &doc)) {
+		gfs_error perr;
+		struct vfile *vf = calloc(1, sizeof *vf);
+		if (!vf)
+			abort();
+		if (!gfs_file_parse(doc, &vf->f, &perr)) {
+			free(vf);
+			add_bad(v, doc, &perr);
+			continue;
+		}
+		bson_value_copy(&vf->f.id, &vf->id);
+		id_key(&vf->id, &vf->key);
+		vf->hash = key_hash(&vf->key);
+		if (!gfs_verify_sampled(&vf->id, sample, v->o->seed) || !table_add(&v->t, vf)) {
+			vfile_free(vf);
+			continue;
+		}
+		int32_t longest = vf->f.length < vf->f.chunk_size ? (int32_t)vf->f.length : vf->f.chunk_size;
+		if (longest > *max_chunk)
+			*max_chunk = longest;
+		v->st->total_bytes += (uint64_t)vf->f.length;
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read files documents");
+	mongoc_cursor_destroy(cur);
+	v->st->files = v->t.count;
+	return ok;
+}
+
+/* BAD-DOC entries, and files that no chunk belonged to. */
+static void
+unseen_files(struct verify *v)
+{
+	for (size_t i = 0; i < v->t.count; i++) {
+		struct vfile *vf = v->t.list[i];
+		gfs_verify_problem p;
+		if (vf->bad) {
+			problem_init(&p, GFS_VK_BAD_DOC, vf);
+			snprintf(p.detail, sizeof p.detail, "%s", vf->bad_detail);
+			report(v, &p);
+			continue;
+		}
+		if (vf->seen)
+			continue;
+		if (vf->f.length > 0) {
+			v->st->files_checked++;
+			problem_init(&p, GFS_VK_INCOMPLETE, vf);
+			snprintf(p.detail, sizeof p.detail, "length=%lld, no chunks",
+			         (long long)vf->f.length);
+			report(v, &p);
+			if (v->o->on_file) {
+				gfs_verify_file res = {.file = &vf->f};
+				v->o->on_file(&res, v->o->ctx);
+			}
+			continue;
+		}
+		/* An empty file: its verdict needs no chunk. */
+		struct slot *sl = slot_new(vf);
+		slot_finish_hash(sl);
+		verdict(v, sl);
+		slot_free(sl);
+	}
+}
+
+/* Chunks of the selected files, by $in queries over batches of their ids. */
+static bool
+stream_batched(struct verify *v, int32_t batch, gfs_error *err)
+{
+	size_t per = v->o->ids_per_batch > 0 ? (size_t)v->o->ids_per_batch : DEFAULT_IDS_PER_BATCH;
+	for (size_t i = 0; i < v->t.count; i += per) {
+		bson_t filter = BSON_INITIALIZER, fid, in;
+		BSON_APPEND_DOCUMENT_BEGIN(&filter, "files_id", &fid);
+		BSON_APPEND_ARRAY_BEGIN(&fid, "$in", &in);
+		size_t k = 0;
+		for (size_t j = i; j < i + per && j < v->t.count; j++) {
+			struct vfile *vf = v->t.list[j];
+			if (vf->bad)
+				continue;
+			char idx[16];
+			const char *key;
+			bson_uint32_to_string((uint32_t)k++, &key, idx, sizeof idx);
+			bson_append_value(&in, key, -1, &vf->id);
+		}
+		bson_append_array_end(&fid, &in);
+		bson_append_document_end(&filter, &fid);
+		bool ok = k == 0 || stream(v, &filter, batch, err);
+		bson_destroy(&filter);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+bool
+gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_error *err)
+{
+	struct verify v;
+	memset(&v, 0, sizeof v);
+	memset(st, 0, sizeof *st);
+	v.o = o;
+	v.st = st;
+	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
+	st->strategy = o->strategy != GFS_VERIFY_AUTO ? o->strategy
+	             : partial ? GFS_VERIFY_BATCHED : GFS_VERIFY_SCAN;
+	/* Under a prefix or sample a chunk outside the selection is not an orphan. */
+	st->orphans_checked = st->strategy == GFS_VERIFY_SCAN && !partial;
+	v.s = gfs_session_pop(conn);
+	pthread_mutex_init(&v.done_mu, NULL);
+	pthread_cond_init(&v.done_cond, NULL);
+
+	int32_t max_chunk;
+	bool ok = load_files(&v, &max_chunk, err);
+	int n = o->threads > 0 ? o->threads : default_threads();
+	st->threads = n > MAX_THREADS ? MAX_THREADS : n;
+	if (ok && !hashers_start(&v, st->threads)) {
+		gfs_error_set(err, GFS_ELOCAL, "cannot start hashing threads");
+		ok = false;
+	}
+	progress(&v, true);
+	int32_t batch = gfs_chunk_batch_size(max_chunk);
+	if (ok && st->strategy == GFS_VERIFY_SCAN) {
+		bson_t all = BSON_INITIALIZER;
+		ok = stream(&v, &all, batch, err);
+		bson_destroy(&all);
+	} else if (ok) {
+		ok = stream_batched(&v, batch, err);
+	}
+	if (v.nh) {
+		drain(&v, true);
+		hashers_stop(&v);
+	}
+	if (ok)
+		unseen_files(&v);
+	progress(&v, true);
+	table_free(&v.t);
+	pthread_mutex_destroy(&v.done_mu);
+	pthread_cond_destroy(&v.done_cond);
+	gfs_session_push(v.s);
+	return ok;
+}
+
+/* ---- repairs --------------------------------------------------------- */
+
+static bool
+delete_many(mongoc_collection_t *coll, const bson_t *filter, int64_t *deleted, const char *what,
+            gfs_error *err)
+{
+	bson_t reply;
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_many(coll, filter, NULL, &reply, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	bson_iter_t it;
+	if (deleted)
+		*deleted = ok && bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it)
+		                                                                  : 0;
+	bson_destroy(&reply);
+	return ok;
+}
+
+bool
+gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t *deleted,
+                         gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_VALUE(&filter, "files_id", files_id);
+	bool ok = delete_many(s->chunks, &filter, deleted, "delete chunks", err);
+	bson_destroy(&filter);
+	return ok;
+}
+
+bool
+gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *deleted,
+                            gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, id, in;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &id);
+	BSON_APPEND_ARRAY_BEGIN(&id, "$in", &in);
+	for (size_t i = 0; i < n; i++) {
+		char idx[16];
+		const char *key;
+		bson_uint32_to_string((uint32_t)i, &key, idx, sizeof idx);
+		bson_append_value(&in, key, -1, &ids[i]);
+	}
+	bson_append_array_end(&id, &in);
+	bson_append_document_end(&filter, &id);
+	bool ok = delete_many(s->chunks, &filter, deleted, "delete extra chunks", err);
+	bson_destroy(&filter);
+	return ok;
+}
+
+bool
+gfs_verify_set_sha256(gfs_session *s, const bson_value_t *id, const char *sha256_hex,
+                      gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
+	BSON_APPEND_VALUE(&filter, "_id", id);
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+	BSON_APPEND_UTF8(&set, "metadata.sha256", sha256_hex);
+	bson_append_document_end(&update, &set);
+	bson_error_t berr;
+	bool ok = mongoc_collection_update_one(s->files, &filter, &update, NULL, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "set metadata.sha256");
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	return ok;
+}

@@ -1,0 +1,146 @@
+/*
+ * verify: check every files document of a bucket (or of a prefix) against
+ * its chunks in one pass, hashing in parallel with reading.
+ *
+ * The chunks are streamed sorted by {files_id: 1, n: 1} (the spec's unique
+ * index) while the files documents are held in a table keyed by _id, so a
+ * file's chunks arrive together and in order and only its hash state is
+ * kept while it is in flight. Problems are handed to a callback on the
+ * calling thread, each once.
+ */
+#ifndef GFS_VERIFY_H
+#define GFS_VERIFY_H
+
+#include <signal.h>
+
+#include "gfs.h"
+
+enum gfs_verify_kind {
+	GFS_VK_MISSING_CHUNK,   /* a chunk 0..count-1 is absent */
+	GFS_VK_WRONG_SIZE,      /* a chunk is shorter or longer than it must be */
+	GFS_VK_EXTRA_CHUNK,     /* a chunk numbered count or beyond, or a duplicate n */
+	GFS_VK_CHECKSUM,        /* content differs from metadata.sha256 (or legacy md5) */
+	GFS_VK_UNVERIFIABLE,    /* neither metadata.sha256 nor md5 to check against */
+	GFS_VK_ORPHAN_CHUNKS,   /* chunks whose files_id has no files document */
+	GFS_VK_INCOMPLETE,      /* a files document with length > 0 and no chunks at all */
+	GFS_VK_BAD_DOC,         /* a malformed files document, or a chunk without n or data */
+};
+
+/* "MISSING-CHUNK", "WRONG-SIZE", ... as printed and documented. */
+const char *gfs_verify_kind_name(enum gfs_verify_kind k);
+
+/* Chunk _ids a repair may delete: the extra chunks of a file whose data is otherwise intact. */
+#define GFS_VERIFY_MAX_EXTRA_IDS 16
+
+typedef struct gfs_verify_problem {
+	enum gfs_verify_kind kind;
+	const bson_value_t *id;     /* the files _id, or the orphans' files_id; NULL if none */
+	const char *filename;       /* NULL for orphans and for documents without one */
+	const gfs_file *file;       /* the parsed files document; NULL for orphans and BAD-DOC */
+	int64_t n;                  /* the chunk concerned, -1 when none */
+	int64_t count;              /* ORPHAN-CHUNKS, EXTRA-CHUNK: how many chunks */
+	int64_t bytes;              /* ORPHAN-CHUNKS: their data bytes */
+	char detail[512];           /* e.g. "n=3", "n=0 has 100 bytes, expected 200" */
+	char actual[65];            /* CHECKSUM: the content's hash as found (sha256 or md5) */
+	/* EXTRA-CHUNK: the rest of the file is complete and matches its hash */
+	bool data_intact;
+	size_t n_extra_ids;         /* EXTRA-CHUNK: chunk _ids safe to delete when data_intact */
+	const bson_value_t *extra_ids;
+} gfs_verify_problem;
+
+/* The verdict on one checked file, for comparisons with a disk tree. */
+typedef struct gfs_verify_file {
+	const gfs_file *file;
+	bool intact;                /* all chunks present and sized, hash matches when stored */
+	bool verified;              /* a stored hash was compared and matched */
+	char sha256[65];            /* the content's sha256 when all chunks were read, else "" */
+} gfs_verify_file;
+
+typedef void (*gfs_verify_problem_fn)(const gfs_verify_problem *p, void *ctx);
+typedef void (*gfs_verify_file_fn)(const gfs_verify_file *v, void *ctx);
+typedef void (*gfs_verify_progress_fn)(uint64_t files, uint64_t bytes, void *ctx);
+
+enum gfs_verify_strategy {
+	GFS_VERIFY_AUTO,     /* scan without a prefix or sample, batched otherwise */
+	GFS_VERIFY_SCAN,     /* one sorted scan of the whole chunks collection */
+	GFS_VERIFY_BATCHED,  /* chunks fetched by files_id $in batches of the selected files */
+};
+
+typedef struct gfs_verify_opts {
+	const char *prefix;          /* NULL or "": the whole bucket */
+	double sample;               /* fraction of files to check, (0, 1]; 0 means 1 */
+	uint64_t seed;               /* for sampling */
+	int threads;                 /* hashing threads; 0: chosen from the CPU count */
+	enum gfs_verify_strategy strategy;
+	int ids_per_batch;           /* GFS_VERIFY_BATCHED: files per $in query; 0: default */
+	gfs_verify_problem_fn on_problem;
+	gfs_verify_file_fn on_file;  /* may be NULL */
+	gfs_verify_progress_fn on_progress;  /* may be NULL; called now and then */
+	void *ctx;
+	volatile sig_atomic_t *stop; /* when it becomes non-zero the pass ends with GFS_ECANCELED */
+} gfs_verify_opts;
+
+typedef struct gfs_verify_stats {
+	uint64_t files;              /* files documents selected */
+	uint64_t files_checked;      /* files given a verdict */
+	uint64_t bytes;              /* chunk data bytes read of selected files */
+	uint64_t chunks;             /* chunk documents read */
+	uint64_t total_bytes;        /* sum of the selected files' lengths */
+	uint64_t problems;
+	uint64_t by_kind[GFS_VK_BAD_DOC + 1];
+	bool orphans_checked;        /* a full scan ran, so orphan chunks were looked for */
+	enum gfs_verify_strategy strategy;  /* the one used */
+	int threads;
+} gfs_verify_stats;
+
+/*
+ * Runs the check. Returns false only on a fatal error (backend, canceled);
+ * problems found are not failures, they are counted in stats.
+ */
+bool gfs_verify(gfs_conn *conn, const gfs_verify_opts *opts, gfs_verify_stats *stats,
+                gfs_error *err);
+
+/* ---- repairs --------------------------------------------------------- */
+
+/* Deletes every chunk with this files_id; *deleted gets how many. */
+bool gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t *deleted,
+                              gfs_error *err);
+/* Deletes chunk documents by their own _id. */
+bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n,
+                                 int64_t *deleted, gfs_error *err);
+/* Sets metadata.sha256 of a files document (for a file found equal to its disk copy). */
+bool gfs_verify_set_sha256(gfs_session *s, const bson_value_t *id, const char *sha256_hex,
+                           gfs_error *err);
+
+/* ---- pure helpers, exposed for unit tests ----------------------------- */
+
+/* Parses "10%", "10", "0.5%" into a fraction in (0, 1]. */
+bool gfs_verify_parse_percent(const char *s, double *out);
+/* Whether a file with this id falls in a sample of the given fraction. */
+bool gfs_verify_sampled(const bson_value_t *id, double fraction, uint64_t seed);
+
+/* The per-file chunk checker, driven chunk by chunk. */
+typedef struct gfs_chunk_check {
+	int64_t length;
+	int32_t chunk_size;
+	int64_t expected;            /* chunk count */
+	int64_t next;                /* the n wanted next */
+	bool failed;
+	enum gfs_verify_kind fail_kind;
+	int64_t fail_n;
+	char fail_detail[200];
+	int64_t extras;
+	int64_t first_extra_n;
+} gfs_chunk_check;
+
+void gfs_chunk_check_init(gfs_chunk_check *c, int64_t length, int32_t chunk_size);
+/*
+ * Feeds one chunk (n, data length; has_n/has_data false when the chunk lacks
+ * them). Returns 1 when its data is the next part of the content and must be
+ * hashed, 0 when it is to be skipped (an extra chunk, or after a failure).
+ */
+int gfs_chunk_check_add(gfs_chunk_check *c, bool has_n, int64_t n, bool has_data, uint32_t len);
+/* Called after the last chunk: notes chunks missing at the end. */
+void gfs_chunk_check_end(gfs_chunk_check *c);
+
+#endif

@@ -37,7 +37,10 @@ ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/asan/unit/%,$(UNIT_SRC))
 MAN_SRC := $(wildcard man/*.scd)
 MAN_OUT := $(patsubst man/%.scd,$(B)/man/%,$(MAN_SRC))
 
-.PHONY: all asan unit man check check-unit check-integration demo install clean backend
+.PHONY: all asan unit man check check-unit check-integration demo install clean backend deps
+
+deps:
+	scripts/deps
 
 all: $(BIN) man
 
@@ -88,9 +91,15 @@ check-integration: gridfsctl asan man backend
 	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
 	GRIDFSCTL_BIN=$(CURDIR)/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
 
-check: check-unit check-integration
+# check and demo install what is missing first, then build in a fresh make
+# (pkg-config flags are read when make starts).
+check:
+	scripts/deps
+	$(MAKE) check-unit check-integration
 
-demo: gridfsctl backend
+demo:
+	scripts/deps
+	$(MAKE) gridfsctl backend
 	scripts/demo
 
 install: $(BIN) man

@@ -124,8 +124,8 @@ main(int argc, char **argv)
 		argc = 2;
 		i = 0;
 	}
-	if (strcmp(argv[i], "_options") == 0 && i + 1 < argc)
-		return print_option_names(find_command(argv[i + 1]));
+	if (strcmp(argv[i], "_options") == 0)
+		return print_option_names(i + 1 < argc ? find_command(argv[i + 1]) : NULL);
 	const struct command *c = find_command(argv[i]);
 	if (!c) {
 		fprintf(stderr, "%s: unknown command '%s'; see '%s --help'\n", progname, argv[i], progname);

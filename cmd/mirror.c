@@ -1,14 +1,503 @@
-/* gridfsctl mirror: not implemented yet. */
+/*
+ * gridfsctl mirror: write the newest revision of every file under a prefix
+ * back to a directory tree, incrementally and atomically, never outside it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/mirror.h"
+#include "../lib/names.h"
 #include "cmd.h"
 
-const char mirror_help[] = "";
-const struct option mirror_options[] = {{NULL, 0, NULL, 0}};
+const char mirror_help[] =
+    "  -p, --prefix P     mirror the files under folder P (DIR/x for P/x)\n"
+    "      --delete       remove local files the bucket does not have (never after an error)\n"
+    "  -n, --dry-run      print what would be done, change nothing\n"
+    "  -j, --jobs N       files read in parallel (default 4)\n"
+    "  -c, --checksum     compare content by sha256, not size and mtime\n"
+    "      --no-fsync     do not fsync files and directories (faster, not crash-safe)\n"
+    "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
+
+enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON };
+
+const struct option mirror_options[] = {
+	{"prefix", required_argument, NULL, 'p'},
+	{"delete", no_argument, NULL, OPT_DELETE},
+	{"dry-run", no_argument, NULL, 'n'},
+	{"jobs", required_argument, NULL, 'j'},
+	{"checksum", no_argument, NULL, 'c'},
+	{"no-fsync", no_argument, NULL, OPT_NO_FSYNC},
+	{"json", no_argument, NULL, OPT_JSON},
+	{NULL, 0, NULL, 0},
+};
+
+#define DEFAULT_JOBS 4
+#define MAX_JOBS 64
+
+/* Per-item result, kept so a dry run can list actions in name order. */
+enum { RES_PENDING, RES_SKIP, RES_WRITE, RES_ATTRS, RES_FAILED };
+
+struct mirror {
+	/* options */
+	const char *dir, *prefix;
+	bool del, dry_run, checksum, no_fsync, json;
+	long jobs;
+
+	gfs_conn *conn;
+	gfs_mirror_plan plan;
+	struct gfs_mirror_opts opts;
+	int rootfd;
+	unsigned char *results;
+
+	atomic_size_t next;
+	atomic_size_t written, attrs, skipped, failed, deleted, rmdirs, cleaned, done;
+	atomic_uint_fast64_t bytes, done_bytes;
+	atomic_bool backend_down;
+	size_t refused;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int running;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct mirror *m = ctx;
+	switch (opt) {
+	case 'p': m->prefix = arg; return 0;
+	case OPT_DELETE: m->del = true; return 0;
+	case 'n': m->dry_run = true; return 0;
+	case 'c': m->checksum = true; return 0;
+	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
+	case OPT_JSON: m->json = true; return 0;
+	case 'j':
+		if (!parse_int(arg, 1, MAX_JOBS, &m->jobs)) {
+			usage_error("--jobs needs a number from 1 to %d", MAX_JOBS);
+			return -1;
+		}
+		return 0;
+	}
+	return -1;
+}
+
+/* One error line; stdio's recursive lock keeps it whole among threads. */
+static void
+report(const char *msg)
+{
+	flockfile(stderr);
+	if (G.progress)
+		fputs("\r\033[K", stderr);
+	warnx_("%s", msg);
+	funlockfile(stderr);
+}
+
+static void
+on_refused(const char *name, const gfs_error *why, void *ctx)
+{
+	(void)ctx;
+	char msg[sizeof why->msg + 64];
+	snprintf(msg, sizeof msg, "%s: refused: %s", name, why->msg);
+	report(msg);
+}
+
+/* ---- the workers ----------------------------------------------------- */
+
+static void
+handle_item(struct mirror *m, gfs_mirror_dir *d, gfs_session *s, size_t i)
+{
+	const struct gfs_mirror_item *it = &m->plan.items[i];
+	enum gfs_mirror_action action;
+	gfs_error err;
+	gfs_error_clear(&err);
+	bool ok = gfs_mirror_decide(d, s, it, &action, &err);
+	if (ok && !m->dry_run)
+		ok = gfs_mirror_apply(d, s, it, action, &err);
+	if (!ok) {
+		m->results[i] = RES_FAILED;
+		if (err.code == GFS_ECANCELED && interrupted)
+			return;
+		atomic_fetch_add(&m->failed, 1);
+		if (err.code == GFS_EBACKEND)
+			atomic_store(&m->backend_down, true);
+		report(err.msg);
+		return;
+	}
+	switch (action) {
+	case GFS_MIRROR_SKIP:
+		m->results[i] = RES_SKIP;
+		atomic_fetch_add(&m->skipped, 1);
+		break;
+	case GFS_MIRROR_WRITE:
+		m->results[i] = RES_WRITE;
+		atomic_fetch_add(&m->written, 1);
+		atomic_fetch_add(&m->bytes, (uint64_t)it->file.length);
+		break;
+	case GFS_MIRROR_ATTRS:
+		m->results[i] = RES_ATTRS;
+		atomic_fetch_add(&m->attrs, 1);
+		break;
+	}
+}
+
+static void *
+worker(void *arg)
+{
+	struct mirror *m = arg;
+	gfs_session *s = gfs_session_pop(m->conn);
+	gfs_mirror_dir *d = gfs_mirror_dir_new(m->rootfd, &m->opts);
+	while (!interrupted && !atomic_load(&m->backend_down)) {
+		size_t i = atomic_fetch_add(&m->next, 1);
+		if (i >= m->plan.count)
+			break;
+		handle_item(m, d, s, i);
+		atomic_fetch_add(&m->done_bytes, (uint64_t)m->plan.items[i].file.length);
+		atomic_fetch_add(&m->done, 1);
+	}
+	gfs_error err;
+	if (!gfs_mirror_dir_close(d, &err)) {
+		atomic_fetch_add(&m->failed, 1);
+		report(err.msg);
+	}
+	gfs_session_push(s);
+	pthread_mutex_lock(&m->lock);
+	m->running--;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+static void
+draw_progress(struct mirror *m, struct progress *p)
+{
+	progress_update(p, atomic_load(&m->done), atomic_load(&m->done_bytes));
+}
+
+/* Runs the workers; the calling thread keeps the progress line moving meanwhile. */
+static void
+run_workers(struct mirror *m)
+{
+	long n = m->jobs;
+	if ((size_t)n > m->plan.count)
+		n = m->plan.count ? (long)m->plan.count : 1;
+	pthread_t *tids = calloc((size_t)n, sizeof *tids);
+	if (!tids)
+		abort();
+	struct progress *p = progress_start("mirror", m->plan.count, m->plan.total_bytes);
+	m->running = 0;
+	for (long i = 0; i < n; i++) {
+		pthread_mutex_lock(&m->lock);
+		m->running++;
+		pthread_mutex_unlock(&m->lock);
+		if (pthread_create(&tids[i], NULL, worker, m) != 0) {
+			pthread_mutex_lock(&m->lock);
+			m->running--;
+			pthread_mutex_unlock(&m->lock);
+			n = i;
+			break;
+		}
+	}
+	if (n == 0)
+		worker(m); /* no thread could start: do the work here */
+	pthread_mutex_lock(&m->lock);
+	while (m->running > 0) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+		pthread_mutex_unlock(&m->lock);
+		draw_progress(m, p);
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+	for (long i = 0; i < n; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
+	draw_progress(m, p);
+	progress_done(p);
+}
+
+/* ---- output ---------------------------------------------------------- */
+
+/* A UTF-8 form of a local path for JSON: the stored escaping when needed. */
+static char *
+json_path(const char *rel, size_t len)
+{
+	bool escaped;
+	return gfs_name_from_bytes(rel, len, &escaped);
+}
+
+static void
+print_action(struct mirror *m, const char *action, const char *rel, size_t len,
+             const struct gfs_mirror_item *it)
+{
+	if (!m->json) {
+		printf("%s ", action);
+		fwrite(rel, 1, len, stdout);
+		putchar('\n');
+		return;
+	}
+	bson_t doc = BSON_INITIALIZER;
+	char *path = json_path(rel, len);
+	BSON_APPEND_UTF8(&doc, "action", action);
+	BSON_APPEND_UTF8(&doc, "path", path);
+	if (it) {
+		BSON_APPEND_UTF8(&doc, "name", it->file.filename);
+		BSON_APPEND_INT64(&doc, "bytes", it->file.length);
+	}
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+	free(path);
+}
+
+static void
+print_planned_actions(struct mirror *m)
+{
+	for (size_t i = 0; i < m->plan.count; i++) {
+		const struct gfs_mirror_item *it = &m->plan.items[i];
+		if (m->results[i] == RES_WRITE)
+			print_action(m, "write", it->rel, it->rel_len, it);
+		else if (m->results[i] == RES_ATTRS)
+			print_action(m, "attrs", it->rel, it->rel_len, it);
+	}
+}
+
+static void
+on_swept(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len, const gfs_error *err,
+         void *ctx)
+{
+	struct mirror *m = ctx;
+	if (err) {
+		atomic_fetch_add(&m->failed, 1);
+		report(err->msg);
+		return;
+	}
+	switch (kind) {
+	case GFS_MIRROR_CLEAN: atomic_fetch_add(&m->cleaned, 1); break;
+	case GFS_MIRROR_DELETE: atomic_fetch_add(&m->deleted, 1); break;
+	case GFS_MIRROR_RMDIR: atomic_fetch_add(&m->rmdirs, 1); break;
+	}
+	if (m->dry_run) {
+		const char *names[] = {"clean", "delete", "rmdir"};
+		print_action(m, names[kind], rel, len, NULL);
+	}
+}
+
+static void
+print_summary(struct mirror *m, double seconds)
+{
+	bson_t doc = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&doc, "summary", m->dry_run ? "dry-run" : "mirror");
+	BSON_APPEND_INT64(&doc, "files", (int64_t)m->plan.count);
+	BSON_APPEND_INT64(&doc, "written", (int64_t)atomic_load(&m->written));
+	BSON_APPEND_INT64(&doc, "attrs", (int64_t)atomic_load(&m->attrs));
+	BSON_APPEND_INT64(&doc, "skipped", (int64_t)atomic_load(&m->skipped));
+	BSON_APPEND_INT64(&doc, "deleted", (int64_t)atomic_load(&m->deleted));
+	BSON_APPEND_INT64(&doc, "removedDirs", (int64_t)atomic_load(&m->rmdirs));
+	BSON_APPEND_INT64(&doc, "cleaned", (int64_t)atomic_load(&m->cleaned));
+	BSON_APPEND_INT64(&doc, "failed", (int64_t)atomic_load(&m->failed));
+	BSON_APPEND_INT64(&doc, "refused", (int64_t)m->refused);
+	BSON_APPEND_INT64(&doc, "bytes", (int64_t)atomic_load(&m->bytes));
+	BSON_APPEND_DOUBLE(&doc, "seconds", seconds);
+	BSON_APPEND_BOOL(&doc, "interrupted", interrupted != 0);
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
+
+/* ---- setting up ------------------------------------------------------ */
+
+/* mkdir -p for DIR itself, which the user named and so may contain symlinks. */
+static int
+make_dirs(const char *path)
+{
+	char *p = strdup(path);
+	if (!p)
+		abort();
+	int rc = 0;
+	for (char *s = p + 1; rc == 0; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		if (mkdir(p, 0777) < 0 && errno != EEXIST)
+			rc = -1;
+		*s = c;
+		if (c == '\0')
+			break;
+	}
+	free(p);
+	return rc;
+}
+
+/* Opens (and unless a dry run, creates and locks) DIR. Returns an exit code. */
+static int
+open_root(struct mirror *m)
+{
+	m->rootfd = open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (m->rootfd < 0 && errno == ENOENT && m->dry_run)
+		return EXIT_OK; /* nothing there yet: everything would be written */
+	if (m->rootfd < 0 && errno == ENOENT) {
+		if (make_dirs(m->dir) < 0) {
+			warn_("%s: cannot create", m->dir);
+			return EXIT_LOCAL;
+		}
+		m->rootfd = open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (m->rootfd < 0) {
+		warn_("%s", m->dir);
+		return EXIT_LOCAL;
+	}
+	if (m->dry_run)
+		return EXIT_OK;
+	/* The sweep removes temporary files, so two runs into one DIR must not overlap. */
+	if (flock(m->rootfd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EWOULDBLOCK) {
+			warnx_("%s: another mirror is writing into this directory", m->dir);
+			return EXIT_BUSY;
+		}
+		warn_("%s: cannot lock", m->dir);
+		return EXIT_LOCAL;
+	}
+	return EXIT_OK;
+}
+
+static void
+catch_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool
+load_plan(struct mirror *m, gfs_error *err)
+{
+	gfs_session *s = gfs_session_pop(m->conn);
+	bool ok = gfs_mirror_plan_load(s, m->prefix, &m->plan, on_refused, m, &m->refused, err);
+	gfs_session_push(s);
+	atomic_fetch_add(&m->failed, m->refused);
+	return ok;
+}
+
+/* Removes stale temporary files always, and with --delete what the bucket lacks. */
+static void
+sweep(struct mirror *m)
+{
+	if (m->rootfd < 0 || interrupted || atomic_load(&m->backend_down))
+		return;
+	bool del = m->del;
+	size_t failed = atomic_load(&m->failed);
+	if (del && failed > 0) {
+		warnx_("not deleting anything: %zu error%s in this run", failed, failed == 1 ? "" : "s");
+		del = false;
+	}
+	gfs_mirror_sweep(m->rootfd, &m->plan, del, m->dry_run, on_swept, m);
+}
+
+static int
+exit_status(struct mirror *m)
+{
+	if (interrupted)
+		return EXIT_INTERRUPTED;
+	if (atomic_load(&m->backend_down))
+		return EXIT_BACKEND;
+	return atomic_load(&m->failed) ? EXIT_PARTIAL : EXIT_OK;
+}
+
+static int
+mirror_run(struct mirror *m)
+{
+	double started = now_s();
+	int rc = open_root(m);
+	if (rc != EXIT_OK)
+		return rc;
+	m->conn = connect_or_warn();
+	if (!m->conn)
+		return EXIT_USAGE;
+	catch_signals();
+	gfs_error err;
+	if (!load_plan(m, &err)) {
+		rc = fail(&err);
+		gfs_mirror_plan_free(&m->plan);
+		gfs_conn_close(m->conn);
+		return rc;
+	}
+	m->results = calloc(m->plan.count + 1, 1);
+	if (!m->results)
+		abort();
+	mode_t um = umask(0);
+	umask(um);
+	m->opts.checksum = m->checksum;
+	m->opts.fsync = !m->no_fsync;
+	m->opts.create_mode = 0666 & ~um;
+	m->opts.stop = &interrupted;
+
+	run_workers(m);
+	if (m->dry_run)
+		print_planned_actions(m);
+	sweep(m);
+	if (interrupted)
+		warnx_("interrupted; files finished so far are in place");
+	if (m->json)
+		print_summary(m, now_s() - started);
+	rc = exit_status(m);
+	free(m->results);
+	gfs_mirror_plan_free(&m->plan);
+	gfs_conn_close(m->conn);
+	return rc;
+}
 
 int
 cmd_mirror(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	warnx_("not implemented yet");
-	return EXIT_USAGE;
+	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1};
+	int first = parse_options(argc, argv, "p:nj:c", mirror_options, on_opt, &m);
+	if (first < 0)
+		return EXIT_USAGE;
+	if (argc - first != 1) {
+		usage_error(argc - first < 1 ? "missing DIR" : "too many arguments");
+		return EXIT_USAGE;
+	}
+	m.dir = argv[first];
+	pthread_mutex_init(&m.lock, NULL);
+	pthread_cond_init(&m.cond, NULL);
+	int rc = mirror_run(&m);
+	if (m.rootfd >= 0)
+		close(m.rootfd);
+	pthread_mutex_destroy(&m.lock);
+	pthread_cond_destroy(&m.cond);
+	return rc;
 }

@@ -1,0 +1,825 @@
+/* Mirror: planning which files to write, writing them atomically, sweeping the rest. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mirror.h"
+#include "names.h"
+#include "safepath.h"
+
+/* ---- names ----------------------------------------------------------- */
+
+bool
+gfs_mirror_is_temp_name(const char *base, size_t len)
+{
+	size_t pl = strlen(GFS_MIRROR_TMP_PREFIX), sl = strlen(GFS_MIRROR_TMP_SUFFIX);
+	if (len != pl + 16 + sl || memcmp(base, GFS_MIRROR_TMP_PREFIX, pl) != 0 ||
+	    memcmp(base + pl + 16, GFS_MIRROR_TMP_SUFFIX, sl) != 0)
+		return false;
+	for (size_t i = pl; i < pl + 16; i++)
+		if (!strchr("0123456789abcdef", base[i]) || base[i] == '\0')
+			return false;
+	return true;
+}
+
+void
+gfs_mirror_temp_name(char buf[64])
+{
+	static atomic_uint_fast64_t counter;
+	uint64_t r;
+	if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = ((uint64_t)getpid() << 40) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+	}
+	r ^= atomic_fetch_add(&counter, 1);
+	snprintf(buf, 64, "%s%016llx%s", GFS_MIRROR_TMP_PREFIX, (unsigned long long)r,
+	         GFS_MIRROR_TMP_SUFFIX);
+}
+
+static size_t
+count_char(const char *s, size_t len, char c)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += s[i] == c;
+	return n;
+}
+
+/*
+ * With rawName, the stored name is (import prefix) + escape(raw), and
+ * escaping never touches '/', so segments match one to one: the last
+ * segments of the filename must be exactly escape(raw). The local path is
+ * then the filename below the mirror prefix with those segments swapped for
+ * the raw bytes; when the mirror prefix reaches into them, their leading
+ * raw segments are dropped instead.
+ */
+static bool
+restore_raw(const char *filename, size_t tail_off, const char *raw, size_t raw_len, char **out,
+            size_t *out_len, gfs_error *err)
+{
+	bool escaped;
+	char *esc = gfs_name_from_bytes(raw, raw_len, &escaped);
+	size_t fl = strlen(filename), el = strlen(esc);
+	bool match = el <= fl && strcmp(filename + fl - el, esc) == 0 &&
+	             (el == fl || filename[fl - el - 1] == '/');
+	free(esc);
+	if (!match) {
+		gfs_error_set(err, GFS_EINVAL, "metadata.rawName does not match the filename");
+		return false;
+	}
+	size_t raw_off = fl - el;
+	char *buf = malloc(fl - tail_off + raw_len + 1);
+	if (!buf)
+		abort();
+	size_t n = 0;
+	if (tail_off <= raw_off) {
+		memcpy(buf, filename + tail_off, raw_off - tail_off);
+		n = raw_off - tail_off;
+		memcpy(buf + n, raw, raw_len);
+		n += raw_len;
+	} else {
+		size_t skip = count_char(filename + raw_off, tail_off - raw_off, '/');
+		size_t i = 0;
+		while (skip > 0 && i < raw_len)
+			skip -= raw[i++] == '/';
+		memcpy(buf, raw + i, raw_len - i);
+		n = raw_len - i;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*out_len = n;
+	return true;
+}
+
+bool
+gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw,
+                      size_t raw_len, char **out, size_t *out_len, gfs_error *err)
+{
+	*out = NULL;
+	const char *tail = gfs_prefix_strip(nprefix ? nprefix : "", filename);
+	if (!tail) {
+		gfs_error_set(err, GFS_EINVAL, "not under the prefix");
+		return false;
+	}
+	char *rel;
+	size_t len;
+	if (raw) {
+		if (!restore_raw(filename, (size_t)(tail - filename), raw, raw_len, &rel, &len, err))
+			return false;
+	} else {
+		rel = strdup(tail);
+		if (!rel)
+			abort();
+		len = strlen(rel);
+	}
+	if (!gfs_safepath_check(rel, len, err)) {
+		free(rel);
+		return false;
+	}
+	size_t dl = gfs_safepath_dirlen(rel, len);
+	size_t bo = dl ? dl + 1 : 0;
+	if (gfs_mirror_is_temp_name(rel + bo, len - bo)) {
+		gfs_error_set(err, GFS_EINVAL, "name has the form of a mirror temporary file");
+		free(rel);
+		return false;
+	}
+	*out = rel;
+	*out_len = len;
+	return true;
+}
+
+/* ---- planning -------------------------------------------------------- */
+
+struct load_ctx {
+	gfs_mirror_plan *plan;
+	char *nprefix;
+	gfs_mirror_refuse_fn refuse;
+	void *ctx;
+	size_t *refused;
+	bson_t *pending;        /* newest revision so far of the current name */
+	const char *pending_name;
+};
+
+static void
+item_free(struct gfs_mirror_item *it)
+{
+	bson_value_destroy(&it->file.id);
+	free(it->file.filename);
+	free(it->rel);
+}
+
+static void
+refuse(struct load_ctx *lc, const char *name, const gfs_error *why)
+{
+	(*lc->refused)++;
+	if (lc->refuse)
+		lc->refuse(name, why, lc->ctx);
+}
+
+static int64_t
+floor_div(int64_t a, int64_t b)
+{
+	int64_t q = a / b;
+	return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+/* Turns the newest revision of one name into a plan item, or refuses it. */
+static void
+finish_pending(struct load_ctx *lc)
+{
+	if (!lc->pending)
+		return;
+	bson_t *doc = lc->pending;
+	lc->pending = NULL;
+	gfs_file f;
+	gfs_error why;
+	if (!gfs_file_parse(doc, &f, &why)) {
+		refuse(lc, "(unparsable document)", &why);
+		bson_destroy(doc);
+		return;
+	}
+	const char *name = f.filename ? f.filename : "(no filename)";
+	size_t raw_len = 0;
+	char *raw = gfs_raw_name(doc, &raw_len);
+	char *rel = NULL;
+	size_t rel_len = 0;
+	bool ok = f.filename != NULL;
+	if (!ok)
+		gfs_error_set(&why, GFS_EINVAL, "files document without a filename");
+	else
+		ok = gfs_mirror_local_path(f.filename, lc->nprefix, raw, raw_len, &rel, &rel_len, &why);
+	free(raw);
+	if (!ok) {
+		refuse(lc, name, &why);
+		gfs_file_free(&f);
+		bson_destroy(doc);
+		return;
+	}
+	gfs_mirror_plan *p = lc->plan;
+	if (p->count == p->cap) {
+		p->cap = p->cap ? p->cap * 2 : 1024;
+		p->items = realloc(p->items, p->cap * sizeof *p->items);
+		if (!p->items)
+			abort();
+	}
+	struct gfs_mirror_item *it = &p->items[p->count++];
+	memset(it, 0, sizeof *it);
+	bson_iter_t mi;
+	it->mtime_exact = bson_iter_init(&mi, doc) && bson_iter_find_descendant(&mi, "metadata.mtimeNs", &mi);
+	it->mtime_ns = f.mtime_ns >= 0 ? f.mtime_ns : f.upload_date * 1000000;
+	it->mode = f.mode >= 0 ? (f.mode & 0777) : -1;
+	it->rel = rel;
+	it->rel_len = rel_len;
+	/* Keep only what gfs_read needs; the document itself can go. */
+	it->file = f;
+	it->file.doc = NULL;
+	it->file.content_type = NULL;
+	free(f.content_type);
+	bson_destroy(f.doc);
+	bson_destroy(doc);
+	p->total_bytes += (uint64_t)it->file.length;
+}
+
+static const char *
+doc_filename(const bson_t *doc)
+{
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
+		return bson_iter_utf8(&it, NULL);
+	return NULL;
+}
+
+/* The listing comes in filename, then uploadDate order: the last of a run of one name wins. */
+static bool
+on_listed(const gfs_file *f, void *ctx)
+{
+	struct load_ctx *lc = ctx;
+	if (lc->pending && f->filename && lc->pending_name &&
+	    strcmp(lc->pending_name, f->filename) == 0) {
+		bson_destroy(lc->pending);
+		lc->pending = NULL;
+	}
+	finish_pending(lc);
+	lc->pending = bson_copy(f->doc);
+	lc->pending_name = doc_filename(lc->pending);
+	return true;
+}
+
+static int
+relcmp(const char *a, size_t al, const char *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	if (c)
+		return c;
+	return al < bl ? -1 : al > bl;
+}
+
+static int
+by_rel_cmp(const void *x, const void *y)
+{
+	const struct gfs_mirror_item *a = *(struct gfs_mirror_item *const *)x;
+	const struct gfs_mirror_item *b = *(struct gfs_mirror_item *const *)y;
+	return relcmp(a->rel, a->rel_len, b->rel, b->rel_len);
+}
+
+bool
+gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
+                     gfs_mirror_refuse_fn refuse_fn, void *ctx, size_t *refused, gfs_error *err)
+{
+	struct load_ctx lc = {
+		.plan = plan,
+		.nprefix = gfs_prefix_normalize(prefix),
+		.refuse = refuse_fn,
+		.ctx = ctx,
+		.refused = refused,
+	};
+	*refused = 0;
+	bool ok = gfs_list(s, lc.nprefix, on_listed, &lc, err);
+	if (ok)
+		finish_pending(&lc);
+	if (lc.pending)
+		bson_destroy(lc.pending);
+	free(lc.nprefix);
+	if (!ok)
+		return false;
+	/*
+	 * Distinct stored names always give distinct local paths: the prefix
+	 * part is shared and escape(raw) is the stored tail, so equal paths
+	 * would mean equal names.
+	 */
+	if (plan->count) {
+		plan->by_rel = malloc(plan->count * sizeof *plan->by_rel);
+		if (!plan->by_rel)
+			abort();
+		for (size_t i = 0; i < plan->count; i++)
+			plan->by_rel[i] = &plan->items[i];
+		qsort(plan->by_rel, plan->count, sizeof *plan->by_rel, by_rel_cmp);
+	}
+	return true;
+}
+
+void
+gfs_mirror_plan_free(gfs_mirror_plan *plan)
+{
+	for (size_t i = 0; i < plan->count; i++)
+		item_free(&plan->items[i]);
+	free(plan->items);
+	free(plan->by_rel);
+	memset(plan, 0, sizeof *plan);
+}
+
+/* Index of the first item whose rel is not less than key. */
+static size_t
+lower_bound(const gfs_mirror_plan *p, const char *key, size_t len)
+{
+	size_t lo = 0, hi = p->count;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct gfs_mirror_item *it = p->by_rel[mid];
+		if (relcmp(it->rel, it->rel_len, key, len) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static bool
+plan_has_file(const gfs_mirror_plan *p, const char *rel, size_t len)
+{
+	size_t i = lower_bound(p, rel, len);
+	return i < p->count && relcmp(p->by_rel[i]->rel, p->by_rel[i]->rel_len, rel, len) == 0;
+}
+
+/* True when some planned file lies beneath the directory rel. */
+static bool
+plan_has_dir(const gfs_mirror_plan *p, char *rel, size_t len)
+{
+	/* rel has room for one more byte: it is the sweep's path buffer. */
+	char saved = rel[len];
+	rel[len] = '/';
+	size_t i = lower_bound(p, rel, len + 1);
+	bool has = i < p->count && p->by_rel[i]->rel_len > len + 1 &&
+	           memcmp(p->by_rel[i]->rel, rel, len + 1) == 0;
+	rel[len] = saved;
+	return has;
+}
+
+/* ---- the per-thread directory ---------------------------------------- */
+
+struct gfs_mirror_dir {
+	int rootfd;
+	const struct gfs_mirror_opts *opts;
+	char *rel;          /* the open directory, relative to rootfd */
+	size_t len;
+	int fd;             /* -1: none open */
+	bool dirty;         /* a rename happened in it since the last fsync */
+};
+
+gfs_mirror_dir *
+gfs_mirror_dir_new(int rootfd, const struct gfs_mirror_opts *opts)
+{
+	gfs_mirror_dir *d = calloc(1, sizeof *d);
+	if (!d)
+		abort();
+	d->rootfd = rootfd;
+	d->opts = opts;
+	d->fd = -1;
+	return d;
+}
+
+/*
+ * A rename is durable once its directory is fsync'd. One fsync when the
+ * thread leaves a folder, rather than one per file, keeps that promise for
+ * the whole run at a fraction of the cost; a crash before it can lose only
+ * renames, never leave a partial file.
+ */
+static bool
+dir_release(gfs_mirror_dir *d, gfs_error *err)
+{
+	bool ok = true;
+	if (d->fd >= 0 && d->dirty && d->opts->fsync && fsync(d->fd) < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "fsync of directory '%.*s': %s", (int)d->len,
+		              d->len ? d->rel : ".", strerror(errno));
+		ok = false;
+	}
+	if (d->fd >= 0)
+		close(d->fd);
+	d->fd = -1;
+	d->dirty = false;
+	free(d->rel);
+	d->rel = NULL;
+	d->len = 0;
+	return ok;
+}
+
+bool
+gfs_mirror_dir_close(gfs_mirror_dir *d, gfs_error *err)
+{
+	if (!d)
+		return true;
+	bool ok = dir_release(d, err);
+	free(d);
+	return ok;
+}
+
+static int
+dir_get(gfs_mirror_dir *d, const char *rel, size_t len, bool create, gfs_error *err)
+{
+	if (d->fd >= 0 && d->len == len && memcmp(d->rel, rel, len) == 0)
+		return d->fd;
+	if (!dir_release(d, err))
+		return -1;
+	int flags = create ? GFS_SAFEPATH_CREATE | (d->opts->fsync ? GFS_SAFEPATH_SYNC : 0) : 0;
+	int fd = gfs_safepath_opendir(d->rootfd, rel, len, flags, err);
+	if (fd < 0)
+		return -1;
+	d->rel = malloc(len + 1);
+	if (!d->rel)
+		abort();
+	memcpy(d->rel, rel, len);
+	d->rel[len] = '\0';
+	d->len = len;
+	d->fd = fd;
+	return fd;
+}
+
+/* ---- comparing ------------------------------------------------------- */
+
+static const char *
+item_name(const struct gfs_mirror_item *it)
+{
+	return it->file.filename;
+}
+
+static const char *
+leaf_of(const struct gfs_mirror_item *it, size_t *dirlen)
+{
+	*dirlen = gfs_safepath_dirlen(it->rel, it->rel_len);
+	return it->rel + (*dirlen ? *dirlen + 1 : 0);
+}
+
+static void
+prefix_name(gfs_error *err, const struct gfs_mirror_item *it)
+{
+	char msg[sizeof err->msg];
+	memcpy(msg, err->msg, sizeof msg);
+	gfs_error_set(err, err->code, "%s: %s", item_name(it), msg);
+}
+
+static bool
+mtime_matches(const struct stat *st, const struct gfs_mirror_item *it)
+{
+	int64_t local = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	if (it->mtime_exact)
+		return local == it->mtime_ns;
+	return floor_div(local, 1000000) == floor_div(it->mtime_ns, 1000000);
+}
+
+static bool
+hash_local(int pfd, const char *leaf, const struct gfs_mirror_item *it, char hex[65],
+           gfs_error *err)
+{
+	int fd = openat(pfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: cannot read the local file: %s", item_name(it),
+		              strerror(errno));
+		return false;
+	}
+	gfs_sha256 *h = gfs_sha256_new();
+	static const size_t bufsz = 256 * 1024;
+	uint8_t *buf = malloc(bufsz);
+	if (!buf)
+		abort();
+	ssize_t n;
+	while ((n = read(fd, buf, bufsz)) > 0 || (n < 0 && errno == EINTR))
+		if (n > 0)
+			gfs_sha256_update(h, buf, (size_t)n);
+	int e = errno;
+	free(buf);
+	close(fd);
+	gfs_sha256_final(h, hex);
+	if (n < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: cannot read the local file: %s", item_name(it),
+		              strerror(e));
+		return false;
+	}
+	return true;
+}
+
+static bool
+same_content(gfs_mirror_dir *d, gfs_session *s, int pfd, const char *leaf,
+             const struct gfs_mirror_item *it, bool *same, gfs_error *err)
+{
+	(void)d;
+	char local[65], stored[65];
+	if (!hash_local(pfd, leaf, it, local, err))
+		return false;
+	if (it->file.sha256[0]) {
+		memcpy(stored, it->file.sha256, sizeof stored);
+	} else if (!gfs_read(s, &it->file, false, NULL, NULL, stored, err)) {
+		return false;
+	}
+	*same = strcmp(local, stored) == 0;
+	return true;
+}
+
+bool
+gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
+                  enum gfs_mirror_action *out, gfs_error *err)
+{
+	*out = GFS_MIRROR_WRITE;
+	if (d->rootfd < 0)
+		return true;
+	size_t dl;
+	const char *leaf = leaf_of(it, &dl);
+	int pfd = dir_get(d, it->rel, dl, false, err);
+	if (pfd < 0) {
+		if (errno == ENOENT)
+			return true;
+		prefix_name(err, it);
+		return false;
+	}
+	struct stat st;
+	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno == ENOENT)
+			return true;
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", item_name(it), strerror(errno));
+		return false;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: a directory is in the way", item_name(it));
+		return false;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size != it->file.length)
+		return true;
+	bool same_time = mtime_matches(&st, it);
+	if (!d->opts->checksum && !same_time)
+		return true;
+	if (d->opts->checksum) {
+		bool same;
+		if (!same_content(d, s, pfd, leaf, it, &same, err))
+			return false;
+		if (!same)
+			return true;
+	}
+	bool same_mode = it->mode < 0 || (int32_t)(st.st_mode & 07777) == it->mode;
+	*out = same_time && same_mode ? GFS_MIRROR_SKIP : GFS_MIRROR_ATTRS;
+	return true;
+}
+
+/* ---- writing --------------------------------------------------------- */
+
+struct write_ctx {
+	int fd;
+	int error;          /* errno of a failed write, 0 when none */
+	volatile sig_atomic_t *stop;
+};
+
+static bool
+write_chunk(const uint8_t *data, size_t len, void *ctx)
+{
+	struct write_ctx *w = ctx;
+	if (w->stop && *w->stop)
+		return false;
+	while (len > 0) {
+		ssize_t n = write(w->fd, data, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			w->error = errno;
+			return false;
+		}
+		data += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+static void
+times_of(const struct gfs_mirror_item *it, struct timespec ts[2])
+{
+	ts[0].tv_sec = 0;
+	ts[0].tv_nsec = UTIME_OMIT;
+	ts[1].tv_sec = (time_t)floor_div(it->mtime_ns, 1000000000);
+	ts[1].tv_nsec = (long)(it->mtime_ns - (int64_t)ts[1].tv_sec * 1000000000);
+}
+
+static bool
+local_error(gfs_error *err, const struct gfs_mirror_item *it, const char *what, int e)
+{
+	gfs_error_set(err, GFS_ELOCAL, "%s: %s: %s", item_name(it), what, strerror(e));
+	return false;
+}
+
+/* Sets mode and mtime on an open file; mode < 0 means the mode for new files. */
+static bool
+set_attrs(int fd, const struct gfs_mirror_item *it, mode_t create_mode, gfs_error *err)
+{
+	mode_t mode = it->mode >= 0 ? (mode_t)it->mode : create_mode;
+	struct timespec ts[2];
+	times_of(it, ts);
+	if (fchmod(fd, mode) < 0)
+		return local_error(err, it, "chmod", errno);
+	if (futimens(fd, ts) < 0)
+		return local_error(err, it, "set mtime", errno);
+	return true;
+}
+
+static bool
+write_file(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, gfs_error *err)
+{
+	size_t dl;
+	const char *leaf = leaf_of(it, &dl);
+	int pfd = dir_get(d, it->rel, dl, true, err);
+	if (pfd < 0) {
+		prefix_name(err, it);
+		return false;
+	}
+	char tmp[64];
+	int fd = -1;
+	for (int tries = 0; tries < 16 && fd < 0; tries++) {
+		gfs_mirror_temp_name(tmp);
+		fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0)
+		return local_error(err, it, "cannot create a temporary file", errno);
+
+	struct write_ctx w = {.fd = fd, .stop = d->opts->stop};
+	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
+	if (!ok && w.error)
+		local_error(err, it, "write", w.error);
+	else if (!ok && err->code == GFS_ECANCELED)
+		gfs_error_set(err, GFS_ECANCELED, "%s: interrupted", item_name(it));
+	if (ok)
+		ok = set_attrs(fd, it, d->opts->create_mode, err);
+	if (ok && d->opts->fsync && fsync(fd) < 0)
+		ok = local_error(err, it, "fsync", errno);
+	if (close(fd) < 0 && ok)
+		ok = local_error(err, it, "close", errno);
+	if (ok && renameat(pfd, tmp, pfd, leaf) < 0)
+		ok = local_error(err, it, "rename into place", errno);
+	if (!ok) {
+		unlinkat(pfd, tmp, 0);
+		return false;
+	}
+	d->dirty = true;
+	return true;
+}
+
+/* Fixes mode and mtime in place; the content is already right. */
+static bool
+fix_attrs(gfs_mirror_dir *d, const struct gfs_mirror_item *it, gfs_error *err)
+{
+	size_t dl;
+	const char *leaf = leaf_of(it, &dl);
+	int pfd = dir_get(d, it->rel, dl, false, err);
+	if (pfd < 0) {
+		prefix_name(err, it);
+		return false;
+	}
+	int fd = openat(pfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return local_error(err, it, "open", errno);
+	struct stat st;
+	bool ok = true;
+	if (fstat(fd, &st) < 0)
+		ok = local_error(err, it, "stat", errno);
+	else if (!S_ISREG(st.st_mode))
+		ok = local_error(err, it, "changed while mirroring", EAGAIN);
+	if (ok)
+		ok = set_attrs(fd, it, d->opts->create_mode, err);
+	close(fd);
+	return ok;
+}
+
+bool
+gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
+                 enum gfs_mirror_action action, gfs_error *err)
+{
+	switch (action) {
+	case GFS_MIRROR_WRITE: return write_file(d, s, it, err);
+	case GFS_MIRROR_ATTRS: return fix_attrs(d, it, err);
+	case GFS_MIRROR_SKIP: return true;
+	}
+	return true;
+}
+
+/* ---- sweeping -------------------------------------------------------- */
+
+struct sweep {
+	const gfs_mirror_plan *plan;
+	bool del, dry_run;
+	gfs_mirror_sweep_fn fn;
+	void *ctx;
+	bool ok;
+	char path[GFS_SAFEPATH_MAX + GFS_SAFEPATH_SEG_MAX + 8];
+};
+
+static void
+sweep_fail(struct sweep *sw, enum gfs_mirror_sweep_kind kind, size_t len, const char *what, int e)
+{
+	gfs_error err;
+	gfs_error_set(&err, GFS_ELOCAL, "%.*s: %s: %s", (int)len, len ? sw->path : ".", what,
+	              strerror(e));
+	sw->ok = false;
+	sw->fn(kind, sw->path, len, &err, sw->ctx);
+}
+
+/* Removes (or reports) one non-directory entry; true when it is gone. */
+static bool
+sweep_unlink(struct sweep *sw, int dirfd, const char *name, size_t len,
+             enum gfs_mirror_sweep_kind kind)
+{
+	if (!sw->dry_run && unlinkat(dirfd, name, 0) < 0 && errno != ENOENT) {
+		sweep_fail(sw, kind, len, "cannot remove", errno);
+		return false;
+	}
+	sw->fn(kind, sw->path, len, NULL, sw->ctx);
+	return true;
+}
+
+static size_t sweep_dir(struct sweep *sw, int dirfd, size_t plen);
+
+/* Sweeps a subdirectory, then removes it if it is left empty and unplanned. */
+static bool
+sweep_subdir(struct sweep *sw, int dirfd, const char *name, size_t len)
+{
+	int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0) {
+		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot open", errno);
+		return false;
+	}
+	size_t kept = sweep_dir(sw, sub, len);
+	close(sub);
+	if (!sw->del || kept > 0 || plan_has_dir(sw->plan, sw->path, len))
+		return false;
+	if (!sw->dry_run && unlinkat(dirfd, name, AT_REMOVEDIR) < 0) {
+		if (errno == ENOTEMPTY || errno == EEXIST)
+			return false;
+		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot remove", errno);
+		return false;
+	}
+	sw->fn(GFS_MIRROR_RMDIR, sw->path, len, NULL, sw->ctx);
+	return true;
+}
+
+/* Returns how many entries stay in the directory. */
+static size_t
+sweep_dir(struct sweep *sw, int dirfd, size_t plen)
+{
+	int dfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	DIR *dp = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!dp) {
+		sweep_fail(sw, GFS_MIRROR_RMDIR, plen, "cannot read directory", errno);
+		if (dfd >= 0)
+			close(dfd);
+		return 1;
+	}
+	size_t kept = 0;
+	struct dirent *de;
+	while ((errno = 0, de = readdir(dp)) != NULL) {
+		const char *name = de->d_name;
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			continue;
+		size_t nl = strlen(name);
+		size_t len = plen + (plen ? 1 : 0) + nl;
+		if (len > GFS_SAFEPATH_MAX) {
+			kept++; /* too deep to be anything mirror wrote */
+			continue;
+		}
+		if (plen)
+			sw->path[plen] = '/';
+		memcpy(sw->path + len - nl, name, nl);
+		sw->path[len] = '\0';
+		unsigned char type = de->d_type;
+		struct stat st;
+		if (type == DT_UNKNOWN && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			type = S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
+		bool gone;
+		if (type == DT_DIR)
+			gone = sweep_subdir(sw, dirfd, name, len);
+		else if (gfs_mirror_is_temp_name(name, nl))
+			gone = sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_CLEAN);
+		else if (sw->del && !plan_has_file(sw->plan, sw->path, len))
+			gone = sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_DELETE);
+		else
+			gone = false;
+		kept += !gone;
+		sw->path[plen] = '\0';
+	}
+	if (errno != 0)
+		sweep_fail(sw, GFS_MIRROR_RMDIR, plen, "cannot read directory", errno);
+	closedir(dp);
+	return kept;
+}
+
+bool
+gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run,
+                 gfs_mirror_sweep_fn fn, void *ctx)
+{
+	struct sweep *sw = calloc(1, sizeof *sw);
+	if (!sw)
+		abort();
+	sw->plan = plan;
+	sw->del = del;
+	sw->dry_run = dry_run;
+	sw->fn = fn;
+	sw->ctx = ctx;
+	sw->ok = true;
+	sweep_dir(sw, rootfd, 0);
+	bool ok = sw->ok;
+	free(sw);
+	return ok;
+}

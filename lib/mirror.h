@@ -1,0 +1,136 @@
+/*
+ * Mirror: writing a bucket back to a directory tree.
+ *
+ * Planning lists the newest revision of every name under a prefix and works
+ * out the local path of each (prefix stripped, metadata.rawName restored,
+ * every name checked by safepath). Each planned file is then compared with
+ * what is on disk (size and mtime, or sha256) and, when it differs, written
+ * to a temporary file beside its target, fsync'd, given its mode and mtime
+ * and renamed into place: a reader sees the old file or the new one, never
+ * a part. A sweep of the tree afterwards removes temporary files that an
+ * interrupted run left behind and, when asked, local files the bucket does
+ * not have.
+ *
+ * The per-file calls are safe to run from several threads at once, each
+ * with its own gfs_session and gfs_mirror_dir.
+ */
+#ifndef GFS_MIRROR_H
+#define GFS_MIRROR_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gfs.h"
+
+/* Temporary files: ".gridfsctl-mirror-" 16 hex digits ".tmp". */
+#define GFS_MIRROR_TMP_PREFIX ".gridfsctl-mirror-"
+#define GFS_MIRROR_TMP_SUFFIX ".tmp"
+
+struct gfs_mirror_item {
+	gfs_file file;          /* the fields gfs_read uses; doc is NULL */
+	char *rel;              /* path beneath DIR: raw bytes, NUL-terminated */
+	size_t rel_len;
+	int64_t mtime_ns;       /* to set: metadata mtime, else uploadDate */
+	bool mtime_exact;       /* metadata.mtimeNs was stored; else compare to the ms */
+	int32_t mode;           /* permission bits (no setuid, setgid, sticky), -1 none */
+};
+
+typedef struct gfs_mirror_plan {
+	struct gfs_mirror_item *items;  /* in filename order */
+	size_t count, cap;
+	uint64_t total_bytes;
+	struct gfs_mirror_item **by_rel; /* sorted by rel bytes, for the sweep */
+} gfs_mirror_plan;
+
+/* Told about each stored name that cannot be mirrored, and why. */
+typedef void (*gfs_mirror_refuse_fn)(const char *name, const gfs_error *why, void *ctx);
+
+/*
+ * Lists the newest revision of every name under prefix (a folder; NULL or
+ * "" for the whole bucket) into plan, which must be zeroed. Names that are
+ * unsafe or that the rawName of cannot be matched go to refuse (and are
+ * left out); *refused counts them. False only when the listing fails.
+ */
+bool gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
+                          gfs_mirror_refuse_fn refuse, void *ctx, size_t *refused,
+                          gfs_error *err);
+void gfs_mirror_plan_free(gfs_mirror_plan *plan);
+
+/*
+ * The local path for a stored filename under the normalized prefix: the
+ * name with the prefix stripped or, when raw (metadata.rawName) is given,
+ * those bytes in place of the matching trailing segments. Checked with
+ * gfs_safepath_check(); temporary-file names are refused too. Caller frees
+ * *out.
+ */
+bool gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw,
+                           size_t raw_len, char **out, size_t *out_len, gfs_error *err);
+
+/* True when base (one path segment) has the form of a mirror temporary file. */
+bool gfs_mirror_is_temp_name(const char *base, size_t len);
+/* Writes a fresh temporary name into buf. */
+void gfs_mirror_temp_name(char buf[64]);
+
+/* What a file needs. */
+enum gfs_mirror_action {
+	GFS_MIRROR_SKIP,    /* same content, mode and mtime */
+	GFS_MIRROR_WRITE,   /* missing or different: write it */
+	GFS_MIRROR_ATTRS,   /* same content: only mode or mtime to fix */
+};
+
+struct gfs_mirror_opts {
+	bool checksum;      /* compare sha256 rather than size and mtime */
+	bool fsync;         /* fsync files and directories */
+	mode_t create_mode; /* mode for files without metadata.mode (0666 less umask) */
+	volatile sig_atomic_t *stop;  /* when set, reads in progress give up (GFS_ECANCELED) */
+};
+
+/*
+ * One thread's open directory: the parent of the file last handled, kept
+ * open for the next file in the same folder, and fsync'd once when the
+ * thread moves on, rather than once per file.
+ */
+typedef struct gfs_mirror_dir gfs_mirror_dir;
+/* rootfd < 0: DIR does not exist (a dry run); every file is to be written. */
+gfs_mirror_dir *gfs_mirror_dir_new(int rootfd, const struct gfs_mirror_opts *opts);
+/* Syncs what is pending and closes; false with err when the fsync failed. */
+bool gfs_mirror_dir_close(gfs_mirror_dir *d, gfs_error *err);
+
+/*
+ * Compares one planned file with the disk. Reads the local file (and, with
+ * checksum and no stored sha256, the stored one) only when needed.
+ */
+bool gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
+                       enum gfs_mirror_action *out, gfs_error *err);
+
+/*
+ * Carries out WRITE or ATTRS. On failure nothing is left behind: the old
+ * local file is untouched and the temporary file removed. Damage in the
+ * stored file comes back as gfs_read's codes, local trouble as GFS_ELOCAL.
+ */
+bool gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
+                      enum gfs_mirror_action action, gfs_error *err);
+
+/* What the sweep does (or, in a dry run, would do) with one local entry. */
+enum gfs_mirror_sweep_kind {
+	GFS_MIRROR_CLEAN,   /* a temporary file left by an earlier run */
+	GFS_MIRROR_DELETE,  /* a file (or symlink, or special file) the bucket does not have */
+	GFS_MIRROR_RMDIR,   /* a directory left empty */
+};
+/* err is NULL when the step worked (or would, in a dry run). */
+typedef void (*gfs_mirror_sweep_fn)(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len,
+                                    const gfs_error *err, void *ctx);
+
+/*
+ * Walks the tree beneath rootfd without following symlinks. Always removes
+ * temporary files; with del, also what the plan does not have, and
+ * directories that end up empty and hold nothing planned. With dry_run,
+ * only reports. False when the walk itself failed somewhere (also reported).
+ */
+bool gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run,
+                      gfs_mirror_sweep_fn fn, void *ctx);
+
+#endif

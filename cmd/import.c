@@ -1,14 +1,304 @@
-/* gridfsctl import: not implemented yet. */
+/* gridfsctl import: bulk-load a directory tree (the work is in lib/import.c). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/import.h"
+#include "../lib/names.h"
 #include "cmd.h"
 
-const char import_help[] = "";
-const struct option import_options[] = {{NULL, 0, NULL, 0}};
+const char import_help[] =
+    "  -p, --prefix P          store under the folder P (default: the top level)\n"
+    "  -x, --exclude GLOB      skip files and directories matching GLOB (repeatable)\n"
+    "  -i, --include GLOB      take only files matching GLOB (repeatable)\n"
+    "      --hidden            take hidden files and directories (names starting with '.')\n"
+    "      --keep-temp         take temporary files (*.part, *~, .#*)\n"
+    "  -L, --follow-symlinks   follow symlinks (loops are detected and reported)\n"
+    "  -t, --type MIME         content type for every file (default: detected by libmagic)\n"
+    "  -c, --checksum          compare sha256 instead of size and mtime to find changes\n"
+    "  -k, --keep-revisions N  keep the N newest revisions of a changed name (default 1;\n"
+    "                          0 keeps every revision)\n"
+    "      --delete            remove stored files under the prefix that are gone from DIR\n"
+    "  -n, --dry-run           print what would be done; change nothing\n"
+    "  -j, --jobs N            worker threads and connections (default 4)\n"
+    "      --batch-size SIZE   chunk data per bulk insert (default 8M)\n"
+    "      --chunk-size SIZE   chunk size of new files (default 255K)\n"
+    "  -v, --verbose           print each stored and deleted file\n"
+    "      --json              print a summary object (and, with -v or -n, one per file)\n";
+
+enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_BATCH, OPT_CHUNK, OPT_JSON };
+
+const struct option import_options[] = {
+	{"prefix", required_argument, NULL, 'p'},
+	{"exclude", required_argument, NULL, 'x'},
+	{"include", required_argument, NULL, 'i'},
+	{"hidden", no_argument, NULL, OPT_HIDDEN},
+	{"keep-temp", no_argument, NULL, OPT_KEEP_TEMP},
+	{"follow-symlinks", no_argument, NULL, 'L'},
+	{"type", required_argument, NULL, 't'},
+	{"checksum", no_argument, NULL, 'c'},
+	{"keep-revisions", required_argument, NULL, 'k'},
+	{"delete", no_argument, NULL, OPT_DELETE},
+	{"dry-run", no_argument, NULL, 'n'},
+	{"jobs", required_argument, NULL, 'j'},
+	{"batch-size", required_argument, NULL, OPT_BATCH},
+	{"chunk-size", required_argument, NULL, OPT_CHUNK},
+	{"verbose", no_argument, NULL, 'v'},
+	{"json", no_argument, NULL, OPT_JSON},
+	{NULL, 0, NULL, 0},
+};
+
+struct import_cli {
+	gfs_import_opts o;
+	const char **include, **exclude;
+	size_t n_include, n_exclude;
+	bool verbose, json;
+	struct progress *progress;
+};
+
+static void
+add_glob(const char ***list, size_t *n, const char *arg)
+{
+	*list = realloc(*list, (*n + 1) * sizeof **list);
+	if (!*list)
+		abort();
+	(*list)[(*n)++] = arg;
+}
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct import_cli *c = ctx;
+	long v;
+	uint64_t size;
+	switch (opt) {
+	case 'p': c->o.prefix = arg; return 0;
+	case 'x': add_glob(&c->exclude, &c->n_exclude, arg); return 0;
+	case 'i': add_glob(&c->include, &c->n_include, arg); return 0;
+	case OPT_HIDDEN: c->o.walk.hidden = true; return 0;
+	case OPT_KEEP_TEMP: c->o.walk.temp = true; return 0;
+	case 'L': c->o.walk.follow_symlinks = true; return 0;
+	case 't': c->o.content_type = arg; return 0;
+	case 'c': c->o.checksum = true; return 0;
+	case OPT_DELETE: c->o.delete_missing = true; return 0;
+	case 'n': c->o.dry_run = true; return 0;
+	case 'v': c->verbose = true; return 0;
+	case OPT_JSON: c->json = true; return 0;
+	case 'k':
+		if (parse_int(arg, 0, 1000000, &v)) {
+			c->o.keep_revisions = (int)v;
+			return 0;
+		}
+		usage_error("--keep-revisions takes a count, not '%s'", arg);
+		return -1;
+	case 'j':
+		if (parse_int(arg, 1, 64, &v)) {
+			c->o.jobs = (int)v;
+			return 0;
+		}
+		usage_error("--jobs takes a number from 1 to 64, not '%s'", arg);
+		return -1;
+	case OPT_BATCH:
+		if (parse_size(arg, &size) && size >= 64 * 1024 && size <= 256u << 20) {
+			c->o.batch_bytes = (size_t)size;
+			return 0;
+		}
+		usage_error("--batch-size takes a size from 64K to 256M, not '%s'", arg);
+		return -1;
+	case OPT_CHUNK:
+		if (parse_size(arg, &size) && size > 0 && size <= 15u << 20) {
+			c->o.chunk_size = (int32_t)size;
+			return 0;
+		}
+		usage_error("--chunk-size takes a size from 1 byte to 15M, not '%s'", arg);
+		return -1;
+	}
+	return -1;
+}
+
+/* The path as the user would type it, with bytes that are not UTF-8 written as %XX. */
+static char *
+display_path(const char *dir, const char *rel)
+{
+	bool escaped;
+	char *d = gfs_name_from_bytes(dir, strlen(dir), &escaped);
+	if (!rel) {
+		return d;
+	}
+	char *r = gfs_name_from_bytes(rel, strlen(rel), &escaped);
+	size_t dl = strlen(d);
+	char *out = malloc(dl + strlen(r) + 2);
+	if (!out)
+		abort();
+	sprintf(out, "%s%s%s", d, dl && d[dl - 1] == '/' ? "" : "/", r);
+	free(d);
+	free(r);
+	return out;
+}
+
+static const char *
+action_name(enum gfs_import_event_kind kind)
+{
+	switch (kind) {
+	case GFS_IMPORT_UPLOADED: return "upload";
+	case GFS_IMPORT_REPLACED: return "replace";
+	case GFS_IMPORT_DELETED: return "delete";
+	default: return NULL;
+	}
+}
+
+static void
+print_action(struct import_cli *c, const gfs_import_event *ev)
+{
+	const char *action = action_name(ev->kind);
+	if (!action || !(ev->dry_run || c->verbose))
+		return;
+	if (c->json) {
+		bson_t doc = BSON_INITIALIZER;
+		BSON_APPEND_UTF8(&doc, "action", action);
+		BSON_APPEND_UTF8(&doc, "name", ev->name);
+		if (ev->dry_run)
+			BSON_APPEND_BOOL(&doc, "dryRun", true);
+		print_json(stdout, &doc);
+		bson_destroy(&doc);
+		return;
+	}
+	static const char *done[] = {"uploaded", "replaced", NULL, "deleted"};
+	if (ev->dry_run)
+		printf("would %s %s\n", action, ev->name);
+	else
+		printf("%s %s\n", done[ev->kind], ev->name);
+}
+
+/* Called by the library from its threads, one call at a time. */
+static void
+on_event(const gfs_import_event *ev, void *ctx)
+{
+	struct import_cli *c = ctx;
+	if (ev->kind == GFS_IMPORT_FAILED || (ev->kind == GFS_IMPORT_NOTICE && !G.quiet)) {
+		if (c->progress)
+			fputs("\r\033[K", stderr);
+		if (ev->kind == GFS_IMPORT_NOTICE) {
+			warnx_("%s", ev->reason);
+		} else {
+			char *p = ev->path ? display_path(c->o.dir, ev->path) : strdup(ev->name ? ev->name : "?");
+			warnx_("%s: %s", p, ev->reason);
+			free(p);
+		}
+	}
+	print_action(c, ev);
+	if (c->progress) {
+		progress_set_totals(c->progress, ev->stats->queued_files, ev->stats->queued_bytes);
+		progress_update(c->progress, ev->stats->done_files, ev->stats->done_bytes);
+	}
+}
+
+static void
+print_summary(const struct import_cli *c, const gfs_import_stats *st, const gfs_error *err)
+{
+	bson_t doc = BSON_INITIALIZER;
+	BSON_APPEND_INT64(&doc, "scanned", (int64_t)st->scanned);
+	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)st->uploaded);
+	BSON_APPEND_INT64(&doc, "skipped", (int64_t)st->skipped);
+	BSON_APPEND_INT64(&doc, "replaced", (int64_t)st->replaced);
+	BSON_APPEND_INT64(&doc, "deleted", (int64_t)st->deleted);
+	BSON_APPEND_INT64(&doc, "failed", (int64_t)st->failed);
+	BSON_APPEND_INT64(&doc, "bytes", (int64_t)st->bytes);
+	BSON_APPEND_DOUBLE(&doc, "seconds", (double)(int64_t)(st->seconds * 1000) / 1000);
+	BSON_APPEND_INT64(&doc, "recovered", (int64_t)st->recovered);
+	if (c->o.dry_run)
+		BSON_APPEND_BOOL(&doc, "dryRun", true);
+	if (err->code != GFS_OK)
+		BSON_APPEND_UTF8(&doc, "error", err->msg);
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
+
+static gfs_import *running;
+
+/* The first signal asks for a clean stop; a second one kills as the default would. */
+static void
+on_signal(int sig)
+{
+	static const char msg[] =
+	    "gridfsctl import: stopping after the files in flight (interrupt again to abort)\n";
+	if (running)
+		gfs_import_cancel(running);
+	ssize_t r = write(STDERR_FILENO, msg, sizeof msg - 1);
+	(void)r;
+	signal(sig, SIG_DFL);
+}
+
+static void
+handle_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+static int
+run(struct import_cli *c)
+{
+	gfs_conn *conn = connect_or_warn();
+	if (!conn)
+		return EXIT_USAGE;
+	c->o.walk.include = c->include;
+	c->o.walk.n_include = c->n_include;
+	c->o.walk.exclude = c->exclude;
+	c->o.walk.n_exclude = c->n_exclude;
+	c->o.on_event = on_event;
+	c->o.ctx = c;
+	gfs_import *imp = gfs_import_new(conn, &c->o);
+	c->progress = progress_start("import", 0, 0);
+	running = imp;
+	handle_signals();
+	gfs_import_stats st;
+	gfs_error err;
+	bool ok = gfs_import_run(imp, &st, &err);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	running = NULL;
+	progress_done(c->progress);
+	c->progress = NULL;
+	int rc = ok ? (st.failed ? EXIT_PARTIAL : EXIT_OK) : exit_code_for(&err);
+	if (!ok)
+		warnx_("%s", err.msg);
+	if (c->json)
+		print_summary(c, &st, &err);
+	gfs_import_free(imp);
+	gfs_conn_close(conn);
+	return rc;
+}
 
 int
 cmd_import(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	warnx_("not implemented yet");
-	return EXIT_USAGE;
+	struct import_cli c;
+	memset(&c, 0, sizeof c);
+	c.o.keep_revisions = 1;
+	c.o.jobs = GFS_IMPORT_DEFAULT_JOBS;
+	int first = parse_options(argc, argv, "p:x:i:Lt:ck:nj:v", import_options, on_opt, &c);
+	int rc = EXIT_USAGE;
+	if (first < 0)
+		goto out;
+	if (argc - first != 1) {
+		usage_error(argc - first < 1 ? "a directory is required" : "only one directory, please");
+		goto out;
+	}
+	c.o.dir = argv[first];
+	if (c.o.prefix && !gfs_utf8_valid(c.o.prefix, strlen(c.o.prefix))) {
+		usage_error("the prefix must be UTF-8");
+		goto out;
+	}
+	rc = run(&c);
+out:
+	free(c.include);
+	free(c.exclude);
+	return rc;
 }

@@ -1,0 +1,1485 @@
+/* import: the pipeline described in import.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "import.h"
+#include "lock.h"
+#include "magic.h"
+#include "names.h"
+
+/* Files waiting in the queue per worker: enough to keep workers busy, small in memory. */
+#define QUEUE_PER_JOB 64
+/* Files whose documents wait for one flush, at most: bounds memory with many tiny files. */
+#define MAX_PENDING 2000
+/* Names or ids per $in query. */
+#define IN_BATCH 500
+
+/* ---- the table of names: existing files and names seen by the walk --- */
+
+struct entry {
+	struct entry *next;
+	uint64_t hash;
+	char *name;
+	bool existing;        /* a files document has this name */
+	bool seen;            /* the walk produced this name */
+	int64_t length;       /* of the newest revision */
+	int64_t upload_ms;
+	bson_oid_t oid;       /* its _id, when an ObjectId: breaks uploadDate ties */
+	bool has_oid;
+	int64_t mtime_ns;     /* -1: unknown */
+	bool mtime_ms_only;   /* only metadata.mtime (ms) was stored */
+	char sha[65];
+};
+
+struct table {
+	struct entry **slots;
+	size_t nslots, count;
+};
+
+static uint64_t
+hash_name(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+static void
+table_grow(struct table *t)
+{
+	size_t n = t->nslots ? t->nslots * 2 : 1024;
+	struct entry **slots = calloc(n, sizeof *slots);
+	if (!slots)
+		abort();
+	for (size_t i = 0; i < t->nslots; i++) {
+		struct entry *e = t->slots[i], *next;
+		for (; e; e = next) {
+			next = e->next;
+			e->next = slots[e->hash & (n - 1)];
+			slots[e->hash & (n - 1)] = e;
+		}
+	}
+	free(t->slots);
+	t->slots = slots;
+	t->nslots = n;
+}
+
+static struct entry *
+table_find(const struct table *t, const char *name, uint64_t h)
+{
+	if (!t->nslots)
+		return NULL;
+	for (struct entry *e = t->slots[h & (t->nslots - 1)]; e; e = e->next)
+		if (e->hash == h && strcmp(e->name, name) == 0)
+			return e;
+	return NULL;
+}
+
+static struct entry *
+table_get(struct table *t, const char *name, bool *created)
+{
+	uint64_t h = hash_name(name);
+	struct entry *e = table_find(t, name, h);
+	*created = false;
+	if (e)
+		return e;
+	if (t->nslots == 0 || t->count * 4 >= t->nslots * 3)
+		table_grow(t);
+	e = calloc(1, sizeof *e);
+	if (!e || !(e->name = strdup(name)))
+		abort();
+	e->hash = h;
+	e->mtime_ns = -1;
+	e->next = t->slots[h & (t->nslots - 1)];
+	t->slots[h & (t->nslots - 1)] = e;
+	t->count++;
+	*created = true;
+	return e;
+}
+
+static void
+table_free(struct table *t)
+{
+	for (size_t i = 0; i < t->nslots; i++) {
+		struct entry *e = t->slots[i], *next;
+		for (; e; e = next) {
+			next = e->next;
+			free(e->name);
+			free(e);
+		}
+	}
+	free(t->slots);
+	memset(t, 0, sizeof *t);
+}
+
+/* ---- the queue between the walk and the workers ---------------------- */
+
+struct job {
+	struct job *next;
+	char *rel;            /* path bytes relative to the directory */
+	size_t rel_len;
+	char *name;           /* the GridFS filename */
+	bool escaped;         /* rel was not UTF-8: store metadata.rawName */
+	bool replacing;       /* the name exists */
+	char old_sha[65];     /* checksum mode: the stored sha256 to compare with */
+	struct stat st;
+};
+
+struct queue {
+	pthread_mutex_t mu;
+	pthread_cond_t not_empty, not_full;
+	struct job *head, *tail;
+	size_t count, cap;
+	bool closed;
+};
+
+static void
+job_free(struct job *j)
+{
+	if (!j)
+		return;
+	free(j->rel);
+	free(j->name);
+	free(j);
+}
+
+static void
+queue_push(struct queue *q, struct job *j)
+{
+	pthread_mutex_lock(&q->mu);
+	while (q->count >= q->cap)
+		pthread_cond_wait(&q->not_full, &q->mu);
+	if (q->tail)
+		q->tail->next = j;
+	else
+		q->head = j;
+	q->tail = j;
+	q->count++;
+	pthread_cond_signal(&q->not_empty);
+	pthread_mutex_unlock(&q->mu);
+}
+
+/* NULL once the queue is closed and empty. */
+static struct job *
+queue_pop(struct queue *q)
+{
+	pthread_mutex_lock(&q->mu);
+	while (!q->head && !q->closed)
+		pthread_cond_wait(&q->not_empty, &q->mu);
+	struct job *j = q->head;
+	if (j) {
+		q->head = j->next;
+		if (!q->head)
+			q->tail = NULL;
+		q->count--;
+		j->next = NULL;
+		pthread_cond_signal(&q->not_full);
+	}
+	pthread_mutex_unlock(&q->mu);
+	return j;
+}
+
+static void
+queue_close(struct queue *q)
+{
+	pthread_mutex_lock(&q->mu);
+	q->closed = true;
+	pthread_cond_broadcast(&q->not_empty);
+	pthread_mutex_unlock(&q->mu);
+}
+
+/* ---- the import ------------------------------------------------------ */
+
+struct gfs_import {
+	gfs_conn *conn;
+	gfs_import_opts o;
+	char *prefix;             /* normalized */
+	char *uploads_name;       /* <bucket>.gridfsctl_uploads */
+	char owner[300];
+	int root_fd;
+	int32_t chunk_size;
+	atomic_bool cancel;
+	atomic_bool fatal;
+	pthread_mutex_t mu;       /* guards stats, fatal_err and event calls */
+	gfs_error fatal_err;
+	gfs_import_stats st;
+	struct table table;
+	struct queue q;
+	gfs_lock *lock;
+	double started;
+};
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Calls the event callback; the caller holds imp->mu. */
+static void
+emit_locked(gfs_import *imp, enum gfs_import_event_kind kind, const char *path, const char *name,
+            const char *reason)
+{
+	if (!imp->o.on_event)
+		return;
+	imp->st.seconds = now_s() - imp->started;
+	gfs_import_event ev = {kind, imp->o.dry_run, path, name, reason, &imp->st};
+	imp->o.on_event(&ev, imp->o.ctx);
+}
+
+static void
+notice(gfs_import *imp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+notice(gfs_import *imp, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&imp->mu);
+	emit_locked(imp, GFS_IMPORT_NOTICE, NULL, NULL, msg);
+	pthread_mutex_unlock(&imp->mu);
+}
+
+/* A failure before the file got anywhere near the database. */
+static void
+file_failed(gfs_import *imp, const char *rel, const char *name, bool queued, uint64_t size,
+            const char *reason)
+{
+	pthread_mutex_lock(&imp->mu);
+	imp->st.failed++;
+	if (queued) {
+		imp->st.done_files++;
+		imp->st.done_bytes += size;
+	}
+	emit_locked(imp, GFS_IMPORT_FAILED, rel, name, reason);
+	pthread_mutex_unlock(&imp->mu);
+}
+
+static void
+set_fatal(gfs_import *imp, const gfs_error *err)
+{
+	pthread_mutex_lock(&imp->mu);
+	if (!atomic_load(&imp->fatal))
+		imp->fatal_err = *err;
+	atomic_store(&imp->fatal, true);
+	pthread_mutex_unlock(&imp->mu);
+}
+
+static bool
+stopping(gfs_import *imp)
+{
+	return atomic_load(&imp->cancel) || atomic_load(&imp->fatal);
+}
+
+gfs_import *
+gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts)
+{
+	gfs_import *imp = calloc(1, sizeof *imp);
+	if (!imp)
+		abort();
+	imp->conn = conn;
+	imp->o = *opts;
+	if (imp->o.jobs < 1)
+		imp->o.jobs = 1;
+	if (imp->o.keep_revisions < 0)
+		imp->o.keep_revisions = 1;
+	if (imp->o.batch_bytes == 0)
+		imp->o.batch_bytes = GFS_IMPORT_DEFAULT_BATCH;
+	imp->chunk_size = opts->chunk_size > 0 ? opts->chunk_size : GFS_DEFAULT_CHUNK_SIZE;
+	imp->prefix = gfs_prefix_normalize(opts->prefix);
+	imp->uploads_name = bson_strdup_printf("%s.%s", gfs_conn_bucket(conn), GFS_UPLOADS_SUFFIX);
+	char host[256] = "";
+	gethostname(host, sizeof host - 1);
+	snprintf(imp->owner, sizeof imp->owner, "%s/%ld", host, (long)getpid());
+	imp->root_fd = -1;
+	pthread_mutex_init(&imp->mu, NULL);
+	pthread_mutex_init(&imp->q.mu, NULL);
+	pthread_cond_init(&imp->q.not_empty, NULL);
+	pthread_cond_init(&imp->q.not_full, NULL);
+	imp->q.cap = (size_t)imp->o.jobs * QUEUE_PER_JOB;
+	atomic_init(&imp->cancel, false);
+	atomic_init(&imp->fatal, false);
+	return imp;
+}
+
+void
+gfs_import_cancel(gfs_import *imp)
+{
+	atomic_store(&imp->cancel, true);
+}
+
+void
+gfs_import_free(gfs_import *imp)
+{
+	if (!imp)
+		return;
+	struct job *j = imp->q.head, *next;
+	for (; j; j = next) {
+		next = j->next;
+		job_free(j);
+	}
+	table_free(&imp->table);
+	pthread_mutex_destroy(&imp->mu);
+	pthread_mutex_destroy(&imp->q.mu);
+	pthread_cond_destroy(&imp->q.not_empty);
+	pthread_cond_destroy(&imp->q.not_full);
+	if (imp->root_fd >= 0)
+		close(imp->root_fd);
+	free(imp->prefix);
+	bson_free(imp->uploads_name);
+	free(imp);
+}
+
+/* ---- bulk helpers ---------------------------------------------------- */
+
+/* filter = {field: {$in: [values]}} */
+static void
+in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n)
+{
+	bson_t in, arr;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &in);
+	BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
+	for (size_t i = 0; i < n; i++) {
+		char key[16];
+		const char *k;
+		bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
+		BSON_APPEND_VALUE(&arr, k, &values[i]);
+	}
+	bson_append_array_end(&in, &arr);
+	bson_append_document_end(filter, &in);
+}
+
+static bool
+delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
+          const char *what, gfs_error *err)
+{
+	if (n == 0)
+		return true;
+	bson_t filter = BSON_INITIALIZER;
+	in_filter(&filter, field, values, n);
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* Removes files documents first, then their chunks, as the spec orders a delete. */
+static bool
+delete_files(gfs_session *s, const bson_value_t *ids, size_t n, gfs_error *err)
+{
+	return delete_in(s->files, "_id", ids, n, "delete files documents", err) &&
+	       delete_in(s->chunks, "files_id", ids, n, "delete chunks", err);
+}
+
+struct idlist {
+	bson_value_t *v;
+	size_t n, cap;
+};
+
+static void
+idlist_add(struct idlist *l, const bson_value_t *v)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 64;
+		l->v = realloc(l->v, l->cap * sizeof *l->v);
+		if (!l->v)
+			abort();
+	}
+	bson_value_copy(v, &l->v[l->n++]);
+}
+
+static void
+idlist_free(struct idlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		bson_value_destroy(&l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+/*
+ * A new revision that is complete: the older revisions of its name beyond
+ * keep - 1 are to go. The one just written is never among them, whatever
+ * the clocks say.
+ */
+struct newrev {
+	const char *name;
+	bson_oid_t id;
+	int keep;
+	int others;           /* older revisions kept so far, while scanning */
+};
+
+static int
+cmp_newrev(const void *a, const void *b)
+{
+	return strcmp(((const struct newrev *)a)->name, ((const struct newrev *)b)->name);
+}
+
+static bool
+trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
+{
+	if (n == 0)
+		return true;
+	qsort(revs, n, sizeof *revs, cmp_newrev);
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, sort, proj;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "filename", &in);
+	BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
+	for (size_t i = 0; i < n; i++) {
+		char key[16];
+		const char *k;
+		bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
+		BSON_APPEND_UTF8(&arr, k, revs[i].name);
+		revs[i].others = 0;
+	}
+	bson_append_array_end(&in, &arr);
+	bson_append_document_end(&filter, &in);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "filename", 1);
+	BSON_APPEND_INT32(&sort, "uploadDate", -1);
+	BSON_APPEND_INT32(&sort, "_id", -1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	BSON_APPEND_INT32(&proj, "filename", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT32(&opts, "batchSize", 1000);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	struct idlist old = {0};
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it, idit;
+		if (!bson_iter_init_find(&it, doc, "filename") || !BSON_ITER_HOLDS_UTF8(&it) ||
+		    !bson_iter_init_find(&idit, doc, "_id"))
+			continue;
+		struct newrev key = {.name = bson_iter_utf8(&it, NULL)};
+		struct newrev *r = bsearch(&key, revs, n, sizeof *revs, cmp_newrev);
+		if (!r)
+			continue;
+		if (BSON_ITER_HOLDS_OID(&idit) && bson_oid_equal(bson_iter_oid(&idit), &r->id))
+			continue;
+		if (r->others < r->keep - 1) {
+			r->others++;
+			continue;
+		}
+		idlist_add(&old, bson_iter_value(&idit));
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "find old revisions");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	for (size_t i = 0; ok && i < old.n; i += IN_BATCH)
+		ok = delete_files(s, old.v + i, old.n - i < IN_BATCH ? old.n - i : IN_BATCH, err);
+	idlist_free(&old);
+	return ok;
+}
+
+/* ---- recovery of an interrupted run ---------------------------------- */
+
+struct marker {
+	bson_value_t id;
+	char *name;
+	int keep;
+};
+
+static bool
+load_markers(mongoc_collection_t *uploads, struct marker **out, size_t *count, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	BSON_APPEND_INT32(&opts, "batchSize", 1000);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
+	struct marker *m = NULL;
+	size_t n = 0, cap = 0;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		if (!bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			m = realloc(m, cap * sizeof *m);
+			if (!m)
+				abort();
+		}
+		bson_value_copy(bson_iter_value(&it), &m[n].id);
+		m[n].name = NULL;
+		m[n].keep = 1;   /* markers without keep: trim as the default would */
+		if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
+			m[n].name = strdup(bson_iter_utf8(&it, NULL));
+		if (bson_iter_init_find(&it, doc, "keep") && BSON_ITER_HOLDS_NUMBER(&it))
+			m[n].keep = (int)bson_iter_as_int64(&it);
+		n++;
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read upload markers");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	*out = m;
+	*count = n;
+	return ok;
+}
+
+/* Which of ids have a files document: complete[i] set for those. */
+static bool
+find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, gfs_error *err)
+{
+	bson_value_t *ids = calloc(n, sizeof *ids);
+	if (!ids)
+		abort();
+	for (size_t i = 0; i < n; i++)
+		ids[i] = m[i].id;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	in_filter(&filter, "_id", ids, n);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		if (!bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		const bson_value_t *v = bson_iter_value(&it);
+		for (size_t i = 0; i < n; i++)
+			if (!complete[i] && v->value_type == ids[i].value_type && v->value_type == BSON_TYPE_OID &&
+			    bson_oid_equal(&v->value.v_oid, &ids[i].value.v_oid))
+				complete[i] = true;
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "find completed uploads");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	free(ids);
+	return ok;
+}
+
+static bool
+recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, struct marker *m,
+              size_t n, gfs_error *err)
+{
+	bool *complete = calloc(n, sizeof *complete);
+	struct newrev *revs = calloc(n, sizeof *revs);
+	struct idlist orphans = {0}, all = {0};
+	if (!complete || !revs)
+		abort();
+	bool ok = find_complete(s, m, n, complete, err);
+	size_t nrevs = 0;
+	for (size_t i = 0; ok && i < n; i++) {
+		idlist_add(&all, &m[i].id);
+		if (!complete[i]) {
+			idlist_add(&orphans, &m[i].id);
+		} else if (m[i].name && m[i].keep > 0 && m[i].id.value_type == BSON_TYPE_OID) {
+			revs[nrevs].name = m[i].name;
+			bson_oid_copy(&m[i].id.value.v_oid, &revs[nrevs].id);
+			revs[nrevs++].keep = m[i].keep;
+		}
+	}
+	ok = ok && delete_in(s->chunks, "files_id", orphans.v, orphans.n, "remove orphan chunks", err) &&
+	     trim_revisions(s, revs, nrevs, err) &&
+	     delete_in(uploads, "_id", all.v, all.n, "remove upload markers", err);
+	if (ok)
+		imp->st.recovered += orphans.n;
+	idlist_free(&orphans);
+	idlist_free(&all);
+	free(complete);
+	free(revs);
+	return ok;
+}
+
+/*
+ * Finishes what an interrupted import left: we hold the bucket's import
+ * lock, so every marker belongs to a process that is gone.
+ */
+static bool
+recover(gfs_import *imp, gfs_session *s, gfs_error *err)
+{
+	mongoc_collection_t *uploads =
+	    mongoc_client_get_collection(s->client, gfs_conn_db(imp->conn), imp->uploads_name);
+	struct marker *m = NULL;
+	size_t n = 0;
+	bool ok = load_markers(uploads, &m, &n, err);
+	for (size_t i = 0; ok && i < n; i += IN_BATCH)
+		ok = recover_batch(imp, s, uploads, m + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);
+	for (size_t i = 0; i < n; i++) {
+		bson_value_destroy(&m[i].id);
+		free(m[i].name);
+	}
+	free(m);
+	mongoc_collection_destroy(uploads);
+	if (ok && imp->st.recovered)
+		notice(imp, "removed %llu unfinished upload%s left by an interrupted import",
+		       (unsigned long long)imp->st.recovered, imp->st.recovered == 1 ? "" : "s");
+	return ok;
+}
+
+/* ---- the existing state ---------------------------------------------- */
+
+static bool
+iter_int64(bson_iter_t *it, int64_t *out)
+{
+	if (!BSON_ITER_HOLDS_NUMBER(it))
+		return false;
+	*out = bson_iter_as_int64(it);
+	return true;
+}
+
+static void
+read_metadata(bson_iter_t *meta, struct entry *e)
+{
+	bson_iter_t it;
+	int64_t v;
+	e->mtime_ns = -1;
+	e->mtime_ms_only = false;
+	e->sha[0] = '\0';
+	if (!BSON_ITER_HOLDS_DOCUMENT(meta) || !bson_iter_recurse(meta, &it))
+		return;
+	int64_t ms = -1;
+	while (bson_iter_next(&it)) {
+		const char *k = bson_iter_key(&it);
+		if (strcmp(k, "mtimeNs") == 0 && iter_int64(&it, &v)) {
+			e->mtime_ns = v;
+		} else if (strcmp(k, "mtime") == 0) {
+			if (BSON_ITER_HOLDS_DATE_TIME(&it))
+				ms = bson_iter_date_time(&it);
+			else if (iter_int64(&it, &v))
+				ms = v;
+		} else if (strcmp(k, "sha256") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+			uint32_t len;
+			const char *s = bson_iter_utf8(&it, &len);
+			if (len == 64)
+				memcpy(e->sha, s, 65);
+		}
+	}
+	if (e->mtime_ns < 0 && ms >= 0) {
+		e->mtime_ns = ms * 1000000;
+		e->mtime_ms_only = true;
+	}
+}
+
+static void
+add_existing(gfs_import *imp, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "filename") || !BSON_ITER_HOLDS_UTF8(&it))
+		return;
+	bool created;
+	struct entry *e = table_get(&imp->table, bson_iter_utf8(&it, NULL), &created);
+	int64_t upload = 0, length = -1;
+	bool has_oid = false;
+	bson_oid_t oid;
+	if (bson_iter_init_find(&it, doc, "uploadDate") && BSON_ITER_HOLDS_DATE_TIME(&it))
+		upload = bson_iter_date_time(&it);
+	if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it)) {
+		bson_oid_copy(bson_iter_oid(&it), &oid);
+		has_oid = true;
+	}
+	/* Keep the newest revision: the one readers get. */
+	if (e->existing && (upload < e->upload_ms ||
+	                    (upload == e->upload_ms && (!has_oid || !e->has_oid ||
+	                                                bson_oid_compare(&oid, &e->oid) < 0))))
+		return;
+	e->existing = true;
+	e->upload_ms = upload;
+	e->has_oid = has_oid;
+	if (has_oid)
+		bson_oid_copy(&oid, &e->oid);
+	if (bson_iter_init_find(&it, doc, "length"))
+		iter_int64(&it, &length);
+	e->length = length;
+	if (bson_iter_init_find(&it, doc, "metadata"))
+		read_metadata(&it, e);
+	else
+		e->mtime_ns = -1, e->sha[0] = '\0';
+}
+
+static bool
+load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	gfs_prefix_filter(&filter, imp->prefix);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "filename", 1);
+	BSON_APPEND_INT32(&proj, "length", 1);
+	BSON_APPEND_INT32(&proj, "uploadDate", 1);
+	BSON_APPEND_INT32(&proj, "metadata.mtimeNs", 1);
+	BSON_APPEND_INT32(&proj, "metadata.mtime", 1);
+	BSON_APPEND_INT32(&proj, "metadata.sha256", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT32(&opts, "batchSize", 5000);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc))
+		add_existing(imp, doc);
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read the files under the prefix");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	return ok;
+}
+
+/* ---- workers --------------------------------------------------------- */
+
+enum upload_state { UP_READING, UP_DONE, UP_FAILED };
+
+struct upload {
+	bson_value_t id;
+	struct job *job;
+	enum upload_state state;
+	bool marked;              /* its marker is in the uploads collection */
+	int64_t length;
+	char sha[65];
+	char *content_type;
+	struct stat st;           /* as read */
+	char reason[300];
+};
+
+struct worker {
+	gfs_import *imp;
+	pthread_t thread;
+	gfs_session *s;
+	mongoc_collection_t *uploads;
+	gfs_chunk_batch *batch;
+	gfs_magic *magic;
+	uint8_t *buf;
+	struct upload **pending;
+	size_t npending, cap;
+};
+
+static void
+upload_free(struct upload *u)
+{
+	bson_value_destroy(&u->id);
+	job_free(u->job);
+	free(u->content_type);
+	free(u);
+}
+
+static bool
+insert_markers(struct worker *w, gfs_error *err)
+{
+	gfs_import *imp = w->imp;
+	bson_t **docs = calloc(w->npending, sizeof *docs);
+	if (!docs)
+		abort();
+	size_t n = 0;
+	int64_t now = gfs_now_ms();
+	for (size_t i = 0; i < w->npending; i++) {
+		struct upload *u = w->pending[i];
+		if (u->marked)
+			continue;
+		bson_t *d = bson_new();
+		BSON_APPEND_VALUE(d, "_id", &u->id);
+		BSON_APPEND_UTF8(d, "filename", u->job->name);
+		BSON_APPEND_INT32(d, "keep", imp->o.keep_revisions);
+		BSON_APPEND_UTF8(d, "owner", imp->owner);
+		BSON_APPEND_DATE_TIME(d, "started", now);
+		docs[n++] = d;
+	}
+	bool ok = true;
+	if (n) {
+		bson_t opts = BSON_INITIALIZER;
+		BSON_APPEND_BOOL(&opts, "ordered", false);
+		bson_error_t berr;
+		ok = mongoc_collection_insert_many(w->uploads, (const bson_t **)docs, n, &opts, NULL, &berr);
+		if (!ok)
+			gfs_error_from_bson(err, &berr, "insert upload markers");
+		bson_destroy(&opts);
+	}
+	for (size_t i = 0; i < n; i++)
+		bson_destroy(docs[i]);
+	free(docs);
+	if (ok)
+		for (size_t i = 0; i < w->npending; i++)
+			w->pending[i]->marked = true;
+	return ok;
+}
+
+static void
+files_doc(gfs_import *imp, const struct upload *u, int64_t now, bson_t *doc)
+{
+	const struct stat *st = &u->st;
+	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	bson_t meta = BSON_INITIALIZER;
+	/* Floor division, so times before 1970 round the same way as after. */
+	int64_t ms = ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000);
+	BSON_APPEND_DATE_TIME(&meta, "mtime", ms);
+	BSON_APPEND_INT64(&meta, "mtimeNs", ns);
+	BSON_APPEND_INT64(&meta, "size", u->length);
+	BSON_APPEND_INT32(&meta, "mode", (int32_t)(st->st_mode & 07777));
+	if (u->job->escaped)
+		BSON_APPEND_BINARY(&meta, GFS_RAWNAME_FIELD, BSON_SUBTYPE_BINARY,
+		                   (const uint8_t *)u->job->rel, (uint32_t)u->job->rel_len);
+	gfs_files_doc(doc, &u->id, u->job->name, u->length, imp->chunk_size, now, u->content_type,
+	              u->sha, &meta);
+	bson_destroy(&meta);
+}
+
+static bool
+insert_files(struct worker *w, gfs_error *err)
+{
+	bson_t **docs = calloc(w->npending, sizeof *docs);
+	if (!docs)
+		abort();
+	size_t n = 0;
+	int64_t now = gfs_now_ms();
+	for (size_t i = 0; i < w->npending; i++) {
+		if (w->pending[i]->state != UP_DONE)
+			continue;
+		docs[n] = bson_new();
+		files_doc(w->imp, w->pending[i], now, docs[n++]);
+	}
+	bool ok = true;
+	if (n) {
+		bson_t opts = BSON_INITIALIZER;
+		BSON_APPEND_BOOL(&opts, "ordered", false);
+		bson_error_t berr;
+		ok = mongoc_collection_insert_many(w->s->files, (const bson_t **)docs, n, &opts, NULL, &berr);
+		if (!ok)
+			gfs_error_from_bson(err, &berr, "insert files documents");
+		bson_destroy(&opts);
+	}
+	for (size_t i = 0; i < n; i++)
+		bson_destroy(docs[i]);
+	free(docs);
+	return ok;
+}
+
+/* After the files documents: old revisions go, failed uploads' chunks go, then their markers. */
+static bool
+finish_pending(struct worker *w, gfs_error *err)
+{
+	gfs_import *imp = w->imp;
+	struct newrev *revs = calloc(w->npending + 1, sizeof *revs);
+	struct idlist failed = {0}, finished = {0};
+	if (!revs)
+		abort();
+	size_t nrevs = 0;
+	for (size_t i = 0; i < w->npending; i++) {
+		struct upload *u = w->pending[i];
+		if (u->state == UP_READING)
+			continue;
+		idlist_add(&finished, &u->id);
+		if (u->state == UP_FAILED) {
+			idlist_add(&failed, &u->id);
+		} else if (u->job->replacing && imp->o.keep_revisions > 0) {
+			revs[nrevs].name = u->job->name;
+			bson_oid_copy(&u->id.value.v_oid, &revs[nrevs].id);
+			revs[nrevs++].keep = imp->o.keep_revisions;
+		}
+	}
+	bool ok = trim_revisions(w->s, revs, nrevs, err) &&
+	          delete_in(w->s->chunks, "files_id", failed.v, failed.n, "remove chunks of failed files", err) &&
+	          delete_in(w->uploads, "_id", finished.v, finished.n, "remove upload markers", err);
+	idlist_free(&failed);
+	idlist_free(&finished);
+	free(revs);
+	return ok;
+}
+
+static void
+account_pending(struct worker *w)
+{
+	gfs_import *imp = w->imp;
+	size_t keep = 0;
+	pthread_mutex_lock(&imp->mu);
+	for (size_t i = 0; i < w->npending; i++) {
+		struct upload *u = w->pending[i];
+		if (u->state == UP_READING) {
+			w->pending[keep++] = u;
+			continue;
+		}
+		imp->st.done_files++;
+		imp->st.done_bytes += (uint64_t)u->job->st.st_size;
+		if (u->state == UP_FAILED) {
+			imp->st.failed++;
+			emit_locked(imp, GFS_IMPORT_FAILED, u->job->rel, u->job->name, u->reason);
+		} else {
+			if (u->job->replacing)
+				imp->st.replaced++;
+			else
+				imp->st.uploaded++;
+			imp->st.bytes += (uint64_t)u->length;
+			emit_locked(imp, u->job->replacing ? GFS_IMPORT_REPLACED : GFS_IMPORT_UPLOADED,
+			            u->job->rel, u->job->name, NULL);
+		}
+		upload_free(u);
+	}
+	pthread_mutex_unlock(&imp->mu);
+	w->npending = keep;
+}
+
+/*
+ * Sends what is batched: markers for files not yet marked, then the chunks,
+ * then the documents of the files now complete, then the clean-up.
+ */
+static bool
+flush(struct worker *w)
+{
+	gfs_error err;
+	gfs_error_clear(&err);
+	if (gfs_lock_lost(w->imp->lock)) {
+		gfs_error_set(&err, GFS_EBUSY, "lost the import lock (it expired or was taken over)");
+		set_fatal(w->imp, &err);
+		return false;
+	}
+	bool ok = insert_markers(w, &err) && gfs_chunk_batch_flush(w->batch, w->s, &err) &&
+	          insert_files(w, &err) && finish_pending(w, &err);
+	if (!ok) {
+		set_fatal(w->imp, &err);
+		return false;
+	}
+	account_pending(w);
+	return true;
+}
+
+static bool
+flush_if_full(struct worker *w)
+{
+	if (gfs_chunk_batch_bytes(w->batch) < w->imp->o.batch_bytes && w->npending < MAX_PENDING)
+		return true;
+	return flush(w);
+}
+
+static struct upload *
+upload_new(struct worker *w, struct job *j)
+{
+	struct upload *u = calloc(1, sizeof *u);
+	if (!u)
+		abort();
+	u->id.value_type = BSON_TYPE_OID;
+	bson_oid_init(&u->id.value.v_oid, NULL);
+	u->job = j;
+	if (w->npending == w->cap) {
+		w->cap = w->cap ? w->cap * 2 : 64;
+		w->pending = realloc(w->pending, w->cap * sizeof *w->pending);
+		if (!w->pending)
+			abort();
+	}
+	w->pending[w->npending++] = u;
+	return u;
+}
+
+/* Hashes the whole file: 1 and the hex digest, 0 on a read error (errno set). */
+static int
+hash_file(struct worker *w, int fd, char hex[65])
+{
+	gfs_sha256 *h = gfs_sha256_new();
+	ssize_t r;
+	int rc = 1;
+	while ((r = gfs_source_fd(w->buf, (size_t)w->imp->chunk_size, &fd)) > 0)
+		gfs_sha256_update(h, w->buf, (size_t)r);
+	if (r < 0)
+		rc = 0;
+	int saved = errno;
+	gfs_sha256_final(h, hex);
+	errno = saved;
+	return rc;
+}
+
+static bool
+same_file_state(const struct stat *a, const struct stat *b)
+{
+	return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec && a->st_ino == b->st_ino;
+}
+
+static void
+skip_unchanged(gfs_import *imp, struct job *j)
+{
+	pthread_mutex_lock(&imp->mu);
+	imp->st.skipped++;
+	imp->st.done_files++;
+	imp->st.done_bytes += (uint64_t)j->st.st_size;
+	emit_locked(imp, GFS_IMPORT_SKIPPED, j->rel, j->name, NULL);
+	pthread_mutex_unlock(&imp->mu);
+}
+
+/* Reads the open file into the batch as upload u; false on a fatal (backend) error. */
+static bool
+read_into_batch(struct worker *w, int fd, struct upload *u)
+{
+	gfs_import *imp = w->imp;
+	gfs_sha256 *h = gfs_sha256_new();
+	int64_t n = 0;
+	for (;;) {
+		ssize_t r = gfs_source_fd(w->buf, (size_t)imp->chunk_size, &fd);
+		if (r < 0) {
+			snprintf(u->reason, sizeof u->reason, "read: %s", strerror(errno));
+			u->state = UP_FAILED;
+			break;
+		}
+		if (n == 0 && !u->content_type)
+			u->content_type = strdup(imp->o.content_type ? imp->o.content_type
+			                                             : gfs_magic_type(w->magic, w->buf, (size_t)r));
+		if (r == 0)
+			break;
+		gfs_sha256_update(h, w->buf, (size_t)r);
+		gfs_chunk_batch_add(w->batch, &u->id, n++, w->buf, (size_t)r);
+		u->length += r;
+		if (gfs_chunk_batch_bytes(w->batch) >= imp->o.batch_bytes && !flush(w)) {
+			gfs_sha256_final(h, u->sha);
+			return false;
+		}
+		if (r < imp->chunk_size)
+			break;
+	}
+	gfs_sha256_final(h, u->sha);
+	return true;
+}
+
+static void
+process(struct worker *w, struct job *j)
+{
+	gfs_import *imp = w->imp;
+	int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (imp->o.walk.follow_symlinks ? 0 : O_NOFOLLOW);
+	int fd = openat(imp->root_fd, j->rel, flags);
+	struct stat before;
+	char reason[300];
+	if (fd < 0 || fstat(fd, &before) != 0) {
+		snprintf(reason, sizeof reason, "%s: %s", errno == ENOENT ? "vanished" : "cannot open",
+		         strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		file_failed(imp, j->rel, j->name, true, (uint64_t)j->st.st_size, reason);
+		job_free(j);
+		return;
+	}
+	if (!S_ISREG(before.st_mode)) {
+		close(fd);
+		file_failed(imp, j->rel, j->name, true, (uint64_t)j->st.st_size, "not a regular file");
+		job_free(j);
+		return;
+	}
+	if (j->old_sha[0] && before.st_size == j->st.st_size) {
+		char hex[65];
+		if (!hash_file(w, fd, hex)) {
+			snprintf(reason, sizeof reason, "read: %s", strerror(errno));
+			close(fd);
+			file_failed(imp, j->rel, j->name, true, (uint64_t)j->st.st_size, reason);
+			job_free(j);
+			return;
+		}
+		if (strcmp(hex, j->old_sha) == 0) {
+			close(fd);
+			skip_unchanged(imp, j);
+			job_free(j);
+			return;
+		}
+		lseek(fd, 0, SEEK_SET);
+	}
+	struct upload *u = upload_new(w, j);
+	u->st = before;
+	if (!read_into_batch(w, fd, u)) {
+		close(fd);
+		return;
+	}
+	struct stat after;
+	if (u->state == UP_READING) {
+		if (fstat(fd, &after) != 0 || !same_file_state(&before, &after) ||
+		    u->length != (int64_t)before.st_size) {
+			snprintf(u->reason, sizeof u->reason, "changed while being read; not stored");
+			u->state = UP_FAILED;
+		} else {
+			u->state = UP_DONE;
+		}
+	}
+	close(fd);
+	flush_if_full(w);
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	gfs_import *imp = w->imp;
+	struct job *j;
+	while ((j = queue_pop(&imp->q)) != NULL) {
+		if (stopping(imp)) {
+			job_free(j);   /* canceled: drop what has not started */
+			continue;
+		}
+		process(w, j);
+	}
+	/* Files in flight are finished even when canceled, so a stop leaves nothing half-done. */
+	if (!atomic_load(&imp->fatal) && w->npending)
+		flush(w);
+	return NULL;
+}
+
+static bool
+workers_start(gfs_import *imp, struct worker *ws, gfs_error *err)
+{
+	for (int i = 0; i < imp->o.jobs; i++) {
+		struct worker *w = &ws[i];
+		w->imp = imp;
+		if (!(w->magic = gfs_magic_open(err)))
+			return false;
+		w->s = gfs_session_pop(imp->conn);
+		w->uploads = mongoc_client_get_collection(w->s->client, gfs_conn_db(imp->conn),
+		                                          imp->uploads_name);
+		w->batch = gfs_chunk_batch_new(imp->o.batch_bytes);
+		w->buf = malloc((size_t)imp->chunk_size);
+		if (!w->buf)
+			abort();
+	}
+	/* Signals go to the walking thread, which the caller set up to handle them. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (int i = 0; i < imp->o.jobs; i++)
+		if (pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]) != 0)
+			abort();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return true;
+}
+
+static void
+workers_free(struct worker *ws, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct worker *w = &ws[i];
+		for (size_t k = 0; k < w->npending; k++)
+			upload_free(w->pending[k]);
+		free(w->pending);
+		gfs_chunk_batch_free(w->batch);
+		if (w->uploads)
+			mongoc_collection_destroy(w->uploads);
+		gfs_session_push(w->s);
+		gfs_magic_close(w->magic);
+		free(w->buf);
+	}
+	free(ws);
+}
+
+/* ---- the walk -------------------------------------------------------- */
+
+static bool
+unchanged(const struct entry *e, const struct stat *st)
+{
+	if (e->length != (int64_t)st->st_size || e->mtime_ns < 0)
+		return false;
+	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	if (e->mtime_ms_only)
+		return e->mtime_ns / 1000000 == (ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000));
+	return e->mtime_ns == ns;
+}
+
+/* Dry run with checksums: the walk hashes the file itself. */
+static bool
+dry_same_content(gfs_import *imp, const char *rel, const char *sha, bool *same, char *reason,
+                 size_t len)
+{
+	int fd = openat(imp->root_fd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		snprintf(reason, len, "cannot open: %s", strerror(errno));
+		return false;
+	}
+	struct worker w = {.imp = imp, .buf = malloc((size_t)imp->chunk_size)};
+	if (!w.buf)
+		abort();
+	char hex[65];
+	bool ok = hash_file(&w, fd, hex) == 1;
+	if (!ok)
+		snprintf(reason, len, "read: %s", strerror(errno));
+	free(w.buf);
+	close(fd);
+	*same = ok && strcmp(hex, sha) == 0;
+	return ok;
+}
+
+static void
+dry_run_file(gfs_import *imp, struct job *j)
+{
+	if (j->old_sha[0]) {
+		bool same;
+		char reason[300];
+		if (!dry_same_content(imp, j->rel, j->old_sha, &same, reason, sizeof reason)) {
+			file_failed(imp, j->rel, j->name, true, (uint64_t)j->st.st_size, reason);
+			return;
+		}
+		if (same) {
+			skip_unchanged(imp, j);
+			return;
+		}
+	}
+	pthread_mutex_lock(&imp->mu);
+	if (j->replacing)
+		imp->st.replaced++;
+	else
+		imp->st.uploaded++;
+	imp->st.bytes += (uint64_t)j->st.st_size;
+	imp->st.done_files++;
+	imp->st.done_bytes += (uint64_t)j->st.st_size;
+	emit_locked(imp, j->replacing ? GFS_IMPORT_REPLACED : GFS_IMPORT_UPLOADED, j->rel, j->name, NULL);
+	pthread_mutex_unlock(&imp->mu);
+}
+
+static void
+walk_failed(gfs_import *imp, const gfs_walk_entry *e, bool incomplete)
+{
+	pthread_mutex_lock(&imp->mu);
+	imp->st.failed++;
+	if (incomplete)
+		imp->st.walk_errors = true;
+	emit_locked(imp, GFS_IMPORT_FAILED, e->rel, NULL, e->reason);
+	pthread_mutex_unlock(&imp->mu);
+}
+
+static bool
+on_walk(const gfs_walk_entry *e, void *ctx)
+{
+	gfs_import *imp = ctx;
+	if (stopping(imp))
+		return false;
+	switch (e->kind) {
+	case GFS_WALK_SYMLINK: return true;
+	case GFS_WALK_ERROR: walk_failed(imp, e, true); return true;
+	case GFS_WALK_SPECIAL: walk_failed(imp, e, false); return true;
+	case GFS_WALK_FILE: break;
+	}
+	pthread_mutex_lock(&imp->mu);
+	imp->st.scanned++;
+	pthread_mutex_unlock(&imp->mu);
+
+	bool escaped;
+	char *rel_name = gfs_name_from_bytes(e->rel, e->rel_len, &escaped);
+	char *name = gfs_prefix_join(imp->prefix, rel_name);
+	free(rel_name);
+	char reason[300];
+	if (strlen(name) > GFS_IMPORT_MAX_NAME) {
+		snprintf(reason, sizeof reason, "name too long (%zu bytes, at most %d)", strlen(name),
+		         GFS_IMPORT_MAX_NAME);
+		file_failed(imp, e->rel, NULL, false, 0, reason);
+		free(name);
+		return true;
+	}
+	bool created;
+	struct entry *ent = table_get(&imp->table, name, &created);
+	if (ent->seen) {
+		snprintf(reason, sizeof reason,
+		         "name collision: another path was already stored as '%s' (non-UTF-8 bytes are "
+		         "written as %%XX)", name);
+		file_failed(imp, e->rel, name, false, 0, reason);
+		free(name);
+		return true;
+	}
+	ent->seen = true;
+	struct job *j = calloc(1, sizeof *j);
+	if (!j || !(j->rel = malloc(e->rel_len + 1)))
+		abort();
+	memcpy(j->rel, e->rel, e->rel_len + 1);
+	j->rel_len = e->rel_len;
+	j->name = name;
+	j->escaped = escaped;
+	j->st = *e->st;
+	j->replacing = ent->existing;
+	if (ent->existing && !imp->o.checksum && unchanged(ent, e->st)) {
+		skip_unchanged(imp, j);
+		job_free(j);
+		return true;
+	}
+	if (ent->existing && imp->o.checksum && ent->sha[0] && ent->length == (int64_t)e->st->st_size)
+		memcpy(j->old_sha, ent->sha, 65);
+	pthread_mutex_lock(&imp->mu);
+	imp->st.queued_files++;
+	imp->st.queued_bytes += (uint64_t)e->st->st_size;
+	pthread_mutex_unlock(&imp->mu);
+	if (imp->o.dry_run) {
+		dry_run_file(imp, j);
+		job_free(j);
+		return true;
+	}
+	queue_push(&imp->q, j);
+	return true;
+}
+
+/* ---- --delete -------------------------------------------------------- */
+
+static int
+cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool
+delete_batch(gfs_import *imp, gfs_session *s, char **names, size_t n, gfs_error *err)
+{
+	if (!imp->o.dry_run) {
+		bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, proj;
+		BSON_APPEND_DOCUMENT_BEGIN(&filter, "filename", &in);
+		BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
+		for (size_t i = 0; i < n; i++) {
+			char key[16];
+			const char *k;
+			bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
+			BSON_APPEND_UTF8(&arr, k, names[i]);
+		}
+		bson_append_array_end(&in, &arr);
+		bson_append_document_end(&filter, &in);
+		BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+		BSON_APPEND_INT32(&proj, "_id", 1);
+		bson_append_document_end(&opts, &proj);
+		mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+		struct idlist ids = {0};
+		const bson_t *doc;
+		while (mongoc_cursor_next(cur, &doc)) {
+			bson_iter_t it;
+			if (bson_iter_init_find(&it, doc, "_id"))
+				idlist_add(&ids, bson_iter_value(&it));
+		}
+		bson_error_t berr;
+		bool ok = !mongoc_cursor_error(cur, &berr);
+		if (!ok)
+			gfs_error_from_bson(err, &berr, "find files to delete");
+		mongoc_cursor_destroy(cur);
+		bson_destroy(&filter);
+		bson_destroy(&opts);
+		for (size_t i = 0; ok && i < ids.n; i += IN_BATCH)
+			ok = delete_files(s, ids.v + i, ids.n - i < IN_BATCH ? ids.n - i : IN_BATCH, err);
+		idlist_free(&ids);
+		if (!ok)
+			return false;
+	}
+	pthread_mutex_lock(&imp->mu);
+	for (size_t i = 0; i < n; i++) {
+		imp->st.deleted++;
+		emit_locked(imp, GFS_IMPORT_DELETED, NULL, names[i], NULL);
+	}
+	pthread_mutex_unlock(&imp->mu);
+	return true;
+}
+
+static bool
+delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
+{
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	for (size_t i = 0; i < imp->table.nslots; i++) {
+		for (struct entry *e = imp->table.slots[i]; e; e = e->next) {
+			if (!e->existing || e->seen)
+				continue;
+			/* Names the walk would not have taken (excluded, hidden, temporary) are left alone. */
+			const char *rel = gfs_prefix_strip(imp->prefix, e->name);
+			if (!rel || !*rel || !gfs_walk_path_selected(&imp->o.walk, rel))
+				continue;
+			if (n == cap) {
+				cap = cap ? cap * 2 : 64;
+				names = realloc(names, cap * sizeof *names);
+				if (!names)
+					abort();
+			}
+			names[n++] = e->name;
+		}
+	}
+	qsort(names, n, sizeof *names, cmp_str);
+	bool ok = true;
+	for (size_t i = 0; ok && i < n && !atomic_load(&imp->cancel); i += IN_BATCH)
+		ok = delete_batch(imp, s, names + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);
+	free(names);
+	return ok;
+}
+
+/* ---- run ------------------------------------------------------------- */
+
+static bool
+prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
+{
+	imp->root_fd = open(imp->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (imp->root_fd < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", imp->o.dir, strerror(errno));
+		return false;
+	}
+	if (!imp->o.dry_run) {
+		if (!gfs_ensure_indexes(s, err))
+			return false;
+		imp->lock = gfs_lock_acquire(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
+		if (!imp->lock)
+			return false;
+		if (!recover(imp, s, err))
+			return false;
+	}
+	return load_existing(imp, s, err);
+}
+
+bool
+gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
+{
+	imp->started = now_s();
+	gfs_error_clear(err);
+	gfs_session *s = gfs_session_pop(imp->conn);
+	bool ok = prepare(imp, s, err);
+	struct worker *ws = NULL;
+	int nworkers = 0;
+	if (ok && !imp->o.dry_run) {
+		ws = calloc((size_t)imp->o.jobs, sizeof *ws);
+		if (!ws)
+			abort();
+		nworkers = imp->o.jobs;
+		ok = workers_start(imp, ws, err);
+		if (!ok)
+			nworkers = 0;
+	}
+	if (ok) {
+		gfs_error werr;
+		if (!gfs_walk(imp->o.dir, &imp->o.walk, on_walk, imp, &werr) && werr.code != GFS_ECANCELED) {
+			*err = werr;
+			ok = false;
+		}
+		queue_close(&imp->q);
+		for (int i = 0; i < nworkers; i++)
+			pthread_join(ws[i].thread, NULL);
+	}
+	if (ws)
+		workers_free(ws, imp->o.jobs);
+	if (ok && atomic_load(&imp->fatal)) {
+		*err = imp->fatal_err;
+		ok = false;
+	}
+	if (ok && imp->o.delete_missing && !atomic_load(&imp->cancel)) {
+		if (imp->st.walk_errors)
+			notice(imp, "not deleting anything: parts of the directory could not be read");
+		else
+			ok = delete_missing(imp, s, err);
+	}
+	if (ok && atomic_load(&imp->cancel)) {
+		gfs_error_set(err, GFS_ECANCELED, "interrupted; run again to finish");
+		ok = false;
+	}
+	gfs_lock_release(imp->lock);
+	imp->lock = NULL;
+	gfs_session_push(s);
+	imp->st.seconds = now_s() - imp->started;
+	*stats = imp->st;
+	return ok;
+}

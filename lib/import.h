@@ -1,0 +1,107 @@
+/*
+ * import: load a directory tree into a bucket, fast, idempotent and
+ * resumable.
+ *
+ * The pipeline: one query reads the state of every file under the prefix
+ * into a table; the walk (the calling thread) skips files whose size and
+ * mtime (or, with checksum, sha256) match, and queues the rest on a bounded
+ * queue; worker threads, each with its own session and libmagic handle,
+ * read, hash and type files and batch their chunks across many files into
+ * bulk inserts; a file's document is inserted only after all its chunks are
+ * acknowledged, and older revisions of its name are removed only after that.
+ *
+ * Resumability: before the first chunk of a file is sent, a marker
+ * {_id: files_id, filename, keep} goes into <bucket>.gridfsctl_uploads; it
+ * is removed once the file is complete and its old revisions are gone. The
+ * next import (holding the bucket's "import" lock, so no other import can
+ * be writing) finishes or undoes whatever the markers name: chunks without
+ * a files document are removed, old revisions of completed files trimmed.
+ * Readers never see a partial file, since they find files documents first.
+ */
+#ifndef GFS_IMPORT_H
+#define GFS_IMPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gfs.h"
+#include "walk.h"
+
+#define GFS_UPLOADS_SUFFIX "gridfsctl_uploads"
+#define GFS_IMPORT_LOCK "import"
+/* The longest stored name, in bytes: the index key limit of MongoDB before 4.2. */
+#define GFS_IMPORT_MAX_NAME 1024
+#define GFS_IMPORT_DEFAULT_BATCH (8u * 1024 * 1024)
+#define GFS_IMPORT_DEFAULT_JOBS 4
+
+typedef struct gfs_import_stats {
+	uint64_t scanned;    /* regular files found by the walk and selected */
+	uint64_t uploaded;   /* stored under a name that did not exist */
+	uint64_t replaced;   /* stored as a new revision of an existing name */
+	uint64_t skipped;    /* unchanged */
+	uint64_t deleted;    /* names removed by delete_missing */
+	uint64_t failed;     /* files and directories that could not be imported */
+	uint64_t bytes;      /* content bytes stored (or, dry run, that would be) */
+	uint64_t recovered;  /* unfinished uploads of an interrupted run removed */
+	uint64_t queued_files, queued_bytes;   /* found to need uploading so far */
+	uint64_t done_files, done_bytes;       /* of those, finished (stored or failed) */
+	double seconds;
+	bool walk_errors;    /* some directory or entry could not be walked */
+} gfs_import_stats;
+
+enum gfs_import_event_kind {
+	GFS_IMPORT_UPLOADED,
+	GFS_IMPORT_REPLACED,
+	GFS_IMPORT_SKIPPED,
+	GFS_IMPORT_DELETED,
+	GFS_IMPORT_FAILED,   /* path and/or name, with reason */
+	GFS_IMPORT_NOTICE,   /* reason only: something the user should know */
+};
+
+typedef struct gfs_import_event {
+	enum gfs_import_event_kind kind;
+	bool dry_run;              /* the action would be taken */
+	const char *path;          /* path bytes relative to the directory (maybe not UTF-8), or NULL */
+	const char *name;          /* the GridFS filename, or NULL */
+	const char *reason;        /* for FAILED and NOTICE */
+	const gfs_import_stats *stats;
+} gfs_import_event;
+
+/* Called from any thread, one call at a time. */
+typedef void (*gfs_import_event_fn)(const gfs_import_event *ev, void *ctx);
+
+typedef struct gfs_import_opts {
+	const char *dir;
+	const char *prefix;          /* NULL or "": the bucket's top level */
+	gfs_walk_opts walk;
+	const char *content_type;    /* NULL: from libmagic */
+	bool checksum;               /* compare sha256 instead of size and mtime */
+	bool delete_missing;         /* remove names under the prefix missing on disk */
+	bool dry_run;
+	int keep_revisions;          /* revisions of a name to keep in all; 0: every one */
+	int jobs;                    /* worker threads, >= 1 */
+	size_t batch_bytes;          /* chunk data per bulk insert */
+	int32_t chunk_size;          /* 0: the default */
+	int lock_ttl;                /* seconds; 0: the default */
+	gfs_import_event_fn on_event;
+	void *ctx;
+} gfs_import_opts;
+
+typedef struct gfs_import gfs_import;
+
+gfs_import *gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts);
+/*
+ * Runs the import. False on a fatal error (the directory cannot be opened,
+ * the backend fails, the lock is held: GFS_EBUSY) or when canceled
+ * (GFS_ECANCELED); stats are filled in either way. Problems with single
+ * files are events and counted in stats->failed, not fatal.
+ */
+bool gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err);
+/*
+ * Asks a running import to stop after the files in flight: safe to call
+ * from a signal handler.
+ */
+void gfs_import_cancel(gfs_import *imp);
+void gfs_import_free(gfs_import *imp);
+
+#endif

@@ -1,0 +1,348 @@
+/* Database-held advisory locks with a heartbeat. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lock.h"
+
+struct gfs_lock {
+	gfs_session *s;
+	mongoc_collection_t *coll;
+	char *name;
+	char owner[512];
+	int ttl_s;
+	int64_t expires_ms;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	bool stop;
+	atomic_bool lost;
+};
+
+struct identity {
+	char host[256];
+	char boot[64];
+	long pid;
+	long long start;   /* process start time, clock ticks after boot */
+};
+
+static void
+read_line(const char *path, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fgets(buf, (int)len, f))
+		buf[strcspn(buf, "\n")] = '\0';
+	fclose(f);
+}
+
+/* Field 22 of /proc/PID/stat, or -1 when there is no such process. */
+static long long
+process_start(long pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+	read_line(path, buf, sizeof buf);
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	/* After the command name: state is field 3, start time field 22. */
+	for (int field = 2; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtoll(p + 1, NULL, 10) : -1;
+}
+
+static void
+identity_self(struct identity *id)
+{
+	memset(id, 0, sizeof *id);
+	if (gethostname(id->host, sizeof id->host - 1) != 0)
+		strcpy(id->host, "unknown");
+	read_line("/proc/sys/kernel/random/boot_id", id->boot, sizeof id->boot);
+	id->pid = (long)getpid();
+	id->start = process_start(id->pid);
+}
+
+static void
+lock_doc(bson_t *doc, const char *name, const struct identity *id, const char *owner,
+         int64_t now, int64_t expires)
+{
+	BSON_APPEND_UTF8(doc, "_id", name);
+	BSON_APPEND_UTF8(doc, "owner", owner);
+	BSON_APPEND_UTF8(doc, "host", id->host);
+	BSON_APPEND_UTF8(doc, "bootId", id->boot);
+	BSON_APPEND_INT64(doc, "pid", id->pid);
+	BSON_APPEND_INT64(doc, "startTime", id->start);
+	BSON_APPEND_DATE_TIME(doc, "acquired", now);
+	BSON_APPEND_DATE_TIME(doc, "expires", expires);
+}
+
+static const char *
+doc_str(const bson_t *doc, const char *key)
+{
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it))
+		return bson_iter_utf8(&it, NULL);
+	return "";
+}
+
+static int64_t
+doc_int(const bson_t *doc, const char *key)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, key))
+		return -1;
+	if (BSON_ITER_HOLDS_DATE_TIME(&it))
+		return bson_iter_date_time(&it);
+	if (BSON_ITER_HOLDS_NUMBER(&it))
+		return bson_iter_as_int64(&it);
+	return -1;
+}
+
+/* A holder on this host since this boot whose process is gone can be taken over at once. */
+static bool
+holder_gone(const bson_t *held, const struct identity *me)
+{
+	if (strcmp(doc_str(held, "host"), me->host) != 0 || !me->boot[0] ||
+	    strcmp(doc_str(held, "bootId"), me->boot) != 0)
+		return false;
+	long pid = (long)doc_int(held, "pid");
+	if (pid <= 0)
+		return false;
+	long long start = process_start(pid);
+	return start < 0 || start != doc_int(held, "startTime");
+}
+
+static void
+busy_error(gfs_error *err, const char *name, const bson_t *held)
+{
+	char since[32], until[32];
+	gfs_iso8601(doc_int(held, "acquired"), since);
+	gfs_iso8601(doc_int(held, "expires"), until);
+	gfs_error_set(err, GFS_EBUSY,
+	              "lock '%s' is held by pid %lld on %s since %s (expires %s unless renewed)",
+	              name, (long long)doc_int(held, "pid"), doc_str(held, "host"), since, until);
+}
+
+/* 1: taken over, 0: still held by someone alive (err set), -1: error. */
+static int
+try_takeover(gfs_lock *l, const struct identity *me, const bson_t *held, const bson_t *mine,
+             gfs_error *err)
+{
+	int64_t expires = doc_int(held, "expires");
+	if (expires > gfs_now_ms() && !holder_gone(held, me)) {
+		busy_error(err, l->name, held);
+		return 0;
+	}
+	/* Compare-and-swap on the stale holder, so that two takers cannot both win. */
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply;
+	BSON_APPEND_UTF8(&filter, "_id", l->name);
+	BSON_APPEND_UTF8(&filter, "owner", doc_str(held, "owner"));
+	BSON_APPEND_DATE_TIME(&filter, "expires", expires);
+	BSON_APPEND_DOCUMENT(&update, "$set", mine);
+	bson_error_t berr;
+	int rc = -1;
+	if (mongoc_collection_update_one(l->coll, &filter, &update, NULL, &reply, &berr)) {
+		bson_iter_t it;
+		rc = bson_iter_init_find(&it, &reply, "matchedCount") && bson_iter_as_int64(&it) == 1;
+		if (!rc)
+			busy_error(err, l->name, held);
+	} else {
+		gfs_error_from_bson(err, &berr, "take over lock");
+	}
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	bson_destroy(&reply);
+	return rc;
+}
+
+static bool
+find_holder(gfs_lock *l, bson_t *out, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "_id", l->name);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(l->coll, &filter, NULL, NULL);
+	const bson_t *doc;
+	bool found = mongoc_cursor_next(cur, &doc);
+	if (found)
+		bson_copy_to(doc, out);
+	bson_error_t berr;
+	if (!found && mongoc_cursor_error(cur, &berr))
+		gfs_error_from_bson(err, &berr, "read lock");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	return found;
+}
+
+static bool
+take(gfs_lock *l, gfs_error *err)
+{
+	struct identity me;
+	identity_self(&me);
+	snprintf(l->owner, sizeof l->owner, "%s/%s/%ld/%lld", me.host, me.boot, me.pid, me.start);
+	/* A few rounds: the holder may release or be taken over between our steps. */
+	for (int round = 0; round < 3; round++) {
+		int64_t now = gfs_now_ms();
+		l->expires_ms = now + (int64_t)l->ttl_s * 1000;
+		bson_t mine = BSON_INITIALIZER, reply;
+		lock_doc(&mine, l->name, &me, l->owner, now, l->expires_ms);
+		bson_error_t berr;
+		bool ok = mongoc_collection_insert_one(l->coll, &mine, NULL, &reply, &berr);
+		bson_destroy(&reply);
+		if (ok) {
+			bson_destroy(&mine);
+			return true;
+		}
+		if (berr.code != 11000) {
+			bson_destroy(&mine);
+			gfs_error_from_bson(err, &berr, "take lock");
+			return false;
+		}
+		bson_t held;
+		gfs_error ferr;
+		gfs_error_clear(&ferr);
+		if (!find_holder(l, &held, &ferr)) {
+			bson_destroy(&mine);
+			if (ferr.code != GFS_OK) {
+				*err = ferr;
+				return false;
+			}
+			continue;
+		}
+		bson_t set = BSON_INITIALIZER;
+		bson_iter_t it;
+		/* $set may not name _id; copy the rest. */
+		if (bson_iter_init(&it, &mine))
+			while (bson_iter_next(&it))
+				if (strcmp(bson_iter_key(&it), "_id") != 0)
+					BSON_APPEND_VALUE(&set, bson_iter_key(&it), bson_iter_value(&it));
+		int rc = try_takeover(l, &me, &held, &set, err);
+		bson_destroy(&set);
+		bson_destroy(&held);
+		bson_destroy(&mine);
+		return rc == 1;
+	}
+	gfs_error_set(err, GFS_EBUSY, "lock '%s' is changing hands; try again", l->name);
+	return false;
+}
+
+static bool
+renew(gfs_lock *l)
+{
+	int64_t expires = gfs_now_ms() + (int64_t)l->ttl_s * 1000;
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, reply;
+	BSON_APPEND_UTF8(&filter, "_id", l->name);
+	BSON_APPEND_UTF8(&filter, "owner", l->owner);
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+	BSON_APPEND_DATE_TIME(&set, "expires", expires);
+	bson_append_document_end(&update, &set);
+	bson_error_t berr;
+	bool ok = mongoc_collection_update_one(l->coll, &filter, &update, NULL, &reply, &berr);
+	bool still_ours = true;
+	if (ok) {
+		bson_iter_t it;
+		still_ours = !(bson_iter_init_find(&it, &reply, "matchedCount") && bson_iter_as_int64(&it) == 0);
+		l->expires_ms = expires;
+	}
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	bson_destroy(&reply);
+	/* A failed renewal is retried; the lock is lost only once it has run out. */
+	if (!ok && gfs_now_ms() >= l->expires_ms)
+		return false;
+	return still_ours;
+}
+
+static void *
+heartbeat(void *arg)
+{
+	gfs_lock *l = arg;
+	pthread_mutex_lock(&l->mu);
+	while (!l->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += l->ttl_s / 3 > 0 ? l->ttl_s / 3 : 1;
+		pthread_cond_timedwait(&l->cond, &l->mu, &ts);
+		if (l->stop)
+			break;
+		pthread_mutex_unlock(&l->mu);
+		bool ok = renew(l);
+		pthread_mutex_lock(&l->mu);
+		if (!ok) {
+			atomic_store(&l->lost, true);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+gfs_lock *
+gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
+{
+	gfs_lock *l = calloc(1, sizeof *l);
+	if (!l)
+		abort();
+	l->name = strdup(name);
+	l->ttl_s = ttl_s > 0 ? ttl_s : GFS_LOCK_DEFAULT_TTL;
+	l->s = gfs_session_pop(conn);
+	char *coll = bson_strdup_printf("%s.%s", gfs_conn_bucket(conn), GFS_LOCKS_SUFFIX);
+	l->coll = mongoc_client_get_collection(l->s->client, gfs_conn_db(conn), coll);
+	bson_free(coll);
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cond, NULL);
+	if (!take(l, err)) {
+		mongoc_collection_destroy(l->coll);
+		gfs_session_push(l->s);
+		pthread_mutex_destroy(&l->mu);
+		pthread_cond_destroy(&l->cond);
+		free(l->name);
+		free(l);
+		return NULL;
+	}
+	/* The heartbeat must not take the signals the caller handles. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&l->thread, NULL, heartbeat, l) != 0)
+		abort();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return l;
+}
+
+bool
+gfs_lock_lost(gfs_lock *l)
+{
+	return l && atomic_load(&l->lost);
+}
+
+void
+gfs_lock_release(gfs_lock *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->stop = true;
+	pthread_cond_signal(&l->cond);
+	pthread_mutex_unlock(&l->mu);
+	pthread_join(l->thread, NULL);
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "_id", l->name);
+	BSON_APPEND_UTF8(&filter, "owner", l->owner);
+	mongoc_collection_delete_one(l->coll, &filter, NULL, NULL, NULL);
+	bson_destroy(&filter);
+	mongoc_collection_destroy(l->coll);
+	gfs_session_push(l->s);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cond);
+	free(l->name);
+	free(l);
+}

@@ -1,0 +1,30 @@
+/*
+ * Advisory locks kept in the database, so that two processes on any hosts
+ * do not run the same job on one bucket at once (two imports, or an import
+ * and a repair that removes unfinished uploads).
+ *
+ * A lock is the document {_id: NAME} in the collection
+ * <bucket>.gridfsctl_locks, holding its owner (host, boot id, pid, process
+ * start time) and an expiry that a thread renews every ttl/3 seconds. A lock
+ * is stale, and may be taken over, once its expiry has passed (hosts' clocks
+ * must roughly agree), or at once when its owner ran on this host since the
+ * same boot and that process is gone (a kill -9 leaves no wait behind).
+ */
+#ifndef GFS_LOCK_H
+#define GFS_LOCK_H
+
+#include "gfs.h"
+
+#define GFS_LOCKS_SUFFIX "gridfsctl_locks"
+#define GFS_LOCK_DEFAULT_TTL 60
+
+typedef struct gfs_lock gfs_lock;
+
+/* Takes the lock or fails with GFS_EBUSY naming the holder (or GFS_EBACKEND). */
+gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err);
+/* True once the lock was taken over by another process or could not be renewed in time. */
+bool gfs_lock_lost(gfs_lock *l);
+/* Stops renewing and removes the lock document if it is still ours. */
+void gfs_lock_release(gfs_lock *l);
+
+#endif

@@ -37,6 +37,7 @@ ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/asan/unit/%,$(UNIT_SRC))
 MAN_SRC := $(wildcard man/*.scd)
 MAN_OUT := $(patsubst man/%.scd,$(B)/man/%,$(MAN_SRC))
 
+.DEFAULT_GOAL := all
 .PHONY: all asan unit man check check-unit check-integration demo install clean backend deps
 
 deps:

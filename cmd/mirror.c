@@ -320,7 +320,7 @@ print_summary(struct mirror *m, double seconds)
 	BSON_APPEND_INT64(&doc, "failed", (int64_t)atomic_load(&m->failed));
 	BSON_APPEND_INT64(&doc, "refused", (int64_t)m->refused);
 	BSON_APPEND_INT64(&doc, "bytes", (int64_t)atomic_load(&m->bytes));
-	BSON_APPEND_DOUBLE(&doc, "seconds", seconds);
+	BSON_APPEND_DOUBLE(&doc, "seconds", (double)(int64_t)(seconds * 1000 + 0.5) / 1000);
 	BSON_APPEND_BOOL(&doc, "interrupted", interrupted != 0);
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
@@ -441,16 +441,18 @@ static int
 mirror_run(struct mirror *m)
 {
 	double started = now_s();
-	int rc = open_root(m);
-	if (rc != EXIT_OK)
-		return rc;
 	m->conn = connect_or_warn();
 	if (!m->conn)
 		return EXIT_USAGE;
 	catch_signals();
+	/* The listing first: an unreachable backend should leave no empty DIR behind. */
 	gfs_error err;
-	if (!load_plan(m, &err)) {
+	int rc = EXIT_OK;
+	if (!load_plan(m, &err))
 		rc = fail(&err);
+	else
+		rc = open_root(m);
+	if (rc != EXIT_OK) {
 		gfs_mirror_plan_free(&m->plan);
 		gfs_conn_close(m->conn);
 		return rc;

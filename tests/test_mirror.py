@@ -1,0 +1,476 @@
+"""gridfsctl mirror against the real backend: round trips, incremental runs, hostile names, damage.
+
+Files are put into GridFS with pymongo's GridFSBucket carrying the metadata
+that import stores (sha256, size, mtime, mtimeNs, mode, contentType, and
+rawName for names that are not UTF-8). When `gridfsctl import` works, a true
+import -> mirror round trip runs too.
+"""
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import resource
+import signal
+import stat as statmod
+import subprocess
+
+import pytest
+from bson import Binary
+
+from conftest import sha256
+
+CHUNK = 255 * 1024
+
+
+def meta_for(data, mtime_ns, mode, raw=None):
+    md = {
+        "sha256": sha256(data),
+        "size": len(data),
+        "mtime": datetime.datetime.fromtimestamp(mtime_ns // 10**6 / 1000, tz=datetime.timezone.utc),
+        "mtimeNs": mtime_ns,
+        "mode": mode,
+        "contentType": "application/octet-stream",
+    }
+    if raw is not None:
+        md["rawName"] = Binary(raw)
+    return md
+
+
+def store(bucket, name, data, mtime_ns=1_600_000_000_123_456_789, mode=0o644, raw=None, meta=None):
+    md = meta if meta is not None else meta_for(data, mtime_ns, mode, raw)
+    return bucket.upload_from_stream(name, data, metadata=md)
+
+
+def make_tree(root):
+    """A small tree like the poster tree, with the awkward cases: empty, multi-chunk, UTF-8, modes, ns mtimes."""
+    files = {
+        "00/01/a.jpg": os.urandom(40_000),
+        "00/01/b.jpg": os.urandom(1),
+        "00/02/empty.jpg": b"",
+        "ff/big.bin": os.urandom(3 * CHUNK + 17),
+        "ff/exact.bin": os.urandom(CHUNK),
+        "caf\u00e9/\u00fcber \u65e5\u672c.jpg": b"utf-8 name",
+        "top.txt": b"top\n",
+    }
+    for i, (rel, data) in enumerate(sorted(files.items())):
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        os.chmod(p, [0o644, 0o600, 0o640, 0o755][i % 4])
+        ns = 1_500_000_000_000_000_000 + i * 1_000_000_007 + 123_457
+        os.utime(p, ns=(ns, ns))
+    return files
+
+
+def load_tree(bucket, root, prefix=""):
+    """Stores a tree the way import does, with pymongo."""
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, root)
+            st = os.stat(p)
+            data = open(p, "rb").read()
+            name = (prefix.rstrip("/") + "/" + rel) if prefix else rel
+            store(bucket, name, data, meta=meta_for(data, st.st_mtime_ns, statmod.S_IMODE(st.st_mode)))
+
+
+def snapshot(root):
+    """path -> (inode, ctime_ns, mtime_ns, mode, sha256) of every entry under root, symlinks not followed."""
+    out = {}
+    for dirpath, dirs, names in os.walk(root):
+        for n in dirs + names:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            digest = None
+            if statmod.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(open(p, "rb").read()).hexdigest()
+            out[os.path.relpath(p, root)] = (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_mode, digest)
+    return out
+
+
+def assert_same_tree(src, dst):
+    r = subprocess.run(["diff", "-r", "--no-dereference", str(src), str(dst)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    a, b = snapshot(src), snapshot(dst)
+    assert sorted(a) == sorted(b)
+    for rel in a:
+        _, _, mtime_a, mode_a, sha_a = a[rel]
+        _, _, mtime_b, mode_b, sha_b = b[rel]
+        assert sha_a == sha_b, rel
+        if sha_a is not None:  # files: exact mtime and mode
+            assert mtime_a == mtime_b, rel
+            assert statmod.S_IMODE(mode_a) == statmod.S_IMODE(mode_b), rel
+
+
+def summary(res):
+    lines = [json.loads(l) for l in res.text.splitlines() if l.strip()]
+    assert lines and lines[-1].get("summary"), res
+    return lines[-1]
+
+
+def no_temp_files(root):
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            assert not n.startswith(".gridfsctl-mirror-"), os.path.join(dirpath, n)
+
+
+# ---- round trips ------------------------------------------------------------
+
+
+def test_round_trip_and_second_run_writes_nothing(gfs, bucket, tmp_path):
+    src = tmp_path / "src"
+    files = make_tree(src)
+    load_tree(bucket, src, prefix="posters")
+    dst = tmp_path / "dst"
+    r = gfs.run("mirror", dst, "--prefix", "posters/", "--json")
+    assert r.rc == 0, r
+    s = summary(r)
+    assert s["written"] == len(files) and s["failed"] == 0
+    assert s["bytes"] == sum(len(d) for d in files.values())
+    assert_same_tree(src, dst)
+    no_temp_files(dst)
+
+    before = snapshot(dst)
+    r = gfs.run("mirror", dst, "--prefix", "posters", "--json", "--jobs", "3")
+    assert r.rc == 0, r
+    s = summary(r)
+    assert s["written"] == 0 and s["attrs"] == 0 and s["skipped"] == len(files)
+    assert snapshot(dst) == before  # same inodes, ctimes and mtimes: nothing touched
+
+    r = gfs.run("mirror", dst, "--prefix", "posters", "--json", "--checksum")
+    assert r.rc == 0, r
+    assert summary(r)["skipped"] == len(files)
+    assert snapshot(dst) == before
+
+
+def test_whole_bucket_keeps_prefix_as_folder(gfs, bucket, tmp_path):
+    store(bucket, "p/x/one", b"1")
+    store(bucket, "q/two", b"2")
+    r = gfs.run("mirror", tmp_path / "d")
+    assert r.rc == 0, r
+    assert (tmp_path / "d/p/x/one").read_bytes() == b"1"
+    assert (tmp_path / "d/q/two").read_bytes() == b"2"
+    r = gfs.run("mirror", tmp_path / "e", "--prefix", "p/x")
+    assert r.rc == 0, r
+    assert os.listdir(tmp_path / "e") == ["one"]
+
+
+def import_works(gfs):
+    r = gfs.run("import", "--help", db=False)
+    return r.rc == 0 and b"not implemented" not in r.out and "not implemented" not in r.err
+
+
+def test_true_import_then_mirror(gfs, bucket, tmp_path):
+    if not import_works(gfs):
+        pytest.skip("gridfsctl import not implemented yet")
+    src = tmp_path / "src"
+    make_tree(src)
+    raw = b"bad-\xff\xfe-name.jpg"
+    (src / os.fsdecode(b"00")).mkdir(exist_ok=True)
+    with open(os.path.join(os.fsencode(src), b"00", raw), "wb") as f:
+        f.write(b"raw bytes")
+    ns = 1_400_000_000_987_654_321
+    os.utime(os.path.join(os.fsencode(src), b"00", raw), ns=(ns, ns))
+    r = gfs.run("import", src, "--prefix", "imp")
+    assert r.rc == 0, r
+    dst = tmp_path / "dst"
+    r = gfs.run("mirror", dst, "--prefix", "imp")
+    assert r.rc == 0, r
+    assert_same_tree(src, dst)
+    before = snapshot(dst)
+    r = gfs.run("mirror", dst, "--prefix", "imp", "--json")
+    assert r.rc == 0 and summary(r)["written"] == 0, r
+    assert snapshot(dst) == before
+
+
+def test_newest_revision_wins(gfs, bucket, tmp_path):
+    store(bucket, "r/f", b"old", mtime_ns=1_000_000_000_000_000_000)
+    store(bucket, "r/f", b"newest", mtime_ns=1_100_000_000_000_000_000)
+    store(bucket, "r/g", b"only")
+    r = gfs.run("mirror", tmp_path / "d", "--prefix", "r")
+    assert r.rc == 0, r
+    assert (tmp_path / "d/f").read_bytes() == b"newest"
+    assert os.stat(tmp_path / "d/f").st_mtime_ns == 1_100_000_000_000_000_000
+
+
+def test_mtime_without_ns_and_upload_date_fallback(gfs, bucket, db, tmp_path):
+    data = b"ms only"
+    md = meta_for(data, 1_234_567_890_123_000_000, 0o600)
+    del md["mtimeNs"]
+    store(bucket, "m/ms", data, meta=md)
+    fid = store(bucket, "m/nometa", b"plain", meta={})
+    up = db.fs.files.find_one({"_id": fid})["uploadDate"]
+    r = gfs.run("mirror", tmp_path / "d", "--prefix", "m")
+    assert r.rc == 0, r
+    st = os.stat(tmp_path / "d/ms")
+    assert st.st_mtime_ns == 1_234_567_890_123_000_000
+    assert statmod.S_IMODE(st.st_mode) == 0o600
+    up_ms = int(up.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000 + 0.5)
+    assert os.stat(tmp_path / "d/nometa").st_mtime_ns == up_ms * 10**6
+    before = snapshot(tmp_path / "d")
+    r = gfs.run("mirror", tmp_path / "d", "--prefix", "m", "--json")
+    assert r.rc == 0 and summary(r)["written"] == 0, r
+    assert snapshot(tmp_path / "d") == before
+
+
+def test_non_utf8_raw_name_restored(gfs, bucket, tmp_path):
+    raw = b"d\xff/x\xfe y.jpg"
+    store(bucket, "p/d%FF/x%FE y.jpg", b"raw content", raw=raw)
+    store(bucket, "p/lit%FF", b"a literal percent name")
+    r = gfs.run("mirror", tmp_path / "d", "--prefix", "p")
+    assert r.rc == 0, r
+    root = os.fsencode(tmp_path / "d")
+    assert sorted(os.listdir(root)) == [b"d\xff", b"lit%FF"]
+    assert open(os.path.join(root, raw), "rb").read() == b"raw content"
+    # A rawName that does not belong to its filename is refused, not trusted.
+    store(bucket, "p/innocent.jpg", b"x", raw=b"../../escape\xff")
+    r = gfs.run("mirror", tmp_path / "d", "--prefix", "p")
+    assert r.rc == 1, r
+    assert "p/innocent.jpg" in r.err and "rawName" in r.err
+    assert not (tmp_path / "escape").exists()
+
+
+# ---- safety -----------------------------------------------------------------
+
+HOSTILE = ["../x", "/etc/gridfsctl-mirror-test", "a/../../x", "a//b", ".", "./a", "a/./b", "..", "a/..", "b/"]
+
+
+def test_hostile_names_write_nothing_outside(gfs, bucket, tmp_path):
+    base = tmp_path / "base"
+    dst = base / "mirror"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"precious")
+    dst.mkdir(parents=True)
+    os.symlink(outside, dst / "link")             # a directory symlink inside DIR
+    os.symlink(outside / "keep", dst / "leaflink")  # a file symlink inside DIR
+    for n in HOSTILE:
+        store(bucket, n, b"evil")
+    store(bucket, "link/pwned", b"evil")
+    store(bucket, "link/deeper/pwned", b"evil")
+    store(bucket, "leaflink", b"replaces the link, not its target")
+    store(bucket, "good/file", b"fine")
+    r = gfs.run("mirror", dst, "--json")
+    assert r.rc == 1, r
+    for n in HOSTILE + ["link/pwned", "link/deeper/pwned"]:
+        assert n in r.err, (n, r.err)
+    assert "symlink" in r.err
+    # Nothing outside DIR changed.
+    assert sorted(os.listdir(outside)) == ["keep"]
+    assert (outside / "keep").read_bytes() == b"precious"
+    assert sorted(os.listdir(base)) == ["mirror"]
+    assert sorted(os.listdir(tmp_path)) == sorted(["base", "outside"])
+    assert not os.path.exists("/etc/gridfsctl-mirror-test")
+    # Inside, the good file is there and the leaf symlink became a plain file.
+    assert (dst / "good/file").read_bytes() == b"fine"
+    assert not os.path.islink(dst / "leaflink")
+    assert (dst / "leaflink").read_bytes() == b"replaces the link, not its target"
+    assert os.path.islink(dst / "link")
+    s = summary(r)
+    assert s["failed"] == len(HOSTILE) + 2
+    no_temp_files(dst)
+
+
+def test_symlink_swapped_in_for_dir_is_not_followed(gfs, bucket, tmp_path):
+    """A directory that a previous run made, replaced by a symlink before the next run."""
+    store(bucket, "sub/a", b"1")
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst).rc == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (dst / "sub/a").unlink()
+    (dst / "sub").rmdir()
+    os.symlink(outside, dst / "sub")
+    r = gfs.run("mirror", dst, "--delete")
+    assert r.rc == 1, r
+    assert "sub/a" in r.err and "symlink" in r.err
+    assert os.listdir(outside) == []
+    assert os.path.islink(dst / "sub")  # --delete skipped after an error
+
+
+# ---- damage -----------------------------------------------------------------
+
+
+def corrupt(db, fid, how):
+    chunk = db.fs.chunks.find_one({"files_id": fid, "n": 1})
+    if how == "missing":
+        db.fs.chunks.delete_one({"_id": chunk["_id"]})
+    elif how == "short":
+        db.fs.chunks.update_one({"_id": chunk["_id"]}, {"$set": {"data": Binary(bytes(chunk["data"])[:-5])}})
+    elif how == "flipped":
+        data = bytearray(chunk["data"])
+        data[100] ^= 0xFF
+        db.fs.chunks.update_one({"_id": chunk["_id"]}, {"$set": {"data": Binary(bytes(data))}})
+
+
+@pytest.mark.parametrize("how", ["missing", "short", "flipped"])
+def test_damaged_file_keeps_old_local_copy(gfs, bucket, db, tmp_path, how):
+    old = os.urandom(2 * CHUNK + 10)
+    store(bucket, "dmg/f.bin", old, mtime_ns=1_300_000_000_000_000_000)
+    store(bucket, "dmg/ok.txt", b"ok")
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst, "--prefix", "dmg").rc == 0
+    (dst / "stray").write_bytes(b"not in the bucket")
+    new = os.urandom(2 * CHUNK + 10)
+    fid = store(bucket, "dmg/f.bin", new, mtime_ns=1_310_000_000_000_000_000)
+    store(bucket, "dmg/later.txt", b"written after the damaged one")
+    corrupt(db, fid, how)
+    r = gfs.run("mirror", dst, "--prefix", "dmg", "--delete", "--json")
+    assert r.rc == 1, r
+    assert "dmg/f.bin" in r.err
+    assert (dst / "f.bin").read_bytes() == old
+    assert os.stat(dst / "f.bin").st_mtime_ns == 1_300_000_000_000_000_000
+    assert (dst / "later.txt").read_bytes() == b"written after the damaged one"
+    assert (dst / "stray").exists()  # no deleting after an error
+    assert "not deleting" in r.err
+    s = summary(r)
+    assert s["failed"] == 1 and s["deleted"] == 0
+    no_temp_files(dst)
+
+
+def test_write_error_removes_temp_and_continues(gfs, bucket, tmp_path):
+    """A file-size limit makes writes fail with EFBIG, as a full disk would fail them."""
+    store(bucket, "w/big", os.urandom(300_000))
+    store(bucket, "w/small", b"small")
+    dst = tmp_path / "d"
+    dst.mkdir()
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    argv = [gfs_bin(), "mirror", str(dst), "--prefix", "w", "--db", gfs.dbname, "--jobs", "1"]
+    p = subprocess.run(argv, env=gfs.env, capture_output=True, preexec_fn=limit, timeout=120)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert "w/big" in err and "write" in err
+    assert not (dst / "big").exists()
+    assert (dst / "small").read_bytes() == b"small"
+    no_temp_files(dst)
+
+
+def gfs_bin():
+    from conftest import BIN
+    return BIN
+
+
+# ---- incremental, delete, dry run --------------------------------------------
+
+
+def test_checksum_catches_same_size_and_mtime(gfs, bucket, tmp_path):
+    store(bucket, "c/f", b"original", mtime_ns=1_200_000_000_000_000_000)
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst, "--prefix", "c").rc == 0
+    (dst / "f").write_bytes(b"tampered")  # same length
+    os.utime(dst / "f", ns=(1_200_000_000_000_000_000, 1_200_000_000_000_000_000))
+    r = gfs.run("mirror", dst, "--prefix", "c", "--json")
+    assert r.rc == 0 and summary(r)["skipped"] == 1
+    assert (dst / "f").read_bytes() == b"tampered"
+    r = gfs.run("mirror", dst, "--prefix", "c", "--checksum", "--json")
+    assert r.rc == 0 and summary(r)["written"] == 1, r
+    assert (dst / "f").read_bytes() == b"original"
+
+
+def test_mode_change_fixed_in_place(gfs, bucket, tmp_path):
+    store(bucket, "m/f", b"content", mode=0o640)
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst, "--prefix", "m").rc == 0
+    ino = os.stat(dst / "f").st_ino
+    os.chmod(dst / "f", 0o777)
+    r = gfs.run("mirror", dst, "--prefix", "m", "--json")
+    assert r.rc == 0 and summary(r)["attrs"] == 1, r
+    st = os.stat(dst / "f")
+    assert statmod.S_IMODE(st.st_mode) == 0o640 and st.st_ino == ino
+
+
+def test_setuid_bits_are_not_restored(gfs, bucket, tmp_path):
+    store(bucket, "s/f", b"#!/bin/sh\n", mode=0o4755)
+    assert gfs.run("mirror", tmp_path / "d", "--prefix", "s").rc == 0
+    assert statmod.S_IMODE(os.stat(tmp_path / "d/f").st_mode) == 0o755
+
+
+def test_dry_run_then_delete(gfs, bucket, tmp_path):
+    store(bucket, "t/keep/a", b"a")
+    store(bucket, "t/new", b"new")
+    dst = tmp_path / "d"
+    (dst / "keep").mkdir(parents=True)
+    (dst / "keep/a").write_bytes(b"stale")
+    (dst / "gone.txt").write_bytes(b"x")
+    (dst / "olddir/deep").mkdir(parents=True)
+    (dst / "olddir/deep/f").write_bytes(b"x")
+    os.symlink("/nonexistent", dst / "dangling")
+    stale_tmp = dst / "keep/.gridfsctl-mirror-00112233445566ff.tmp"
+    stale_tmp.write_bytes(b"left by a killed run")
+    before = snapshot(dst)
+
+    r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--dry-run")
+    assert r.rc == 0, r
+    lines = set(r.text.splitlines())
+    assert lines == {"write keep/a", "write new", "delete gone.txt", "delete dangling",
+                     "delete olddir/deep/f", "rmdir olddir/deep", "rmdir olddir",
+                     "clean keep/.gridfsctl-mirror-00112233445566ff.tmp"}, r.text
+    assert snapshot(dst) == before
+
+    r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--dry-run", "--json")
+    assert r.rc == 0, r
+    objs = [json.loads(l) for l in r.text.splitlines()]
+    acts = {(o["action"], o["path"]) for o in objs if "action" in o}
+    assert ("write", "new") in acts and ("rmdir", "olddir") in acts
+    assert [o for o in objs if o.get("path") == "new"][0]["name"] == "t/new"
+    assert objs[-1]["summary"] == "dry-run" and objs[-1]["written"] == 2
+    assert snapshot(dst) == before
+
+    r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--json")
+    assert r.rc == 0, r
+    s = summary(r)
+    assert (s["written"], s["deleted"], s["removedDirs"], s["cleaned"]) == (2, 3, 2, 1), s
+    assert sorted(os.listdir(dst)) == ["keep", "new"]
+    assert os.listdir(dst / "keep") == ["a"]
+    assert (dst / "keep/a").read_bytes() == b"a"
+
+
+def test_without_delete_extras_stay(gfs, bucket, tmp_path):
+    store(bucket, "u/a", b"a")
+    dst = tmp_path / "d"
+    dst.mkdir()
+    (dst / "mine").write_bytes(b"mine")
+    assert gfs.run("mirror", dst, "--prefix", "u").rc == 0
+    assert sorted(os.listdir(dst)) == ["a", "mine"]
+
+
+def test_dry_run_into_missing_dir_creates_nothing(gfs, bucket, tmp_path):
+    store(bucket, "v/a", b"a")
+    r = gfs.run("mirror", tmp_path / "nope", "--dry-run", "--prefix", "v")
+    assert r.rc == 0 and r.text.splitlines() == ["write a"], r
+    assert not (tmp_path / "nope").exists()
+
+
+# ---- the command line ---------------------------------------------------------
+
+
+def test_usage_and_busy(gfs, bucket, tmp_path):
+    r = gfs.run("mirror", "--help", db=False)
+    assert r.rc == 0 and b"--delete" in r.out and b"--checksum" in r.out
+    assert gfs.run("mirror").rc == 2
+    assert gfs.run("mirror", tmp_path / "a", tmp_path / "b").rc == 2
+    assert gfs.run("mirror", tmp_path / "a", "--jobs", "0").rc == 2
+    r = gfs.run("_options", "mirror", db=False)
+    assert r.rc == 0 and b"--dry-run" in r.out and b"--prefix=" in r.out
+    store(bucket, "b/a", b"a")
+    dst = tmp_path / "d"
+    dst.mkdir()
+    fd = os.open(dst, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = gfs.run("mirror", dst, "--prefix", "b")
+        assert r.rc == 6, r
+        assert "another mirror" in r.err
+    finally:
+        os.close(fd)
+    assert gfs.run("mirror", dst, "--prefix", "b").rc == 0
+
+
+def test_unreachable_backend(gfs, tmp_path):
+    r = gfs.run("mirror", tmp_path / "d", env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300"})
+    assert r.rc == 3, r

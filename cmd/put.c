@@ -2,13 +2,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <magic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd.h"
+#include "../lib/magic.h"
 
 const char put_help[] =
     "  -n, --name NAME         stored name (default: the file's base name; required for '-')\n"
@@ -69,44 +69,22 @@ struct sniff_source {
 	bool detect, sniffed;
 };
 
-static char *
-detect_type(const uint8_t *buf, size_t len)
-{
-	magic_t m = magic_open(MAGIC_MIME_TYPE);
-	if (!m)
-		return NULL;
-	char *out = NULL;
-	if (magic_load(m, NULL) == 0) {
-		const char *t = magic_buffer(m, buf, len);
-		if (t)
-			out = strdup(t);
-	}
-	magic_close(m);
-	return out;
-}
-
 static ssize_t
 sniff_read(uint8_t *buf, size_t len, void *ctx)
 {
 	struct sniff_source *src = ctx;
 	ssize_t r = gfs_source_fd(buf, len, &src->fd);
 	if (r > 0 && src->detect && !src->sniffed) {
-		src->type = detect_type(buf, (size_t)r);
-		src->po->content_type = src->type;
+		gfs_error err;
+		gfs_magic *m = gfs_magic_open(&err);
+		if (m) {
+			src->type = strdup(gfs_magic_type(m, buf, (size_t)r));
+			src->po->content_type = src->type;
+			gfs_magic_close(m);
+		}
 	}
 	src->sniffed = true;
 	return r;
-}
-
-/* What import stores too, so that a later import sees the file as unchanged. */
-static void
-file_metadata(bson_t *meta, const struct stat *st)
-{
-	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-	BSON_APPEND_DATE_TIME(meta, "mtime", ns / 1000000);
-	BSON_APPEND_INT64(meta, "mtimeNs", ns);
-	BSON_APPEND_INT64(meta, "size", (int64_t)st->st_size);
-	BSON_APPEND_INT32(meta, "mode", (int32_t)(st->st_mode & 07777));
 }
 
 static int
@@ -140,7 +118,7 @@ upload(gfs_session *s, const struct put_opts *o, const char *path, const char *n
 	struct sniff_source src = {.fd = fd, .detect = o->type == NULL};
 	bson_t meta = BSON_INITIALIZER;
 	if (S_ISREG(st->st_mode))
-		file_metadata(&meta, st);
+		gfs_metadata_from_stat(&meta, st);
 	gfs_put_opts po = {
 		.filename = name,
 		.content_type = o->type,

@@ -183,6 +183,13 @@ void gfs_chunk_batch_add(gfs_chunk_batch *b, const bson_value_t *files_id, int64
 /* Inserts what is batched (unordered) and empties the batch. */
 bool gfs_chunk_batch_flush(gfs_chunk_batch *b, gfs_session *s, gfs_error *err);
 
+/*
+ * The metadata gridfsctl keeps for a file read from disk: mtime (date),
+ * mtimeNs (exact, int64 ns), size and mode (permission bits).
+ */
+struct stat;
+void gfs_metadata_from_stat(bson_t *meta, const struct stat *st);
+
 /* Builds a files document as the spec lays it out. */
 void gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, int64_t length,
                    int32_t chunk_size, int64_t upload_date_ms, const char *content_type,

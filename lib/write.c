@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gfs.h"
@@ -124,6 +125,16 @@ gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, int64_t
 	if (sha256_hex)
 		BSON_APPEND_UTF8(&meta, "sha256", sha256_hex);
 	bson_append_document_end(doc, &meta);
+}
+
+void
+gfs_metadata_from_stat(bson_t *meta, const struct stat *st)
+{
+	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	BSON_APPEND_DATE_TIME(meta, "mtime", ns / 1000000);
+	BSON_APPEND_INT64(meta, "mtimeNs", ns);
+	BSON_APPEND_INT64(meta, "size", (int64_t)st->st_size);
+	BSON_APPEND_INT32(meta, "mode", (int32_t)(st->st_mode & 07777));
 }
 
 ssize_t

@@ -1,14 +1,349 @@
-/* gridfsctl serve: not implemented yet. */
+/* gridfsctl serve: options, signals and the listening socket; the server is lib/httpserve.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "../lib/httpserve.h"
 #include "cmd.h"
 
-const char serve_help[] = "";
-const struct option serve_options[] = {{NULL, 0, NULL, 0}};
+const char serve_help[] =
+    "  --listen ADDR:PORT      address to listen on (default 127.0.0.1:8080; [::1]:PORT for IPv6)\n"
+    "  --prefix P              serve P/<path> as /<path>\n"
+    "  --cache-size SIZE       bytes of file bodies kept in memory (default 256M)\n"
+    "  --preload               fill the cache in one pass over the bucket before serving\n"
+    "  --threads N             event threads (default: one per CPU)\n"
+    "  --workers N             backend fetch threads (default 8)\n"
+    "  --queue N               fetches allowed to wait before answering 503 (default 1024)\n"
+    "  --stream-threshold SIZE larger files are streamed, not cached (default 4M)\n"
+    "  --max-connections N     connection limit (default 10000)\n"
+    "  --timeout SECS          close idle connections after SECS (default 30)\n"
+    "  --max-header-size SIZE  per-connection buffer that bounds request headers (default 32K)\n"
+    "  --cache-control VALUE   Cache-Control header (default \"public, max-age=60\"; \"\" for none)\n"
+    "  --access-log FILE|-     write a combined-format access log to FILE or stderr\n"
+    "  --poll SECS             look for new uploads every SECS (default 2)\n"
+    "  --reload SECS           reread the whole index every SECS (default 60)\n"
+    "  --negative-ttl SECS     remember missing ids and revisions for SECS (default 5)\n"
+    "  --drain-timeout SECS    on SIGTERM, wait this long for requests in progress (default 10)\n"
+    "  --no-reuse-port         do not set SO_REUSEPORT on the listening socket";
+
+enum {
+	OPT_LISTEN = 0x100, OPT_PREFIX, OPT_CACHE_SIZE, OPT_PRELOAD, OPT_THREADS, OPT_WORKERS,
+	OPT_QUEUE, OPT_STREAM, OPT_MAXCONN, OPT_TIMEOUT, OPT_MAXHDR, OPT_CACHE_CONTROL,
+	OPT_ACCESS_LOG, OPT_POLL, OPT_RELOAD, OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE,
+};
+
+const struct option serve_options[] = {
+	{"listen", required_argument, NULL, OPT_LISTEN},
+	{"prefix", required_argument, NULL, OPT_PREFIX},
+	{"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
+	{"preload", no_argument, NULL, OPT_PRELOAD},
+	{"threads", required_argument, NULL, OPT_THREADS},
+	{"workers", required_argument, NULL, OPT_WORKERS},
+	{"queue", required_argument, NULL, OPT_QUEUE},
+	{"stream-threshold", required_argument, NULL, OPT_STREAM},
+	{"max-connections", required_argument, NULL, OPT_MAXCONN},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"max-header-size", required_argument, NULL, OPT_MAXHDR},
+	{"cache-control", required_argument, NULL, OPT_CACHE_CONTROL},
+	{"access-log", required_argument, NULL, OPT_ACCESS_LOG},
+	{"poll", required_argument, NULL, OPT_POLL},
+	{"reload", required_argument, NULL, OPT_RELOAD},
+	{"negative-ttl", required_argument, NULL, OPT_NEG_TTL},
+	{"drain-timeout", required_argument, NULL, OPT_DRAIN},
+	{"no-reuse-port", no_argument, NULL, OPT_NO_REUSE},
+	{NULL, 0, NULL, 0},
+};
+
+struct serve_opts {
+	struct httpserve_config cfg;
+	char host[64];
+	const char *access_log;
+	int drain_ms;
+};
+
+/* "127.0.0.1:8080", "[::1]:8080", ":8080" (loopback) or "8080". */
+static bool
+parse_listen(const char *s, struct serve_opts *o)
+{
+	const char *port;
+	if (s[0] == '[') {
+		const char *end = strchr(s, ']');
+		if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof o->host)
+			return false;
+		snprintf(o->host, sizeof o->host, "%.*s", (int)(end - s - 1), s + 1);
+		port = end + 2;
+	} else if (strchr(s, ':')) {
+		const char *colon = strrchr(s, ':');
+		if ((size_t)(colon - s) >= sizeof o->host)
+			return false;
+		snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - s), s);
+		if (!o->host[0])
+			snprintf(o->host, sizeof o->host, "127.0.0.1");
+		port = colon + 1;
+	} else {
+		port = s;
+	}
+	long p;
+	if (!parse_int(port, 0, 65535, &p))
+		return false;
+	o->cfg.port = (unsigned)p;
+	return true;
+}
+
+/* Seconds with an optional fraction, as milliseconds. */
+static bool
+parse_secs(const char *s, long min_ms, long *out_ms)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || v * 1000 < min_ms || v > 86400 * 365)
+		return false;
+	*out_ms = (long)(v * 1000);
+	return true;
+}
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct serve_opts *o = ctx;
+	struct httpserve_config *c = &o->cfg;
+	uint64_t size;
+	long n;
+	switch (opt) {
+	case OPT_LISTEN:
+		if (parse_listen(arg, o))
+			return 0;
+		usage_error("--listen: expected ADDR:PORT, got '%s'", arg);
+		return -1;
+	case OPT_PREFIX: c->prefix = arg; return 0;
+	case OPT_PRELOAD: c->preload = true; return 0;
+	case OPT_NO_REUSE: c->reuse_port = false; return 0;
+	case OPT_CACHE_CONTROL: c->cache_control = *arg ? arg : NULL; return 0;
+	case OPT_ACCESS_LOG: o->access_log = arg; return 0;
+	case OPT_CACHE_SIZE:
+	case OPT_STREAM:
+	case OPT_MAXHDR:
+		if (!parse_size(arg, &size) || size > SIZE_MAX / 2 ||
+		    (opt == OPT_MAXHDR && (size < 4096 || size > 1 << 20))) {
+			usage_error("invalid size '%s'", arg);
+			return -1;
+		}
+		if (opt == OPT_CACHE_SIZE)
+			c->cache_size = size;
+		else if (opt == OPT_STREAM)
+			c->stream_threshold = size;
+		else
+			c->conn_memory = size;
+		return 0;
+	case OPT_THREADS:
+	case OPT_WORKERS:
+	case OPT_QUEUE:
+	case OPT_MAXCONN:
+	case OPT_TIMEOUT:
+		if (!parse_int(arg, 1, 1000000, &n)) {
+			usage_error("invalid number '%s'", arg);
+			return -1;
+		}
+		if (opt == OPT_THREADS)
+			c->threads = (unsigned)(n > 1024 ? 1024 : n);
+		else if (opt == OPT_WORKERS)
+			c->workers = (unsigned)(n > 256 ? 256 : n);
+		else if (opt == OPT_QUEUE)
+			c->queue_max = (unsigned)n;
+		else if (opt == OPT_MAXCONN)
+			c->max_connections = (unsigned)n;
+		else
+			c->timeout_s = (unsigned)n;
+		return 0;
+	case OPT_POLL:
+	case OPT_RELOAD:
+	case OPT_NEG_TTL:
+	case OPT_DRAIN:
+		if (!parse_secs(arg, opt == OPT_NEG_TTL || opt == OPT_DRAIN ? 0 : 100, &n)) {
+			usage_error("invalid number of seconds '%s'", arg);
+			return -1;
+		}
+		if (opt == OPT_POLL)
+			c->poll_ms = (int)n;
+		else if (opt == OPT_RELOAD)
+			c->reload_ms = (int)n;
+		else if (opt == OPT_NEG_TTL)
+			c->neg_ttl_ms = (int)n;
+		else
+			o->drain_ms = (int)n;
+		return 0;
+	}
+	return -1;
+}
+
+/* One write per line, so lines from different threads never interleave. */
+static void
+log_line(const char *msg)
+{
+	char buf[1200];
+	int n = snprintf(buf, sizeof buf, "%s serve: %s\n", progname, msg);
+	if (n > (int)sizeof buf - 1)
+		n = (int)sizeof buf - 1, buf[n - 1] = '\n';
+	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+	(void)w;
+}
+
+/* A server with many clients needs many descriptors: take all the hard limit allows. */
+static void
+raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		warn_("cannot raise the open files limit");
+}
+
+/* systemd socket activation: one listening socket at fd 3, meant for this process. */
+static int
+inherited_socket(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	long p, n;
+	if (!pid || !fds || !parse_int(pid, 1, 1L << 30, &p) || p != (long)getpid() ||
+	    !parse_int(fds, 1, 1024, &n))
+		return -1;
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (n > 1)
+		warnx_("%ld sockets passed; serving on the first only", n);
+	int fd = 3;
+	int fl = fcntl(fd, F_GETFD);
+	if (fl < 0)
+		return -1;
+	fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+	return fd;
+}
+
+/*
+ * A missing backend should turn into a 503 in about two seconds, not the
+ * driver's default wait, unless the connection string says otherwise.
+ */
+static char *
+serve_uri(const char *uri)
+{
+	if (strcasestr(uri, "serverSelectionTimeoutMS="))
+		return strdup(uri);
+	const char *sep = "&";
+	if (!strchr(uri, '?')) {
+		const char *hosts = strstr(uri, "://");
+		hosts = hosts ? hosts + 3 : uri;
+		sep = strchr(hosts, '/') ? "?" : "/?";
+	}
+	size_t n = strlen(uri) + 64;
+	char *s = malloc(n);
+	if (s)
+		snprintf(s, n, "%s%sserverSelectionTimeoutMS=2000", uri, sep);
+	return s;
+}
 
 int
 cmd_serve(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	warnx_("not implemented yet");
-	return EXIT_USAGE;
+	struct serve_opts o;
+	memset(&o, 0, sizeof o);
+	snprintf(o.host, sizeof o.host, "127.0.0.1");
+	struct httpserve_config *c = &o.cfg;
+	c->port = 8080;
+	c->listen_fd = -1;
+	c->reuse_port = true;
+	c->cache_size = 256u << 20;
+	c->stream_threshold = 4u << 20;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	c->threads = ncpu > 0 ? (unsigned)ncpu : 2;
+	c->workers = 8;
+	c->queue_max = 1024;
+	c->max_connections = 10000;
+	c->timeout_s = 30;
+	c->conn_memory = 32 * 1024;
+	c->cache_control = "public, max-age=60";
+	c->poll_ms = 2000;
+	c->reload_ms = 60000;
+	c->neg_ttl_ms = 5000;
+	o.drain_ms = 10000;
+	c->log = log_line;
+
+	int ind = parse_options(argc, argv, "", serve_options, on_opt, &o);
+	if (ind < 0)
+		return EXIT_USAGE;
+	if (ind < argc) {
+		usage_error("unexpected argument '%s'", argv[ind]);
+		return EXIT_USAGE;
+	}
+	c->host = o.host;
+	raise_nofile();
+	c->listen_fd = inherited_socket();
+
+	FILE *log = NULL;
+	if (o.access_log) {
+		log = strcmp(o.access_log, "-") == 0 ? stderr : fopen(o.access_log, "a");
+		if (!log) {
+			warn_("%s", o.access_log);
+			return EXIT_LOCAL;
+		}
+		if (log != stderr)
+			setvbuf(log, NULL, _IOLBF, 0);
+		c->access_log = log;
+	}
+
+	/* Every thread inherits this mask; only the main thread takes the signals. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	char *uri = serve_uri(G.uri);
+	gfs_error err;
+	gfs_conn *conn = uri ? gfs_conn_open(uri, G.db, G.bucket, &err) : NULL;
+	free(uri);
+	if (!conn) {
+		if (log && log != stderr)
+			fclose(log);
+		return fail(&err);
+	}
+	httpserve *srv = httpserve_start(conn, c, &err);
+	if (!srv) {
+		gfs_conn_close(conn);
+		if (log && log != stderr)
+			fclose(log);
+		return fail(&err);
+	}
+	if (!G.quiet) {
+		if (c->listen_fd >= 0)
+			warnx_("serving on the inherited socket (fd %d)", c->listen_fd);
+		else
+			warnx_("serving http://%s%s%s:%u/", strchr(o.host, ':') ? "[" : "", o.host,
+			       strchr(o.host, ':') ? "]" : "", httpserve_port(srv));
+	}
+
+	int sig = 0;
+	while (sig != SIGTERM && sig != SIGINT)
+		if (sigwait(&set, &sig) != 0)
+			break;
+	if (!G.quiet)
+		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");
+	httpserve_quiesce(srv);
+	if (!httpserve_drain(srv, o.drain_ms))
+		warnx_("requests still in progress after the drain timeout; closing them");
+	httpserve_stop(srv);
+	gfs_conn_close(conn);
+	if (log && log != stderr)
+		fclose(log);
+	return EXIT_OK;
 }

@@ -1,0 +1,1708 @@
+/*
+ * The HTTP server: libmicrohttpd event threads answer from the index and
+ * the cache; everything that needs the backend runs on worker threads
+ * while the connection is suspended, so an event thread never waits on
+ * MongoDB.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "httpserve.h"
+#include "httputil.h"
+#include "index.h"
+#include "names.h"
+#include "strmap.h"
+
+#define STREAM_BUFFER_BYTES (1024 * 1024)  /* read ahead of a streaming client */
+#define STREAM_BLOCK 65536
+#define NBUCKETS 13
+
+static const double latency_bounds[NBUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                    0.1, 0.25, 0.5, 1, 2.5, 5};
+
+enum job_kind { JOB_FETCH, JOB_LOOKUP, JOB_STREAM };
+enum phase { PHASE_NEW, PHASE_WAITING, PHASE_RESUMED };
+
+struct stream;
+
+struct req {
+	struct httpserve *srv;
+	struct MHD_Connection *conn;
+	char *uri;
+	int64_t start_ms;
+	char method[16];
+	char version[16];
+	char *referer, *agent;   /* only kept when there is an access log */
+	bool handled, head, range;
+	enum phase phase;
+	unsigned status;
+	uint64_t body_bytes;
+	int64_t first, last;
+	gfs_meta *meta;
+	cache_entry *entry;
+	unsigned fetch_status;   /* from the worker: 200, or the status to answer */
+	struct req *next_waiter;
+};
+
+struct job {
+	enum job_kind kind;
+	char *key;               /* in the in-flight map; NULL for streams */
+	gfs_meta *meta;          /* FETCH, STREAM; the result of a LOOKUP */
+	char *name;              /* LOOKUP by name */
+	int rev;
+	char *id_key;            /* LOOKUP by id */
+	struct stream *stream;
+	struct req *waiters;
+	unsigned status;
+	cache_entry *entry;
+	struct job *next;
+};
+
+struct sbuf {
+	struct sbuf *next;
+	size_t len, off;
+	uint8_t data[];
+};
+
+struct stream {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	atomic_int refs;
+	struct MHD_Connection *conn;
+	struct sbuf *head, *tail;
+	size_t queued;
+	bool suspended, done, failed, cancelled;
+	int64_t first, last;
+	const atomic_bool *stopping;
+};
+
+struct httpserve {
+	struct httpserve_config cfg;
+	char *prefix;
+	gfs_conn *conn;
+	struct MHD_Daemon *d;
+	MHD_socket listen_fd;
+	bool quiesced;
+	gfs_index *index;
+	http_cache *cache;
+
+	pthread_mutex_t jobs_mu;
+	pthread_cond_t jobs_cv;
+	struct job *qhead, *qtail;
+	unsigned queued;
+	strmap *inflight;
+	atomic_bool stopping;
+	pthread_t *workers;
+	unsigned nworkers;
+
+	pthread_t poller;
+	bool poller_started;
+	pthread_mutex_t poll_mu;
+	pthread_cond_t poll_cv;
+	bool poll_stop;
+
+	pthread_mutex_t active_mu;
+	pthread_cond_t active_cv;
+	long active;
+
+	pthread_mutex_t log_mu;
+	atomic_bool backend_down;
+	atomic_int_fast64_t last_emfile_log_ms;
+
+	struct MHD_Response *r400, *r404, *r405, *r500, *r503, *r503busy;
+
+	/* metrics */
+	atomic_uint_fast64_t status_count[600];
+	atomic_uint_fast64_t bytes_sent;
+	atomic_uint_fast64_t latency_bucket[NBUCKETS];
+	atomic_uint_fast64_t latency_count, latency_sum_us;
+	atomic_uint_fast64_t emfile_events, queue_full, coalesced;
+	atomic_long open_connections;
+	atomic_uint_fast64_t preloaded;
+};
+
+static void
+logf_(struct httpserve *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+logf_(struct httpserve *srv, const char *fmt, ...)
+{
+	if (!srv->cfg.log)
+		return;
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	srv->cfg.log(buf);
+}
+
+static char *
+xstrdup(const char *s)
+{
+	char *p = strdup(s ? s : "");
+	if (!p)
+		abort();
+	return p;
+}
+
+static void *
+xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n, size);
+	if (!p)
+		abort();
+	return p;
+}
+
+static int64_t
+mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- responses ------------------------------------------------------- */
+
+static struct MHD_Response *
+text_response(const char *body, unsigned status)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
+	                                                         MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		abort();
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+	if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+	return r;
+}
+
+static void
+add_file_headers(struct httpserve *srv, struct MHD_Response *r, const gfs_meta *m, bool body)
+{
+	if (body)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, m->content_type);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, m->etag);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_LAST_MODIFIED, m->last_modified);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+	if (srv->cfg.cache_control)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, srv->cfg.cache_control);
+}
+
+/* The whole-file 200 response a cache entry keeps; it holds a reference to body. */
+static struct MHD_Response *
+body_response(struct httpserve *srv, const gfs_meta *m, cache_body *b)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback_cls(
+	    b->len, b->data, cache_body_release_cb, cache_body_ref(b));
+	if (!r)
+		abort();
+	add_file_headers(srv, r, m, true);
+	return r;
+}
+
+static enum MHD_Result
+queue(struct req *r, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
+{
+	r->status = status;
+	r->body_bytes = r->head ? 0 : body_bytes;
+	return MHD_queue_response(r->conn, status, resp);
+}
+
+/* Queues a response made for this request only, and drops our reference to it. */
+static enum MHD_Result
+queue_once(struct req *r, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
+{
+	if (!resp)
+		return MHD_NO;
+	enum MHD_Result ret = queue(r, status, resp, body_bytes);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static const char body400[] = "400 Bad Request\n", body404[] = "404 Not Found\n",
+                  body405[] = "405 Method Not Allowed\n", body500[] = "500 Internal Server Error\n",
+                  body503[] = "503 Service Unavailable\n",
+                  body503busy[] = "503 Service Unavailable: too many fetches waiting\n";
+
+static enum MHD_Result
+send_status(struct req *r, unsigned status)
+{
+	struct httpserve *srv = r->srv;
+	switch (status) {
+	case 400: return queue(r, status, srv->r400, sizeof body400 - 1);
+	case 404: return queue(r, status, srv->r404, sizeof body404 - 1);
+	case 405: return queue(r, status, srv->r405, sizeof body405 - 1);
+	case 503: return queue(r, status, srv->r503, sizeof body503 - 1);
+	default: return queue(r, 500, srv->r500, sizeof body500 - 1);
+	}
+}
+
+static enum MHD_Result
+send_busy(struct req *r)
+{
+	atomic_fetch_add(&r->srv->queue_full, 1);
+	return queue(r, 503, r->srv->r503busy, sizeof body503busy - 1);
+}
+
+static enum MHD_Result
+not_modified(struct req *r, const gfs_meta *m)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	add_file_headers(r->srv, resp, m, false);
+	return queue_once(r, MHD_HTTP_NOT_MODIFIED, resp, 0);
+}
+
+static enum MHD_Result
+not_satisfiable(struct req *r, const gfs_meta *m)
+{
+	char cr[64];
+	snprintf(cr, sizeof cr, "bytes */%lld", (long long)m->length);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+	add_file_headers(r->srv, resp, m, false);
+	return queue_once(r, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp, 0);
+}
+
+static void
+add_content_range(struct MHD_Response *resp, const struct req *r, const gfs_meta *m)
+{
+	char cr[96];
+	snprintf(cr, sizeof cr, "bytes %lld-%lld/%lld", (long long)r->first, (long long)r->last,
+	         (long long)m->length);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+}
+
+static enum MHD_Result
+send_entry(struct req *r)
+{
+	cache_entry *e = r->entry;
+	gfs_meta *m = e->user;
+	if (!r->range)
+		return queue(r, MHD_HTTP_OK, e->resp, e->body->len);
+	size_t len = (size_t)(r->last - r->first + 1);
+	struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
+	    len, e->body->data + r->first, cache_body_release_cb, cache_body_ref(e->body));
+	add_file_headers(r->srv, resp, m, true);
+	add_content_range(resp, r, m);
+	return queue_once(r, MHD_HTTP_PARTIAL_CONTENT, resp, len);
+}
+
+static ssize_t
+no_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)cls;
+	(void)pos;
+	(void)buf;
+	(void)max;
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* HEAD of a file not in the cache: the headers need only the metadata. */
+static enum MHD_Result
+send_head(struct req *r, const gfs_meta *m)
+{
+	struct MHD_Response *resp = MHD_create_response_from_callback((uint64_t)m->length, 4096,
+	                                                              no_body, NULL, NULL);
+	add_file_headers(r->srv, resp, m, true);
+	return queue_once(r, MHD_HTTP_OK, resp, 0);
+}
+
+/* ---- jobs ------------------------------------------------------------ */
+
+static void
+job_free(struct job *j)
+{
+	free(j->key);
+	free(j->name);
+	free(j->id_key);
+	gfs_meta_unref(j->meta);
+	free(j);
+}
+
+/* Called with jobs_mu held. */
+static void
+enqueue(struct httpserve *srv, struct job *j)
+{
+	if (srv->qtail)
+		srv->qtail->next = j;
+	else
+		srv->qhead = j;
+	srv->qtail = j;
+	srv->queued++;
+	pthread_cond_signal(&srv->jobs_cv);
+}
+
+/*
+ * Attaches r to the job for key, starting one when none is in flight, and
+ * suspends the connection. Suspension happens under jobs_mu so that the
+ * worker's resume can only come after it.
+ */
+static enum MHD_Result
+wait_for_job(struct req *r, struct job *proto)
+{
+	struct httpserve *srv = r->srv;
+	pthread_mutex_lock(&srv->jobs_mu);
+	struct job *j = strmap_get(srv->inflight, proto->key);
+	if (!j && (srv->stopping || srv->queued >= srv->cfg.queue_max)) {
+		bool stopping = srv->stopping;
+		pthread_mutex_unlock(&srv->jobs_mu);
+		job_free(proto);
+		return stopping ? send_status(r, 503) : send_busy(r);
+	}
+	if (j) {
+		atomic_fetch_add(&srv->coalesced, 1);
+		job_free(proto);
+	} else {
+		j = proto;
+		strmap_put(srv->inflight, j->key, j);
+		enqueue(srv, j);
+	}
+	r->next_waiter = j->waiters;
+	j->waiters = r;
+	r->phase = PHASE_WAITING;
+	MHD_suspend_connection(r->conn);
+	pthread_mutex_unlock(&srv->jobs_mu);
+	return MHD_YES;
+}
+
+static enum MHD_Result
+start_fetch(struct req *r, gfs_meta *m)
+{
+	struct job *j = xcalloc(1, sizeof *j);
+	j->kind = JOB_FETCH;
+	j->meta = gfs_meta_ref(m);
+	size_t n = strlen(m->key) + 3;
+	j->key = malloc(n);
+	if (!j->key)
+		abort();
+	snprintf(j->key, n, "F:%s", m->key);
+	return wait_for_job(r, j);
+}
+
+static enum MHD_Result
+start_lookup(struct req *r, const char *name, int rev, const char *id_key, const char *key)
+{
+	struct job *j = xcalloc(1, sizeof *j);
+	j->kind = JOB_LOOKUP;
+	j->key = xstrdup(key);
+	j->name = name ? xstrdup(name) : NULL;
+	j->rev = rev;
+	j->id_key = id_key ? xstrdup(id_key) : NULL;
+	return wait_for_job(r, j);
+}
+
+/* ---- streaming ------------------------------------------------------- */
+
+static void
+stream_unref(struct stream *s)
+{
+	if (atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	while (s->head) {
+		struct sbuf *b = s->head;
+		s->head = b->next;
+		free(b);
+	}
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+}
+
+/* Called with s->mu held: wakes the connection if it waits for data. */
+static void
+stream_wake(struct stream *s)
+{
+	if (s->suspended) {
+		s->suspended = false;
+		MHD_resume_connection(s->conn);
+	}
+}
+
+static ssize_t
+stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	struct stream *s = cls;
+	pthread_mutex_lock(&s->mu);
+	ssize_t ret;
+	if (s->head) {
+		size_t n = 0;
+		while (s->head && n < max) {
+			struct sbuf *b = s->head;
+			size_t take = b->len - b->off < max - n ? b->len - b->off : max - n;
+			memcpy(buf + n, b->data + b->off, take);
+			n += take;
+			b->off += take;
+			s->queued -= take;
+			if (b->off == b->len) {
+				s->head = b->next;
+				if (!s->head)
+					s->tail = NULL;
+				free(b);
+			}
+		}
+		pthread_cond_signal(&s->cv);
+		ret = (ssize_t)n;
+	} else if (s->failed || s->cancelled) {
+		ret = MHD_CONTENT_READER_END_WITH_ERROR;
+	} else if (s->done) {
+		ret = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		/* Nothing yet: park the connection until the producer has some. */
+		s->suspended = true;
+		MHD_suspend_connection(s->conn);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ret;
+}
+
+static void
+stream_free_cb(void *cls)
+{
+	struct stream *s = cls;
+	pthread_mutex_lock(&s->mu);
+	s->cancelled = true;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	stream_unref(s);
+}
+
+static enum MHD_Result
+start_stream(struct req *r, gfs_meta *m)
+{
+	struct httpserve *srv = r->srv;
+	struct stream *s = xcalloc(1, sizeof *s);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	atomic_init(&s->refs, 2); /* the response's and the producer's */
+	s->conn = r->conn;
+	s->stopping = &srv->stopping;
+	s->first = r->range ? r->first : 0;
+	s->last = r->range ? r->last : m->length - 1;
+
+	struct job *j = xcalloc(1, sizeof *j);
+	j->kind = JOB_STREAM;
+	j->meta = gfs_meta_ref(m);
+	j->stream = s;
+	pthread_mutex_lock(&srv->jobs_mu);
+	if (srv->stopping || srv->queued >= srv->cfg.queue_max) {
+		bool stopping = srv->stopping;
+		pthread_mutex_unlock(&srv->jobs_mu);
+		job_free(j);
+		atomic_store(&s->refs, 1);
+		stream_unref(s);
+		return stopping ? send_status(r, 503) : send_busy(r);
+	}
+	enqueue(srv, j);
+	pthread_mutex_unlock(&srv->jobs_mu);
+
+	uint64_t len = (uint64_t)(s->last - s->first + 1);
+	struct MHD_Response *resp = MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read,
+	                                                              s, stream_free_cb);
+	add_file_headers(srv, resp, m, true);
+	if (r->range) {
+		add_content_range(resp, r, m);
+		return queue_once(r, MHD_HTTP_PARTIAL_CONTENT, resp, len);
+	}
+	return queue_once(r, MHD_HTTP_OK, resp, len);
+}
+
+/* Pushes data to the stream, waiting while the client is behind; false when it went away. */
+static bool
+stream_push(struct stream *s, const uint8_t *data, size_t len)
+{
+	struct sbuf *b = malloc(sizeof *b + len);
+	if (!b)
+		abort();
+	memcpy(b->data, data, len);
+	b->len = len;
+	b->off = 0;
+	b->next = NULL;
+	pthread_mutex_lock(&s->mu);
+	/* Timed, so that a client that stopped reading cannot hold a worker past shutdown. */
+	while (s->queued >= STREAM_BUFFER_BYTES && !s->cancelled && !atomic_load(s->stopping)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	}
+	bool ok = !s->cancelled && !atomic_load(s->stopping);
+	if (ok) {
+		if (s->tail)
+			s->tail->next = b;
+		else
+			s->head = b;
+		s->tail = b;
+		s->queued += len;
+		stream_wake(s);
+	} else {
+		free(b);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ok;
+}
+
+static void
+stream_finish(struct stream *s, bool ok)
+{
+	pthread_mutex_lock(&s->mu);
+	if (ok)
+		s->done = true;
+	else
+		s->failed = true;
+	stream_wake(s);
+	pthread_mutex_unlock(&s->mu);
+	stream_unref(s);
+}
+
+/*
+ * Reads chunks first/chunk_size .. last/chunk_size in order, checking
+ * numbering and sizes as gfs_read does, and pushes the bytes in range.
+ */
+static bool
+stream_chunks(gfs_session *ses, const gfs_meta *m, struct stream *s, gfs_error *err)
+{
+	int64_t n0 = s->first / m->chunk_size, n1 = s->last / m->chunk_size;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, range;
+	BSON_APPEND_VALUE(&filter, "files_id", &m->id);
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "n", &range);
+	BSON_APPEND_INT64(&range, "$gte", n0);
+	BSON_APPEND_INT64(&range, "$lte", n1);
+	bson_append_document_end(&filter, &range);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "n", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(m->chunk_size));
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const char *name = m->name ? m->name : m->key;
+	int64_t next = n0;
+	bool ok = true;
+	const bson_t *doc;
+	while (ok && mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		if (!bson_iter_init_find(&it, doc, "n") || !BSON_ITER_HOLDS_NUMBER(&it) ||
+		    bson_iter_as_int64(&it) != next) {
+			gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: chunk %lld missing or out of order", name,
+			              (long long)next);
+			ok = false;
+			break;
+		}
+		bson_subtype_t sub;
+		uint32_t len;
+		const uint8_t *data;
+		if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
+			gfs_error_set(err, GFS_EBADDOC, "%s: chunk %lld has no data", name, (long long)next);
+			ok = false;
+			break;
+		}
+		bson_iter_binary(&it, &sub, &len, &data);
+		if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, next)) {
+			gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk %lld has the wrong size", name,
+			              (long long)next);
+			ok = false;
+			break;
+		}
+		int64_t base = next * m->chunk_size;
+		int64_t from = s->first > base ? s->first - base : 0;
+		int64_t to = s->last < base + len - 1 ? s->last - base : (int64_t)len - 1;
+		if (!stream_push(s, data + from, (size_t)(to - from + 1))) {
+			gfs_error_set(err, GFS_ECANCELED, "%s: client went away", name);
+			ok = false;
+			break;
+		}
+		next++;
+	}
+	bson_error_t berr;
+	if (ok && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "read chunks");
+		ok = false;
+	}
+	if (ok && next <= n1) {
+		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name, (long long)next);
+		ok = false;
+	}
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
+/* ---- worker side ----------------------------------------------------- */
+
+static void
+observe_latency(struct httpserve *srv, int64_t us)
+{
+	double s = (double)us / 1e6;
+	int b = 0;
+	while (b < NBUCKETS - 1 && s > latency_bounds[b])
+		b++;
+	atomic_fetch_add(&srv->latency_bucket[b], 1);
+	atomic_fetch_add(&srv->latency_count, 1);
+	atomic_fetch_add(&srv->latency_sum_us, (uint64_t)us);
+}
+
+/* Maps a backend failure to a status, and remembers an unreachable backend. */
+static unsigned
+status_for(struct httpserve *srv, const gfs_error *err)
+{
+	switch (err->code) {
+	case GFS_ENOTFOUND:
+	case GFS_ENOREVISION:
+		return 404;
+	case GFS_EBACKEND:
+		if (!atomic_exchange(&srv->backend_down, true))
+			logf_(srv, "backend unreachable, answering 503 for files not in the cache: %s", err->msg);
+		return 503;
+	case GFS_ECANCELED:
+		return 503;
+	default:
+		logf_(srv, "%s", err->msg);
+		return 500;
+	}
+}
+
+struct copy_state {
+	cache_body *b;
+	size_t off;
+};
+
+static bool
+copy_chunk(const uint8_t *data, size_t len, void *ctx)
+{
+	struct copy_state *c = ctx;
+	if (len > c->b->len - c->off)
+		return false;
+	memcpy(c->b->data + c->off, data, len);
+	c->off += len;
+	return true;
+}
+
+static cache_entry *
+cache_body_insert(struct httpserve *srv, gfs_meta *m, cache_body *b)
+{
+	struct MHD_Response *resp = body_response(srv, m, b);
+	return http_cache_put(srv->cache, m->key, b, resp, gfs_meta_ref(m));
+}
+
+/* Reads a whole file into the cache; on failure returns NULL and the status to answer. */
+static cache_entry *
+fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status)
+{
+	cache_entry *e = http_cache_peek(srv->cache, m->key);
+	if (e) {
+		*status = 200;
+		return e;
+	}
+	gfs_file f;
+	gfs_meta_file(m, &f);
+	cache_body *b = cache_body_new((size_t)m->length);
+	struct copy_state cs = {b, 0};
+	gfs_error err;
+	gfs_error_clear(&err);
+	int64_t t0 = mono_us();
+	bool ok = gfs_read(ses, &f, true, copy_chunk, &cs, NULL, &err);
+	observe_latency(srv, mono_us() - t0);
+	if (!ok || cs.off != b->len) {
+		cache_body_unref(b);
+		if (ok)
+			gfs_error_set(&err, GFS_EWRONGSIZE, "%s: short read", m->key);
+		/* A revision removed since the index saw it: its files document goes first. */
+		gfs_file probe;
+		gfs_error perr;
+		if (err.code != GFS_EBACKEND && !gfs_find_by_id(ses, &m->id, &probe, &perr) &&
+		    perr.code == GFS_ENOTFOUND) {
+			*status = 404;
+			return NULL;
+		}
+		if (err.code != GFS_EBACKEND && perr.code == GFS_OK)
+			gfs_file_free(&probe);
+		*status = status_for(srv, &err);
+		return NULL;
+	}
+	*status = 200;
+	e = cache_body_insert(srv, m, b);
+	cache_body_unref(b);
+	return e;
+}
+
+static bool
+under_prefix(struct httpserve *srv, const char *name)
+{
+	return !srv->prefix[0] || (name && gfs_prefix_strip(srv->prefix, name));
+}
+
+static void
+run_lookup(struct httpserve *srv, gfs_session *ses, struct job *j)
+{
+	gfs_file f;
+	gfs_error err;
+	gfs_error_clear(&err);
+	bool ok;
+	int64_t t0 = mono_us();
+	if (j->name) {
+		ok = gfs_find_by_name(ses, j->name, j->rev, &f, &err);
+	} else {
+		bson_value_t id;
+		gfs_id_parse_oid(j->id_key, &id);
+		ok = gfs_find_by_id(ses, &id, &f, &err);
+	}
+	observe_latency(srv, mono_us() - t0);
+	if (ok && !under_prefix(srv, f.filename)) {
+		gfs_file_free(&f);
+		ok = false;
+		gfs_error_set(&err, GFS_ENOTFOUND, "not under the prefix");
+	}
+	if (!ok) {
+		j->status = status_for(srv, &err);
+		if (j->status == 404)
+			http_cache_neg_put(srv->cache, j->key, gfs_now_ms() + srv->cfg.neg_ttl_ms);
+		return;
+	}
+	j->meta = gfs_meta_from_file(&f);
+	gfs_file_free(&f);
+	j->status = 200;
+	if ((size_t)j->meta->length <= srv->cfg.stream_threshold)
+		j->entry = fetch_body(srv, ses, j->meta, &j->status);
+}
+
+static void
+run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
+{
+	gfs_error err;
+	gfs_error_clear(&err);
+	bool ok = true;
+	if (j->meta->length > 0)
+		ok = stream_chunks(ses, j->meta, j->stream, &err);
+	if (!ok && err.code != GFS_ECANCELED)
+		(void)status_for(srv, &err);
+	stream_finish(j->stream, ok);
+	j->stream = NULL;
+}
+
+/* Hands the job's outcome to every waiting request and resumes them. */
+static void
+finish_job(struct httpserve *srv, struct job *j)
+{
+	pthread_mutex_lock(&srv->jobs_mu);
+	if (j->key)
+		strmap_del(srv->inflight, j->key);
+	for (struct req *r = j->waiters; r; r = r->next_waiter) {
+		r->fetch_status = j->status;
+		if (!r->meta && j->meta)
+			r->meta = gfs_meta_ref(j->meta);
+		if (j->entry)
+			r->entry = cache_entry_ref(j->entry);
+		r->phase = PHASE_RESUMED;
+		MHD_resume_connection(r->conn);
+	}
+	j->waiters = NULL;
+	pthread_mutex_unlock(&srv->jobs_mu);
+	if (j->entry)
+		cache_entry_release(srv->cache, j->entry);
+	job_free(j);
+}
+
+static void
+run_job(struct httpserve *srv, gfs_session *ses, struct job *j, bool stopping)
+{
+	if (stopping) {
+		j->status = 503;
+		if (j->stream)
+			stream_finish(j->stream, false);
+		j->stream = NULL;
+	} else if (j->kind == JOB_FETCH) {
+		j->entry = fetch_body(srv, ses, j->meta, &j->status);
+	} else if (j->kind == JOB_LOOKUP) {
+		run_lookup(srv, ses, j);
+	} else {
+		run_stream(srv, ses, j);
+	}
+	finish_job(srv, j);
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct httpserve *srv = arg;
+	gfs_session *ses = gfs_session_pop(srv->conn);
+	for (;;) {
+		pthread_mutex_lock(&srv->jobs_mu);
+		while (!srv->qhead && !srv->stopping)
+			pthread_cond_wait(&srv->jobs_cv, &srv->jobs_mu);
+		struct job *j = srv->qhead;
+		if (!j) {
+			pthread_mutex_unlock(&srv->jobs_mu);
+			break;
+		}
+		srv->qhead = j->next;
+		if (!srv->qhead)
+			srv->qtail = NULL;
+		srv->queued--;
+		bool stopping = srv->stopping;
+		pthread_mutex_unlock(&srv->jobs_mu);
+		run_job(srv, ses, j, stopping);
+	}
+	gfs_session_push(ses);
+	return NULL;
+}
+
+/* ---- request handling ------------------------------------------------ */
+
+static const char *
+header(struct req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+/* Sends the body of m: from the cache, streamed, or after a fetch. */
+static enum MHD_Result
+serve_body(struct req *r, gfs_meta *m)
+{
+	struct httpserve *srv = r->srv;
+	if (!r->entry)
+		r->entry = http_cache_get(srv->cache, m->key);
+	if (r->entry)
+		return send_entry(r);
+	if (r->head && !r->range)
+		return send_head(r, m);
+	if ((size_t)m->length > srv->cfg.stream_threshold)
+		return start_stream(r, m);
+	if (atomic_load(&srv->backend_down))
+		return send_status(r, 503);
+	return start_fetch(r, m);
+}
+
+/* Conditional requests and ranges, which need only the metadata, then the body. */
+static enum MHD_Result
+serve_meta(struct req *r, gfs_meta *m)
+{
+	const char *inm = header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
+	int64_t lm = m->upload_ms / 1000;
+	if (inm) {
+		if (http_etag_list_match(inm, m->etag))
+			return not_modified(r, m);
+	} else {
+		const char *ims = header(r, MHD_HTTP_HEADER_IF_MODIFIED_SINCE);
+		int64_t t = ims ? http_date_parse(ims) : -1;
+		if (t >= 0 && lm <= t)
+			return not_modified(r, m);
+	}
+	const char *rh = r->head ? NULL : header(r, MHD_HTTP_HEADER_RANGE);
+	r->range = false;
+	if (rh && http_if_range_ok(header(r, MHD_HTTP_HEADER_IF_RANGE), m->etag, lm)) {
+		switch (http_range_parse(rh, m->length, &r->first, &r->last)) {
+		case HTTP_RANGE_UNSATISFIABLE: return not_satisfiable(r, m);
+		case HTTP_RANGE_OK: r->range = true; break;
+		case HTTP_RANGE_NONE: break;
+		}
+	}
+	return serve_body(r, m);
+}
+
+static enum MHD_Result
+after_wait(struct req *r)
+{
+	if (r->fetch_status != 200 || !r->meta)
+		return send_status(r, r->fetch_status ? r->fetch_status : 500);
+	return serve_meta(r, r->meta);
+}
+
+static enum MHD_Result
+serve_by_id(struct req *r, const char *hex)
+{
+	struct httpserve *srv = r->srv;
+	if (!http_is_oid(hex))
+		return send_status(r, 400);
+	char key[32];
+	snprintf(key, sizeof key, "%.24s", hex);
+	for (char *p = key; *p; p++)
+		if (*p >= 'A' && *p <= 'F')
+			*p = (char)(*p - 'A' + 'a');
+	gfs_meta *m = gfs_index_get_id(srv->index, key);
+	if (m) {
+		r->meta = m;
+		return serve_meta(r, m);
+	}
+	char lkey[40];
+	snprintf(lkey, sizeof lkey, "I:%s", key);
+	if (http_cache_neg_has(srv->cache, lkey, gfs_now_ms()))
+		return send_status(r, 404);
+	if (atomic_load(&srv->backend_down))
+		return send_status(r, 503);
+	return start_lookup(r, NULL, -1, key, lkey);
+}
+
+static enum MHD_Result
+serve_by_name(struct req *r, const char *path)
+{
+	struct httpserve *srv = r->srv;
+	const char *revs = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "rev");
+	int rev = -1;
+	if (revs && !http_parse_rev(revs, &rev))
+		return send_status(r, 400);
+	if (!*path)
+		return send_status(r, 404);
+	char buf[1024];
+	size_t need = strlen(srv->prefix) + strlen(path) + 1;
+	char *name = need <= sizeof buf ? buf : malloc(need);
+	if (!name)
+		abort();
+	snprintf(name, need, "%s%s", srv->prefix, path);
+	enum MHD_Result ret;
+	if (rev == -1 && gfs_index_loaded(srv->index)) {
+		/* The index is authoritative for newest revisions, within its staleness bound. */
+		gfs_meta *m = gfs_index_get(srv->index, name);
+		if (m) {
+			r->meta = m;
+			ret = serve_meta(r, m);
+		} else {
+			ret = send_status(r, 404);
+		}
+	} else {
+		size_t klen = need + 24;
+		char *lkey = malloc(klen);
+		if (!lkey)
+			abort();
+		snprintf(lkey, klen, "N:%d:%s", rev, name);
+		if (http_cache_neg_has(srv->cache, lkey, gfs_now_ms()))
+			ret = send_status(r, 404);
+		else if (atomic_load(&srv->backend_down))
+			ret = send_status(r, 503);
+		else
+			ret = start_lookup(r, name, rev, NULL, lkey);
+		free(lkey);
+	}
+	if (name != buf)
+		free(name);
+	return ret;
+}
+
+static enum MHD_Result serve_metrics(struct req *r);
+
+static enum MHD_Result
+serve_health(struct req *r)
+{
+	struct httpserve *srv = r->srv;
+	bool ok = !atomic_load(&srv->backend_down) && gfs_index_loaded(srv->index);
+	const char *body = ok ? "ok\n" : "backend unavailable\n";
+	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
+	                                                            MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	return queue_once(r, ok ? 200 : 503, resp, strlen(body));
+}
+
+static void
+copy_field(char *dst, size_t size, const char *src)
+{
+	snprintf(dst, size, "%s", src ? src : "-");
+}
+
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+           const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
+{
+	(void)cls;
+	(void)upload_data;
+	struct req *r = *req_cls;
+	if (!r)
+		return MHD_NO; /* the URI callback always sets it */
+	if (r->phase == PHASE_RESUMED) {
+		r->phase = PHASE_NEW;
+		return after_wait(r);
+	}
+	if (!r->handled) {
+		r->handled = true;
+		copy_field(r->method, sizeof r->method, method);
+		copy_field(r->version, sizeof r->version, version);
+		if (r->srv->cfg.access_log) {
+			const char *ref = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_REFERER);
+			const char *ua = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_USER_AGENT);
+			r->referer = ref ? xstrdup(ref) : NULL;
+			r->agent = ua ? xstrdup(ua) : NULL;
+		}
+		r->head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+		/* Refusing at once closes the connection, which is what a stray upload deserves. */
+		if (!r->head && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
+			return send_status(r, 405);
+		/*
+		 * libmicrohttpd 0.9.75 closes the connection after a response
+		 * queued in this first call; answering in the next keeps it alive.
+		 */
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		*upload_data_size = 0; /* a body we did not ask for */
+		return MHD_YES;
+	}
+	if (strcmp(url, "/_health") == 0)
+		return serve_health(r);
+	if (strcmp(url, "/_metrics") == 0)
+		return serve_metrics(r);
+	if (strncmp(url, "/id/", 4) == 0)
+		return serve_by_id(r, url + 4);
+	if (url[0] != '/')
+		return send_status(r, 400);
+	return serve_by_name(r, url + 1);
+}
+
+/* libmicrohttpd calls this first for every request, with the raw URI. */
+static void *
+on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct httpserve *srv = cls;
+	struct req *r = xcalloc(1, sizeof *r);
+	r->srv = srv;
+	r->conn = conn;
+	r->uri = xstrdup(uri);
+	r->start_ms = gfs_now_ms();
+	pthread_mutex_lock(&srv->active_mu);
+	srv->active++;
+	pthread_mutex_unlock(&srv->active_mu);
+	return r;
+}
+
+/* Combined log format, as Apache and nginx write it. */
+static void
+write_access_log(struct httpserve *srv, struct req *r, unsigned status)
+{
+	char addr[INET6_ADDRSTRLEN] = "-";
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn,
+	                                                             MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (ci && ci->client_addr) {
+		const struct sockaddr *sa = ci->client_addr;
+		if (sa->sa_family == AF_INET)
+			inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof addr);
+		else if (sa->sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
+	}
+	time_t t = (time_t)(r->start_ms / 1000);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+	                                "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+	long off = tm.tm_gmtoff / 60;
+	char when[64];
+	snprintf(when, sizeof when, "%02d/%s/%04d:%02d:%02d:%02d %c%02ld%02ld", tm.tm_mday,
+	         mon[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec,
+	         off < 0 ? '-' : '+', labs(off) / 60, labs(off) % 60);
+	char bytes[24] = "-";
+	if (r->body_bytes)
+		snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)r->body_bytes);
+	pthread_mutex_lock(&srv->log_mu);
+	fprintf(srv->cfg.access_log, "%s - - [%s] \"%s %s %s\" %u %s \"%s\" \"%s\"\n", addr, when,
+	        r->method[0] ? r->method : "-", r->uri, r->version[0] ? r->version : "-", status,
+	        bytes, r->referer ? r->referer : "-", r->agent ? r->agent : "-");
+	pthread_mutex_unlock(&srv->log_mu);
+}
+
+static void
+on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+             enum MHD_RequestTerminationCode toe)
+{
+	(void)conn;
+	struct httpserve *srv = cls;
+	struct req *r = *req_cls;
+	if (!r)
+		return;
+	*req_cls = NULL;
+	/* A request libmicrohttpd refused before our handler saw it was answered 4xx by it. */
+	unsigned status = r->status ? r->status : r->handled ? 499 : 400;
+	if (status < 600)
+		atomic_fetch_add(&srv->status_count[status], 1);
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		atomic_fetch_add(&srv->bytes_sent, r->body_bytes);
+	else
+		r->body_bytes = 0;
+	if (srv->cfg.access_log)
+		write_access_log(srv, r, status);
+	if (r->entry)
+		cache_entry_release(srv->cache, r->entry);
+	gfs_meta_unref(r->meta);
+	free(r->uri);
+	free(r->referer);
+	free(r->agent);
+	free(r);
+	pthread_mutex_lock(&srv->active_mu);
+	if (--srv->active == 0)
+		pthread_cond_broadcast(&srv->active_cv);
+	pthread_mutex_unlock(&srv->active_mu);
+}
+
+static void
+on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+              enum MHD_ConnectionNotificationCode toe)
+{
+	(void)conn;
+	(void)socket_ctx;
+	struct httpserve *srv = cls;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+		atomic_fetch_add(&srv->open_connections, 1);
+	else
+		atomic_fetch_sub(&srv->open_connections, 1);
+}
+
+/* ---- metrics --------------------------------------------------------- */
+
+static long
+count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	long n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+static void
+bprintf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+bprintf(struct buf *b, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		b->cap = b->cap * 2 + (size_t)(n > 0 ? n : 0);
+		b->p = realloc(b->p, b->cap);
+		if (!b->p)
+			abort();
+	}
+}
+
+#define P "gridfsctl_serve_"
+
+static enum MHD_Result
+serve_metrics(struct req *r)
+{
+	struct httpserve *srv = r->srv;
+	struct buf b = {malloc(8192), 0, 8192};
+	if (!b.p)
+		abort();
+	bprintf(&b, "# HELP " P "requests_total Requests answered, by status.\n# TYPE " P "requests_total counter\n");
+	for (int s = 100; s < 600; s++) {
+		uint64_t n = atomic_load(&srv->status_count[s]);
+		if (n)
+			bprintf(&b, P "requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
+	}
+	bprintf(&b, "# HELP " P "response_bytes_total Body bytes sent.\n# TYPE " P "response_bytes_total counter\n"
+	        P "response_bytes_total %llu\n", (unsigned long long)atomic_load(&srv->bytes_sent));
+	struct http_cache_stats cs;
+	http_cache_stats(srv->cache, &cs);
+	bprintf(&b, "# TYPE " P "cache_hits_total counter\n" P "cache_hits_total %llu\n"
+	        "# TYPE " P "cache_misses_total counter\n" P "cache_misses_total %llu\n"
+	        "# TYPE " P "cache_evictions_total counter\n" P "cache_evictions_total %llu\n"
+	        "# TYPE " P "negative_cache_hits_total counter\n" P "negative_cache_hits_total %llu\n"
+	        "# TYPE " P "cache_bytes gauge\n" P "cache_bytes %zu\n"
+	        "# TYPE " P "cache_max_bytes gauge\n" P "cache_max_bytes %zu\n"
+	        "# TYPE " P "cache_entries gauge\n" P "cache_entries %zu\n"
+	        "# TYPE " P "preloaded_files_total counter\n" P "preloaded_files_total %llu\n",
+	        (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+	        (unsigned long long)cs.evictions, (unsigned long long)cs.neg_hits, cs.bytes,
+	        cs.max_bytes, cs.entries, (unsigned long long)atomic_load(&srv->preloaded));
+	bprintf(&b, "# HELP " P "backend_seconds Time to read a file or look one up.\n"
+	        "# TYPE " P "backend_seconds histogram\n");
+	uint64_t cum = 0;
+	for (int i = 0; i < NBUCKETS; i++) {
+		cum += atomic_load(&srv->latency_bucket[i]);
+		if (i < NBUCKETS - 1)
+			bprintf(&b, P "backend_seconds_bucket{le=\"%g\"} %llu\n", latency_bounds[i],
+			        (unsigned long long)cum);
+		else
+			bprintf(&b, P "backend_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	}
+	bprintf(&b, P "backend_seconds_sum %.6f\n" P "backend_seconds_count %llu\n",
+	        (double)atomic_load(&srv->latency_sum_us) / 1e6,
+	        (unsigned long long)atomic_load(&srv->latency_count));
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	pthread_mutex_lock(&srv->jobs_mu);
+	unsigned queued = srv->queued;
+	size_t inflight = strmap_count(srv->inflight);
+	pthread_mutex_unlock(&srv->jobs_mu);
+	bprintf(&b, "# TYPE " P "open_connections gauge\n" P "open_connections %ld\n"
+	        "# TYPE " P "open_fds gauge\n" P "open_fds %ld\n"
+	        "# TYPE " P "max_fds gauge\n" P "max_fds %llu\n"
+	        "# TYPE " P "accept_emfile_total counter\n" P "accept_emfile_total %llu\n"
+	        "# TYPE " P "queue_full_total counter\n" P "queue_full_total %llu\n"
+	        "# TYPE " P "coalesced_total counter\n" P "coalesced_total %llu\n"
+	        "# TYPE " P "fetch_queue gauge\n" P "fetch_queue %u\n"
+	        "# TYPE " P "fetches_in_flight gauge\n" P "fetches_in_flight %zu\n"
+	        "# TYPE " P "backend_up gauge\n" P "backend_up %d\n"
+	        "# TYPE " P "index_files gauge\n" P "index_files %zu\n"
+	        "# TYPE " P "index_age_seconds gauge\n" P "index_age_seconds %.3f\n",
+	        atomic_load(&srv->open_connections), count_fds(), (unsigned long long)rl.rlim_cur,
+	        (unsigned long long)atomic_load(&srv->emfile_events),
+	        (unsigned long long)atomic_load(&srv->queue_full),
+	        (unsigned long long)atomic_load(&srv->coalesced), queued, inflight,
+	        atomic_load(&srv->backend_down) ? 0 : 1, gfs_index_count(srv->index),
+	        gfs_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - gfs_index_fresh_ms(srv->index)) / 1e3 : -1.0);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	return queue_once(r, 200, resp, b.len);
+}
+
+/* ---- libmicrohttpd's log: where running out of descriptors shows ---- */
+
+static void
+on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct httpserve *srv = cls;
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+		msg[--n] = '\0';
+	bool limit = strstr(msg, "resource limit") != NULL;
+	if (!limit && strstr(msg, "Error accepting connection") == NULL) {
+		logf_(srv, "http: %s", msg);
+		return;
+	}
+	/*
+	 * accept() failed with EMFILE or ENFILE. libmicrohttpd stops accepting
+	 * until a connection closes, except when this thread has none, where it
+	 * would retry at once: slow that case down here, in its own thread.
+	 */
+	if (limit) {
+		atomic_fetch_add(&srv->emfile_events, 1);
+		if (strstr(msg, "FIRST connection")) {
+			struct timespec ts = {0, 100 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+		return;
+	}
+	int64_t now = gfs_now_ms(), last = atomic_load(&srv->last_emfile_log_ms);
+	if (now - last < 10000 || !atomic_compare_exchange_strong(&srv->last_emfile_log_ms, &last, now))
+		return;
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	logf_(srv, "accept: %s (%ld descriptors open, limit %llu); not accepting until a connection closes",
+	      strstr(msg, "in system") ? "Too many open files in system" : "Too many open files",
+	      count_fds(), (unsigned long long)rl.rlim_cur);
+}
+
+/* ---- index upkeep ---------------------------------------------------- */
+
+static void *
+poller_main(void *arg)
+{
+	struct httpserve *srv = arg;
+	gfs_session *ses = gfs_session_pop(srv->conn);
+	int64_t last_full = gfs_index_loaded(srv->index) ? gfs_now_ms() : 0;
+	pthread_mutex_lock(&srv->poll_mu);
+	while (!srv->poll_stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += srv->cfg.poll_ms / 1000;
+		ts.tv_nsec += (long)(srv->cfg.poll_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&srv->poll_cv, &srv->poll_mu, &ts);
+		if (srv->poll_stop)
+			break;
+		pthread_mutex_unlock(&srv->poll_mu);
+		gfs_error err;
+		gfs_error_clear(&err);
+		bool full = !gfs_index_loaded(srv->index) || gfs_now_ms() - last_full >= srv->cfg.reload_ms;
+		bool ok = full ? gfs_index_load(srv->index, ses, &err) : gfs_index_poll(srv->index, ses, &err);
+		if (ok && full)
+			last_full = gfs_now_ms();
+		if (ok && atomic_exchange(&srv->backend_down, false))
+			logf_(srv, "backend reachable again");
+		else if (!ok && !atomic_exchange(&srv->backend_down, true))
+			logf_(srv, "backend unreachable, answering 503 for files not in the cache: %s", err.msg);
+		if (srv->cfg.access_log) {
+			pthread_mutex_lock(&srv->log_mu);
+			fflush(srv->cfg.access_log);
+			pthread_mutex_unlock(&srv->log_mu);
+		}
+		pthread_mutex_lock(&srv->poll_mu);
+	}
+	pthread_mutex_unlock(&srv->poll_mu);
+	gfs_session_push(ses);
+	return NULL;
+}
+
+/* ---- preload: one pass over the chunks collection ------------------- */
+
+struct partial {
+	gfs_meta *meta;
+	cache_body *body;
+	uint64_t have;     /* bit n: chunk n arrived */
+	int64_t count;
+};
+
+struct preload {
+	struct httpserve *srv;
+	strmap *want;      /* id key -> struct partial */
+	size_t budget;
+};
+
+static void
+want_meta(gfs_meta *m, void *ctx)
+{
+	struct preload *p = ctx;
+	int64_t count = gfs_chunk_count(m->length, m->chunk_size);
+	if ((size_t)m->length > p->srv->cfg.stream_threshold || count > 64 ||
+	    (size_t)m->length + 512 > p->budget)
+		return;
+	p->budget -= (size_t)m->length + 512;
+	struct partial *pt = xcalloc(1, sizeof *pt);
+	pt->meta = gfs_meta_ref(m);
+	pt->count = count;
+	strmap_put(p->want, m->key, pt);
+}
+
+static void
+free_partial(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	(void)ctx;
+	struct partial *pt = value;
+	if (pt->body)
+		cache_body_unref(pt->body);
+	gfs_meta_unref(pt->meta);
+	free(pt);
+}
+
+/* Adds one chunk; when the file is complete and its hash checks, caches it. */
+static void
+preload_chunk(struct preload *p, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "files_id"))
+		return;
+	char *key = gfs_id_string(bson_iter_value(&it));
+	struct partial *pt = key ? strmap_get(p->want, key) : NULL;
+	free(key);
+	if (!pt)
+		return;
+	gfs_meta *m = pt->meta;
+	uint32_t len;
+	const uint8_t *data;
+	bson_subtype_t sub;
+	if (!bson_iter_init_find(&it, doc, "n") || !BSON_ITER_HOLDS_NUMBER(&it))
+		return;
+	int64_t n = bson_iter_as_int64(&it);
+	if (n < 0 || n >= pt->count || (pt->have & (1ULL << n)) ||
+	    !bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it))
+		return;
+	bson_iter_binary(&it, &sub, &len, &data);
+	if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, n))
+		return; /* left incomplete: a request will read it and report the damage */
+	if (!pt->body)
+		pt->body = cache_body_new((size_t)m->length);
+	memcpy(pt->body->data + n * (int64_t)m->chunk_size, data, len);
+	pt->have |= 1ULL << n;
+	if (pt->have != (pt->count == 64 ? ~0ULL : (1ULL << pt->count) - 1))
+		return;
+	if (m->sha256[0]) {
+		char hex[65];
+		gfs_sha256 *h = gfs_sha256_new();
+		gfs_sha256_update(h, pt->body->data, pt->body->len);
+		gfs_sha256_final(h, hex);
+		if (strcmp(hex, m->sha256) != 0)
+			return;
+	}
+	cache_entry *e = cache_body_insert(p->srv, m, pt->body);
+	cache_entry_release(p->srv->cache, e);
+	atomic_fetch_add(&p->srv->preloaded, 1);
+	free_partial(NULL, strmap_del(p->want, m->key), NULL);
+}
+
+static void
+preload_empty(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	struct partial *pt = value;
+	struct preload *p = ctx;
+	if (pt->count == 0) {
+		cache_body *b = cache_body_new(0);
+		cache_entry_release(p->srv->cache, cache_body_insert(p->srv, pt->meta, b));
+		cache_body_unref(b);
+		atomic_fetch_add(&p->srv->preloaded, 1);
+	}
+}
+
+static bool
+preload(struct httpserve *srv, gfs_error *err)
+{
+	struct preload p = {srv, strmap_new(gfs_index_count(srv->index)), srv->cfg.cache_size};
+	gfs_index_each(srv->index, want_meta, &p);
+	strmap_each(p.want, preload_empty, &p);
+	gfs_session *ses = gfs_session_pop(srv->conn);
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(GFS_DEFAULT_CHUNK_SIZE));
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
+	const bson_t *doc;
+	while (strmap_count(p.want) > 0 && mongoc_cursor_next(cur, &doc))
+		preload_chunk(&p, doc);
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "preload");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	gfs_session_push(ses);
+	strmap_each(p.want, free_partial, NULL);
+	strmap_free(p.want);
+	return ok;
+}
+
+/* ---- start and stop -------------------------------------------------- */
+
+static void
+free_meta_cb(void *m)
+{
+	gfs_meta_unref(m);
+}
+
+static bool
+resolve(const char *host, unsigned port, struct sockaddr_storage *ss, gfs_error *err)
+{
+	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE,
+	                         .ai_socktype = SOCK_STREAM};
+	struct addrinfo *ai;
+	char ports[16];
+	snprintf(ports, sizeof ports, "%u", port);
+	int rc = getaddrinfo(host, ports, &hints, &ai);
+	if (rc != 0) {
+		gfs_error_set(err, GFS_EINVAL, "cannot listen on %s: %s", host, gai_strerror(rc));
+		return false;
+	}
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return true;
+}
+
+static void
+free_server(struct httpserve *srv)
+{
+	struct MHD_Response *rs[] = {srv->r400, srv->r404, srv->r405, srv->r500, srv->r503, srv->r503busy};
+	for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
+		if (rs[i])
+			MHD_destroy_response(rs[i]);
+	http_cache_free(srv->cache);
+	gfs_index_free(srv->index);
+	strmap_free(srv->inflight);
+	free(srv->workers);
+	free(srv->prefix);
+	free(srv);
+}
+
+static void
+stop_threads(struct httpserve *srv)
+{
+	pthread_mutex_lock(&srv->jobs_mu);
+	srv->stopping = true;
+	pthread_cond_broadcast(&srv->jobs_cv);
+	pthread_mutex_unlock(&srv->jobs_mu);
+	for (unsigned i = 0; i < srv->nworkers; i++)
+		pthread_join(srv->workers[i], NULL);
+	srv->nworkers = 0;
+	if (srv->poller_started) {
+		pthread_mutex_lock(&srv->poll_mu);
+		srv->poll_stop = true;
+		pthread_cond_signal(&srv->poll_cv);
+		pthread_mutex_unlock(&srv->poll_mu);
+		pthread_join(srv->poller, NULL);
+		srv->poller_started = false;
+	}
+}
+
+static bool
+start_daemon(struct httpserve *srv, gfs_error *err)
+{
+	const struct httpserve_config *c = &srv->cfg;
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	if (c->listen_fd < 0) {
+		if (!resolve(c->host, c->port, &ss, err))
+			return false;
+		if (ss.ss_family == AF_INET6)
+			flags |= MHD_USE_IPv6;
+	}
+	struct MHD_OptionItem opts[20];
+	int n = 0;
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, srv};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, c->max_connections, NULL};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s, NULL};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->conn_memory, NULL};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL};
+	if (c->threads > 1)
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, c->threads, NULL};
+	if (c->listen_fd >= 0) {
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, c->listen_fd, NULL};
+	} else {
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
+		if (c->reuse_port)
+			opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL};
+	}
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+	srv->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
+	                          MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+	if (!srv->d) {
+		if (c->listen_fd >= 0)
+			gfs_error_set(err, GFS_ELOCAL, "cannot serve on the inherited socket (fd %d)", c->listen_fd);
+		else
+			gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u (in use, or not an address of this host?)",
+			              c->host, c->port);
+		return false;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_LISTEN_FD);
+	srv->listen_fd = di ? di->listen_fd : MHD_INVALID_SOCKET;
+	return true;
+}
+
+httpserve *
+httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err)
+{
+	struct httpserve *srv = xcalloc(1, sizeof *srv);
+	srv->cfg = *cfg;
+	srv->conn = conn;
+	srv->prefix = gfs_prefix_normalize(cfg->prefix);
+	srv->index = gfs_index_new(srv->prefix);
+	srv->cache = http_cache_new(cfg->cache_size, free_meta_cb);
+	srv->inflight = strmap_new(256);
+	srv->listen_fd = MHD_INVALID_SOCKET;
+	if (srv->cfg.stream_threshold > cfg->cache_size / 8)
+		srv->cfg.stream_threshold = cfg->cache_size / 8;
+	pthread_mutex_init(&srv->jobs_mu, NULL);
+	pthread_cond_init(&srv->jobs_cv, NULL);
+	pthread_mutex_init(&srv->poll_mu, NULL);
+	pthread_cond_init(&srv->poll_cv, NULL);
+	pthread_mutex_init(&srv->active_mu, NULL);
+	pthread_cond_init(&srv->active_cv, NULL);
+	pthread_mutex_init(&srv->log_mu, NULL);
+	atomic_init(&srv->last_emfile_log_ms, 0);
+	srv->r400 = text_response(body400, 400);
+	srv->r404 = text_response(body404, 404);
+	srv->r405 = text_response(body405, 405);
+	srv->r500 = text_response(body500, 500);
+	srv->r503 = text_response(body503, 503);
+	srv->r503busy = text_response(body503busy, 503);
+
+	gfs_session *ses = gfs_session_pop(conn);
+	gfs_error lerr;
+	gfs_error_clear(&lerr);
+	if (!gfs_index_load(srv->index, ses, &lerr)) {
+		atomic_store(&srv->backend_down, true);
+		logf_(srv, "cannot load the index yet (will retry): %s", lerr.msg);
+	}
+	gfs_session_push(ses);
+	if (cfg->preload && gfs_index_loaded(srv->index) && !preload(srv, &lerr))
+		logf_(srv, "preload stopped early: %s", lerr.msg);
+
+	srv->workers = xcalloc(cfg->workers, sizeof *srv->workers);
+	for (; srv->nworkers < cfg->workers; srv->nworkers++)
+		if (pthread_create(&srv->workers[srv->nworkers], NULL, worker_main, srv) != 0)
+			break;
+	srv->poller_started = pthread_create(&srv->poller, NULL, poller_main, srv) == 0;
+	if (srv->nworkers == 0 || !srv->poller_started) {
+		gfs_error_set(err, GFS_ELOCAL, "cannot start threads");
+		stop_threads(srv);
+		free_server(srv);
+		return NULL;
+	}
+	if (!start_daemon(srv, err)) {
+		stop_threads(srv);
+		free_server(srv);
+		return NULL;
+	}
+	return srv;
+}
+
+unsigned
+httpserve_port(httpserve *srv)
+{
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
+	return di ? di->port : srv->cfg.port;
+}
+
+void
+httpserve_quiesce(httpserve *srv)
+{
+	if (srv->quiesced)
+		return;
+	srv->quiesced = true;
+	MHD_socket fd = MHD_quiesce_daemon(srv->d);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+}
+
+bool
+httpserve_drain(httpserve *srv, int timeout_ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&srv->active_mu);
+	int rc = 0;
+	while (srv->active > 0 && rc == 0)
+		rc = pthread_cond_timedwait(&srv->active_cv, &srv->active_mu, &ts);
+	bool drained = srv->active == 0;
+	pthread_mutex_unlock(&srv->active_mu);
+	return drained;
+}
+
+void
+httpserve_stop(httpserve *srv)
+{
+	if (!srv)
+		return;
+	/* Workers answer what is queued with 503 and resume every waiting connection first. */
+	stop_threads(srv);
+	MHD_stop_daemon(srv->d);
+	if (srv->cfg.access_log)
+		fflush(srv->cfg.access_log);
+	free_server(srv);
+}

@@ -1,0 +1,54 @@
+/*
+ * The HTTP server behind `gridfsctl serve`, on libmicrohttpd: routing,
+ * conditional and range requests, the response cache, the metadata index,
+ * backend fetches on a worker pool with suspended connections, metrics
+ * and the access log. It prints nothing itself: messages go to cfg->log.
+ */
+#ifndef GFS_HTTPSERVE_H
+#define GFS_HTTPSERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "gfs.h"
+
+struct httpserve_config {
+	const char *host;          /* numeric address to bind, e.g. "127.0.0.1" or "::1" */
+	unsigned port;             /* 0: any free port */
+	int listen_fd;             /* >= 0: serve on this listening socket instead */
+	bool reuse_port;           /* SO_REUSEPORT, so several servers can share the port */
+	const char *prefix;        /* serve PREFIX/<path>; normalized, "" for the whole bucket */
+	size_t cache_size;         /* bytes of bodies kept in memory */
+	size_t stream_threshold;   /* larger files stream chunk by chunk, uncached */
+	unsigned threads;          /* event threads */
+	unsigned workers;          /* backend fetch threads, each with its own session */
+	unsigned queue_max;        /* fetches waiting beyond this are answered 503 */
+	unsigned max_connections;
+	unsigned timeout_s;        /* idle connection timeout */
+	size_t conn_memory;        /* per-connection memory, which bounds request headers */
+	const char *cache_control; /* NULL: no Cache-Control header */
+	FILE *access_log;          /* NULL: none; combined format, one line per request */
+	int poll_ms;               /* look for new uploads this often */
+	int reload_ms;             /* reread the whole index this often (deletions, renames) */
+	int neg_ttl_ms;            /* remember a missing name or id this long */
+	bool preload;              /* fill the cache in one pass over the chunks before serving */
+	void (*log)(const char *msg);
+};
+
+typedef struct httpserve httpserve;
+
+/*
+ * Loads the index (a backend that does not answer is not fatal: the server
+ * starts and answers 503 until it does), preloads if asked, then listens.
+ */
+httpserve *httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err);
+unsigned httpserve_port(httpserve *h);
+/* Stops accepting new connections; open ones are still served. */
+void httpserve_quiesce(httpserve *h);
+/* Waits until no request is in progress; false when timeout_ms passed first. */
+bool httpserve_drain(httpserve *h, int timeout_ms);
+/* Ends every connection and frees everything. */
+void httpserve_stop(httpserve *h);
+
+#endif

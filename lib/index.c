@@ -1,0 +1,373 @@
+/* The metadata index behind serve: newest revision per filename, swapped whole on reload. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "httputil.h"
+#include "index.h"
+#include "strmap.h"
+
+struct gfs_index {
+	pthread_rwlock_t lock;
+	char *prefix;
+	strmap *by_name;     /* filename -> gfs_meta (one reference held by the map) */
+	strmap *by_id;       /* key -> the same gfs_meta (no extra reference) */
+	int64_t newest_ms;   /* greatest uploadDate seen, where polling resumes */
+	bool loaded;
+	_Atomic int64_t fresh_ms;
+};
+
+static char *
+xstrdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		abort();
+	return p;
+}
+
+/* An entity tag safe to quote: printable ASCII without quotes or backslashes. */
+static bool
+tag_safe(const char *s, size_t max)
+{
+	size_t n = 0;
+	for (; s[n]; n++)
+		if (n >= max || s[n] <= ' ' || s[n] > '~' || s[n] == '"' || s[n] == '\\')
+			return false;
+	return true;
+}
+
+static void
+make_etag(gfs_meta *m, const char *md5)
+{
+	if (m->sha256[0]) {
+		snprintf(m->etag, sizeof m->etag, "\"%s\"", m->sha256);
+		return;
+	}
+	if (md5[0]) {
+		snprintf(m->etag, sizeof m->etag, "\"%s\"", md5);
+		return;
+	}
+	/* A revision's content never changes, so its id and upload time name it. */
+	if (tag_safe(m->key, 48)) {
+		snprintf(m->etag, sizeof m->etag, "\"%s-%llx\"", m->key, (unsigned long long)m->upload_ms);
+		return;
+	}
+	char hex[65];
+	gfs_sha256 *h = gfs_sha256_new();
+	gfs_sha256_update(h, m->key, strlen(m->key));
+	gfs_sha256_final(h, hex);
+	snprintf(m->etag, sizeof m->etag, "\"%.40s-%llx\"", hex, (unsigned long long)m->upload_ms);
+}
+
+gfs_meta *
+gfs_meta_from_file(const gfs_file *f)
+{
+	gfs_meta *m = calloc(1, sizeof *m);
+	if (!m)
+		abort();
+	atomic_init(&m->refs, 1);
+	m->name = f->filename ? xstrdup(f->filename) : NULL;
+	m->key = gfs_id_string(&f->id);
+	if (!m->key)
+		abort();
+	bson_value_copy(&f->id, &m->id);
+	m->length = f->length;
+	m->chunk_size = f->chunk_size;
+	m->upload_ms = f->upload_date;
+	memcpy(m->sha256, f->sha256, sizeof m->sha256);
+	m->content_type = xstrdup(f->content_type && *f->content_type ? f->content_type
+	                                                               : http_type_by_ext(f->filename));
+	make_etag(m, f->md5);
+	int64_t secs = f->upload_date >= 0 ? f->upload_date / 1000 : 0;
+	http_date_format(secs, m->last_modified);
+	return m;
+}
+
+gfs_meta *
+gfs_meta_ref(gfs_meta *m)
+{
+	if (m)
+		atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+	return m;
+}
+
+void
+gfs_meta_unref(gfs_meta *m)
+{
+	if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	free(m->name);
+	free(m->key);
+	bson_value_destroy(&m->id);
+	free(m->content_type);
+	free(m);
+}
+
+void
+gfs_meta_file(const gfs_meta *m, gfs_file *out)
+{
+	memset(out, 0, sizeof *out);
+	out->id = m->id;
+	out->filename = m->name;
+	out->length = m->length;
+	out->chunk_size = m->chunk_size;
+	out->upload_date = m->upload_ms;
+	memcpy(out->sha256, m->sha256, sizeof out->sha256);
+	out->mtime_ns = -1;
+	out->mode = -1;
+}
+
+/* ---- the index ------------------------------------------------------- */
+
+gfs_index *
+gfs_index_new(const char *prefix)
+{
+	gfs_index *ix = calloc(1, sizeof *ix);
+	if (!ix)
+		abort();
+	pthread_rwlock_init(&ix->lock, NULL);
+	ix->prefix = xstrdup(prefix ? prefix : "");
+	ix->by_name = strmap_new(1024);
+	ix->by_id = strmap_new(1024);
+	return ix;
+}
+
+static void
+unref_value(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	(void)ctx;
+	gfs_meta_unref(value);
+}
+
+static void
+free_maps(strmap *by_name, strmap *by_id)
+{
+	strmap_each(by_name, unref_value, NULL);
+	strmap_free(by_name);
+	strmap_free(by_id);
+}
+
+void
+gfs_index_free(gfs_index *ix)
+{
+	if (!ix)
+		return;
+	free_maps(ix->by_name, ix->by_id);
+	pthread_rwlock_destroy(&ix->lock);
+	free(ix->prefix);
+	free(ix);
+}
+
+/* The spec's revision order: uploadDate, then _id. True when a is newer than b. */
+static bool
+newer(const gfs_meta *a, const gfs_meta *b)
+{
+	if (a->upload_ms != b->upload_ms)
+		return a->upload_ms > b->upload_ms;
+	if (a->id.value_type == BSON_TYPE_OID && b->id.value_type == BSON_TYPE_OID)
+		return bson_oid_compare(&a->id.value.v_oid, &b->id.value.v_oid) > 0;
+	return strcmp(a->key, b->key) > 0;
+}
+
+/* Adds m (taking its reference) unless the map holds a newer revision of its name. */
+static void
+add_meta(strmap *by_name, strmap *by_id, gfs_meta *m)
+{
+	gfs_meta *old = strmap_get(by_name, m->name);
+	if (old && !newer(m, old)) {
+		gfs_meta_unref(m);
+		return;
+	}
+	strmap_put(by_name, m->name, m);
+	if (old) {
+		strmap_del(by_id, old->key);
+		gfs_meta_unref(old);
+	}
+	strmap_put(by_id, m->key, m);
+}
+
+/*
+ * Runs a files query and hands each revision to add_meta. Only the fields
+ * the index keeps are asked for, and no sort: the map orders revisions.
+ */
+static bool
+scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, int64_t *newest,
+     gfs_error *err)
+{
+	bson_t opts = BSON_INITIALIZER, proj;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	const char *fields[] = {"_id", "filename", "length", "chunkSize", "uploadDate", "md5",
+	                        "contentType", "metadata.sha256", "metadata.contentType"};
+	for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+		BSON_APPEND_INT32(&proj, fields[i], 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT32(&opts, "batchSize", 5000);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, &opts, NULL);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		gfs_file f;
+		gfs_error perr;
+		if (!gfs_file_parse(doc, &f, &perr))
+			continue; /* malformed documents are verify's business */
+		if (f.filename) {
+			if (f.upload_date > *newest)
+				*newest = f.upload_date;
+			add_meta(by_name, by_id, gfs_meta_from_file(&f));
+		}
+		gfs_file_free(&f);
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "index: read the files collection");
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
+bool
+gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	gfs_prefix_filter(&filter, ix->prefix);
+	strmap *by_name = strmap_new(strmap_count(ix->by_name) + 1024);
+	strmap *by_id = strmap_new(strmap_count(ix->by_id) + 1024);
+	int64_t newest = 0;
+	bool ok = scan(s, &filter, by_name, by_id, &newest, err);
+	bson_destroy(&filter);
+	if (!ok) {
+		free_maps(by_name, by_id);
+		return false;
+	}
+	pthread_rwlock_wrlock(&ix->lock);
+	strmap *old_name = ix->by_name, *old_id = ix->by_id;
+	ix->by_name = by_name;
+	ix->by_id = by_id;
+	ix->newest_ms = newest;
+	ix->loaded = true;
+	pthread_rwlock_unlock(&ix->lock);
+	free_maps(old_name, old_id);
+	atomic_store(&ix->fresh_ms, gfs_now_ms());
+	return true;
+}
+
+struct collected {
+	gfs_meta **items;
+	size_t n, cap;
+};
+
+static void
+collect(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	struct collected *c = ctx;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 16;
+		c->items = realloc(c->items, c->cap * sizeof *c->items);
+		if (!c->items)
+			abort();
+	}
+	c->items[c->n++] = value;
+}
+
+bool
+gfs_index_poll(gfs_index *ix, gfs_session *s, gfs_error *err)
+{
+	pthread_rwlock_rdlock(&ix->lock);
+	int64_t since = ix->newest_ms;
+	pthread_rwlock_unlock(&ix->lock);
+
+	/* $gte, not $gt: another revision may share the newest millisecond. */
+	bson_t filter = BSON_INITIALIZER, range;
+	gfs_prefix_filter(&filter, ix->prefix);
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "uploadDate", &range);
+	BSON_APPEND_DATE_TIME(&range, "$gte", since);
+	bson_append_document_end(&filter, &range);
+	strmap *by_name = strmap_new(64), *by_id = strmap_new(64);
+	int64_t newest = since;
+	bool ok = scan(s, &filter, by_name, by_id, &newest, err);
+	bson_destroy(&filter);
+	if (!ok) {
+		free_maps(by_name, by_id);
+		return false;
+	}
+	struct collected c = {0};
+	strmap_each(by_name, collect, &c);
+	pthread_rwlock_wrlock(&ix->lock);
+	for (size_t i = 0; i < c.n; i++)
+		add_meta(ix->by_name, ix->by_id, c.items[i]); /* takes the scan's reference */
+	if (newest > ix->newest_ms)
+		ix->newest_ms = newest;
+	pthread_rwlock_unlock(&ix->lock);
+	free(c.items);
+	strmap_free(by_name);
+	strmap_free(by_id);
+	atomic_store(&ix->fresh_ms, gfs_now_ms());
+	return true;
+}
+
+gfs_meta *
+gfs_index_get(gfs_index *ix, const char *name)
+{
+	pthread_rwlock_rdlock(&ix->lock);
+	gfs_meta *m = gfs_meta_ref(strmap_get(ix->by_name, name));
+	pthread_rwlock_unlock(&ix->lock);
+	return m;
+}
+
+gfs_meta *
+gfs_index_get_id(gfs_index *ix, const char *key)
+{
+	pthread_rwlock_rdlock(&ix->lock);
+	gfs_meta *m = gfs_meta_ref(strmap_get(ix->by_id, key));
+	pthread_rwlock_unlock(&ix->lock);
+	return m;
+}
+
+bool
+gfs_index_loaded(gfs_index *ix)
+{
+	pthread_rwlock_rdlock(&ix->lock);
+	bool loaded = ix->loaded;
+	pthread_rwlock_unlock(&ix->lock);
+	return loaded;
+}
+
+size_t
+gfs_index_count(gfs_index *ix)
+{
+	pthread_rwlock_rdlock(&ix->lock);
+	size_t n = strmap_count(ix->by_name);
+	pthread_rwlock_unlock(&ix->lock);
+	return n;
+}
+
+int64_t
+gfs_index_fresh_ms(gfs_index *ix)
+{
+	return atomic_load(&ix->fresh_ms);
+}
+
+struct each_ctx {
+	void (*fn)(gfs_meta *m, void *ctx);
+	void *ctx;
+};
+
+static void
+each_value(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	struct each_ctx *e = ctx;
+	e->fn(value, e->ctx);
+}
+
+void
+gfs_index_each(gfs_index *ix, void (*fn)(gfs_meta *m, void *ctx), void *ctx)
+{
+	struct each_ctx e = {fn, ctx};
+	pthread_rwlock_rdlock(&ix->lock);
+	strmap_each(ix->by_name, each_value, &e);
+	pthread_rwlock_unlock(&ix->lock);
+}

@@ -1,0 +1,64 @@
+/*
+ * The serve command's metadata index: filename -> the newest revision's
+ * id, length, type, entity tag and date, so that a request for a known
+ * name needs no files query.
+ *
+ * It is loaded whole at start and kept fresh by polling: gfs_index_poll()
+ * reads only files documents uploaded since the newest one seen (new files
+ * and new revisions), gfs_index_load() rereads everything (deletions and
+ * renames). The caller decides how often; serve documents the bound.
+ */
+#ifndef GFS_INDEX_H
+#define GFS_INDEX_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gfs.h"
+
+/* One revision's metadata. Immutable once built; shared by reference count. */
+typedef struct gfs_meta {
+	atomic_int refs;
+	char *name;          /* filename; may be NULL */
+	char *key;           /* the id as text: unique per revision, the cache key */
+	bson_value_t id;
+	int64_t length;
+	int32_t chunk_size;
+	int64_t upload_ms;
+	char sha256[65];     /* "" when not stored */
+	char *content_type;  /* stored type, else guessed from the name's extension */
+	char etag[80];       /* quoted: sha256, else md5, else id and upload time */
+	char last_modified[32];
+} gfs_meta;
+
+gfs_meta *gfs_meta_from_file(const gfs_file *f);
+gfs_meta *gfs_meta_ref(gfs_meta *m);
+void gfs_meta_unref(gfs_meta *m);
+/* A gfs_file view of m for gfs_read(); owns nothing, never pass to gfs_file_free(). */
+void gfs_meta_file(const gfs_meta *m, gfs_file *out);
+
+typedef struct gfs_index gfs_index;
+
+/* prefix: only names under it (normalized, "" for all). */
+gfs_index *gfs_index_new(const char *prefix);
+void gfs_index_free(gfs_index *ix);
+
+/* Rereads every files document under the prefix and swaps the result in. */
+bool gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err);
+/* Reads files documents uploaded since the newest seen; requires a prior load. */
+bool gfs_index_poll(gfs_index *ix, gfs_session *s, gfs_error *err);
+
+/* The newest revision of name, referenced (gfs_meta_unref it), or NULL. */
+gfs_meta *gfs_index_get(gfs_index *ix, const char *name);
+/* By id text, among the newest revisions; referenced, or NULL. */
+gfs_meta *gfs_index_get_id(gfs_index *ix, const char *key);
+
+bool gfs_index_loaded(gfs_index *ix);
+size_t gfs_index_count(gfs_index *ix);
+/* Wall-clock ms of the last successful load or poll; 0 when never. */
+int64_t gfs_index_fresh_ms(gfs_index *ix);
+/* Calls fn for every entry (under the read lock; fn must be quick and not call back). */
+void gfs_index_each(gfs_index *ix, void (*fn)(gfs_meta *m, void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,116 @@
+/* Size-based log rotation for supervised programs' output. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "logrotate.h"
+
+static int
+open_append(const char *path, uint64_t *size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	*size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	return fd;
+}
+
+struct logfile *
+logfile_open(const char *path, uint64_t max, int backups)
+{
+	uint64_t size;
+	int fd = open_append(path, &size);
+	if (fd < 0)
+		return NULL;
+	struct logfile *lf = calloc(1, sizeof *lf);
+	if (!lf)
+		abort();
+	lf->path = strdup(path);
+	if (!lf->path)
+		abort();
+	lf->fd = fd;
+	lf->size = size;
+	lf->max = max;
+	lf->backups = backups;
+	return lf;
+}
+
+static char *
+numbered(const char *path, int n)
+{
+	size_t len = strlen(path) + 16;
+	char *s = malloc(len);
+	if (!s)
+		abort();
+	snprintf(s, len, "%s.%d", path, n);
+	return s;
+}
+
+bool
+logfile_rotate(struct logfile *lf)
+{
+	if (lf->backups == 0) {
+		if (ftruncate(lf->fd, 0) != 0)
+			return false;
+		lf->size = 0;
+		return true;
+	}
+	/* Shift FILE.N-1 -> FILE.N ... FILE -> FILE.1; the oldest falls off. */
+	for (int i = lf->backups - 1; i >= 0; i--) {
+		char *from = i == 0 ? strdup(lf->path) : numbered(lf->path, i);
+		char *to = numbered(lf->path, i + 1);
+		if (!from)
+			abort();
+		if (rename(from, to) != 0 && errno != ENOENT) {
+			int e = errno;
+			free(from);
+			free(to);
+			errno = e;
+			return false;
+		}
+		free(from);
+		free(to);
+	}
+	uint64_t size;
+	int fd = open_append(lf->path, &size);
+	if (fd < 0)
+		return false;
+	close(lf->fd);
+	lf->fd = fd;
+	lf->size = size;
+	return true;
+}
+
+bool
+logfile_write(struct logfile *lf, const char *data, size_t len)
+{
+	if (lf->max && lf->size > 0 && lf->size + len > lf->max && !logfile_rotate(lf))
+		return false;
+	while (len > 0) {
+		ssize_t n = write(lf->fd, data, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		data += n;
+		len -= (size_t)n;
+		lf->size += (uint64_t)n;
+	}
+	return true;
+}
+
+void
+logfile_close(struct logfile *lf)
+{
+	if (!lf)
+		return;
+	close(lf->fd);
+	free(lf->path);
+	free(lf);
+}

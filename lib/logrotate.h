@@ -1,0 +1,25 @@
+/* An append-only log file rotated by size: FILE, FILE.1 (newest) ... FILE.N. */
+#ifndef GFS_LOGROTATE_H
+#define GFS_LOGROTATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct logfile {
+	char *path;
+	int fd;
+	uint64_t size;
+	uint64_t max;   /* 0: never rotate */
+	int backups;    /* rotated files kept; 0: truncate instead */
+};
+
+/* Opens (creating, appending) path. Returns NULL with errno set. */
+struct logfile *logfile_open(const char *path, uint64_t max, int backups);
+/* Appends one record, rotating first if it would pass max. False with errno set. */
+bool logfile_write(struct logfile *lf, const char *data, size_t len);
+/* Rotates now. */
+bool logfile_rotate(struct logfile *lf);
+void logfile_close(struct logfile *lf);
+
+#endif

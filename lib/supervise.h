@@ -1,0 +1,76 @@
+/*
+ * The supervisor: runs the programs of a configuration, watches them in a
+ * single-threaded epoll loop and restarts them by policy. It reports what
+ * it does through callbacks, never by printing.
+ *
+ * Event sources, all in one epoll set:
+ *   signalfd    SIGCHLD (also orphans adopted as subreaper), SIGTERM, SIGINT, SIGHUP
+ *   pidfd       one per child: its exit, race-free
+ *   pipes       each child's stdout+stderr, read line by line
+ *   timerfd     a single timer armed at the earliest deadline (backoff, stop
+ *               grace, health checks, descriptor samples): no polling sleeps
+ *   unix socket the control socket and its clients
+ * Health checks run in a forked checker process with a deadline, so a
+ * hanging server can never block the loop.
+ */
+#ifndef GFS_SUPERVISE_H
+#define GFS_SUPERVISE_H
+
+#include <regex.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "svconfig.h"
+
+struct sv;
+
+struct sv_callbacks {
+	/* One line describing something the supervisor did or saw (no newline). */
+	void (*event)(void *ctx, const char *line);
+	/* A line of a child's output that has no log file. */
+	void (*output)(void *ctx, const char *instance, const char *line);
+	void *ctx;
+};
+
+/*
+ * Creates a supervisor for cfg (taken over: do not free it). config_path is
+ * re-read on SIGHUP (NULL: reload is not possible). control_path NULL uses
+ * cfg's or the default. Binds the control socket; fails if another
+ * supervisor answers on it (err says so, *busy set).
+ */
+struct sv *sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
+                  const struct sv_callbacks *cb, bool *busy, char *err, size_t errlen);
+/* Starts every program and runs until stopped. Returns 0 after a clean stop. */
+int sv_run(struct sv *s);
+void sv_free(struct sv *s);
+
+/* The default control socket path (malloc'd): $XDG_RUNTIME_DIR, /run/gridfsctl for root, else /tmp. */
+char *sv_default_control_path(void);
+/*
+ * Sends one request line ("status", "restart NAME", "stop", "reload") and
+ * returns the whole reply (a JSON document), malloc'd. For "stop" the reply
+ * comes when the supervisor has stopped everything.
+ */
+char *sv_control_request(const char *path, const char *request, int timeout_ms, char *err,
+                         size_t errlen);
+
+/* ---- pure policy, exposed for unit tests -------------------------------- */
+
+/* Delay before restart number k+1 when k restarts happened in the window: 0, initial, 2*initial, ... capped. */
+int sv_backoff_ms(int initial_ms, int max_ms, int k);
+/* How many of times[0..n) fall within (now - window, now]. */
+int sv_count_recent(const double *times, size_t n, double now, double window);
+
+struct sv_patterns {
+	regex_t *re;
+	size_t n;
+};
+bool sv_patterns_compile(struct sv_patterns *p, char *const *patterns, size_t n, char *err,
+                         size_t errlen);
+/* The index of the first pattern matching line, or -1. */
+int sv_patterns_match(const struct sv_patterns *p, const char *line);
+void sv_patterns_free(struct sv_patterns *p);
+/* True when line reports running out of descriptors (whatever restart_on says). */
+bool sv_line_is_emfile(const char *line);
+
+#endif

@@ -1,0 +1,816 @@
+/* Parsing and comparing the supervise configuration (see gridfsctl-supervise.conf(5)). */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svconfig.h"
+
+/*
+ * What running out of descriptors looks like in the logs of the programs we
+ * supervise: glibc's strerror(EMFILE), mongod's "can not open file", libuv and
+ * others' wording, the errno name and number.
+ */
+const char *const sv_default_patterns[] = {
+	"Too many open files",
+	"can ?not open file",
+	"Out of file descriptors",
+	"EMFILE",
+	"errno[ :=]+24([^0-9]|$)",
+	NULL,
+};
+
+static void *
+xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		abort();
+	return p;
+}
+
+static char *
+xstrdup(const char *s)
+{
+	if (!s)
+		return NULL;
+	char *d = strdup(s);
+	if (!d)
+		abort();
+	return d;
+}
+
+static void
+seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static void
+list_append(char ***list, size_t *n, const char *s)
+{
+	char **l = realloc(*list, (*n + 2) * sizeof *l);
+	if (!l)
+		abort();
+	l[(*n)++] = xstrdup(s);
+	l[*n] = NULL;
+	*list = l;
+}
+
+static void
+list_free(char **list, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(list[i]);
+	free(list);
+}
+
+void
+sv_argv_free(char **argv)
+{
+	if (!argv)
+		return;
+	for (char **a = argv; *a; a++)
+		free(*a);
+	free(argv);
+}
+
+static void
+set_default_patterns(struct sv_program *p)
+{
+	for (const char *const *d = sv_default_patterns; *d; d++)
+		list_append(&p->patterns, &p->npatterns, *d);
+}
+
+void
+sv_program_defaults(struct sv_program *p, const char *name)
+{
+	memset(p, 0, sizeof *p);
+	p->name = xstrdup(name);
+	set_default_patterns(p);
+	p->health_interval_ms = 5000;
+	p->health_timeout_ms = 2000;
+	p->health_retries = 3;
+	p->stop_signal = SIGTERM;
+	p->stop_grace_ms = 10000;
+	p->instances = 1;
+	p->log_max = 10 << 20;
+	p->log_backups = 3;
+	p->autorestart = true;
+	p->startsecs = 1;
+	p->backoff_initial_ms = 1000;
+	p->backoff_max_ms = 30000;
+	p->max_restarts = 5;
+	p->restart_window_s = 60;
+	p->fd_interval_ms = 2000;
+	p->fd_threshold_pct = 80;
+	p->fd_horizon_s = 60;
+	p->fd_raise = true;
+}
+
+void
+sv_program_free(struct sv_program *p)
+{
+	if (!p)
+		return;
+	free(p->name);
+	sv_argv_free(p->argv);
+	free(p->command);
+	free(p->directory);
+	list_free(p->env, p->nenv);
+	free(p->user);
+	list_free(p->patterns, p->npatterns);
+	free(p->health);
+	free(p->listen);
+	free(p->log);
+	memset(p, 0, sizeof *p);
+}
+
+static char **
+list_copy(char **src, size_t n)
+{
+	if (!src)
+		return NULL;
+	char **d = xcalloc(n + 1, sizeof *d);
+	for (size_t i = 0; i < n; i++)
+		d[i] = xstrdup(src[i]);
+	return d;
+}
+
+void
+sv_program_copy(struct sv_program *dst, const struct sv_program *src)
+{
+	*dst = *src;
+	dst->name = xstrdup(src->name);
+	size_t argc = 0;
+	while (src->argv && src->argv[argc])
+		argc++;
+	dst->argv = src->argv ? list_copy(src->argv, argc) : NULL;
+	dst->command = xstrdup(src->command);
+	dst->directory = xstrdup(src->directory);
+	dst->env = list_copy(src->env, src->nenv);
+	dst->user = xstrdup(src->user);
+	dst->patterns = list_copy(src->patterns, src->npatterns);
+	dst->health = xstrdup(src->health);
+	dst->listen = xstrdup(src->listen);
+	dst->log = xstrdup(src->log);
+}
+
+static bool
+streq(const char *a, const char *b)
+{
+	if (!a || !b)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
+
+static bool
+listeq(char **a, size_t na, char **b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (!streq(a[i], b[i]))
+			return false;
+	return true;
+}
+
+bool
+sv_program_equal(const struct sv_program *a, const struct sv_program *b)
+{
+	return streq(a->name, b->name) && streq(a->command, b->command) &&
+	    streq(a->directory, b->directory) && listeq(a->env, a->nenv, b->env, b->nenv) &&
+	    streq(a->user, b->user) && a->nofile == b->nofile && a->nofile_hard == b->nofile_hard &&
+	    listeq(a->patterns, a->npatterns, b->patterns, b->npatterns) &&
+	    streq(a->health, b->health) && a->health_interval_ms == b->health_interval_ms &&
+	    a->health_timeout_ms == b->health_timeout_ms && a->health_retries == b->health_retries &&
+	    a->stop_signal == b->stop_signal && a->stop_grace_ms == b->stop_grace_ms &&
+	    a->instances == b->instances && streq(a->listen, b->listen) && streq(a->log, b->log) &&
+	    a->log_max == b->log_max && a->log_backups == b->log_backups &&
+	    a->autorestart == b->autorestart && a->startsecs == b->startsecs &&
+	    a->backoff_initial_ms == b->backoff_initial_ms && a->backoff_max_ms == b->backoff_max_ms &&
+	    a->max_restarts == b->max_restarts && a->restart_window_s == b->restart_window_s &&
+	    a->fd_interval_ms == b->fd_interval_ms && a->fd_threshold_pct == b->fd_threshold_pct &&
+	    a->fd_horizon_s == b->fd_horizon_s && a->fd_raise == b->fd_raise;
+}
+
+/* ---- small value parsers ----------------------------------------------- */
+
+bool
+sv_parse_duration_ms(const char *s, int *ms)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return false;
+	double mult = 1000;
+	if (strcmp(end, "ms") == 0)
+		mult = 1;
+	else if (strcmp(end, "s") == 0 || *end == '\0')
+		mult = 1000;
+	else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+		mult = 60000;
+	else if (strcmp(end, "h") == 0)
+		mult = 3600000;
+	else
+		return false;
+	double r = v * mult;
+	if (r > INT_MAX)
+		return false;
+	*ms = (int)(r + 0.5);
+	return true;
+}
+
+static const struct {
+	const char *name;
+	int sig;
+} signals[] = {
+	{"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+	{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"STOP", SIGSTOP},
+	{"CONT", SIGCONT}, {NULL, 0},
+};
+
+int
+sv_parse_signal(const char *s)
+{
+	if (isdigit((unsigned char)*s)) {
+		char *end;
+		long v = strtol(s, &end, 10);
+		return *end || v <= 0 || v >= NSIG ? -1 : (int)v;
+	}
+	if (strncasecmp(s, "SIG", 3) == 0)
+		s += 3;
+	for (int i = 0; signals[i].name; i++)
+		if (strcasecmp(s, signals[i].name) == 0)
+			return signals[i].sig;
+	return -1;
+}
+
+const char *
+sv_signal_name(int sig)
+{
+	static const char *const full[] = {
+		[SIGHUP] = "SIGHUP", [SIGINT] = "SIGINT", [SIGQUIT] = "SIGQUIT", [SIGILL] = "SIGILL",
+		[SIGABRT] = "SIGABRT", [SIGBUS] = "SIGBUS", [SIGFPE] = "SIGFPE", [SIGKILL] = "SIGKILL",
+		[SIGUSR1] = "SIGUSR1", [SIGSEGV] = "SIGSEGV", [SIGUSR2] = "SIGUSR2", [SIGPIPE] = "SIGPIPE",
+		[SIGALRM] = "SIGALRM", [SIGTERM] = "SIGTERM", [SIGCHLD] = "SIGCHLD", [SIGCONT] = "SIGCONT",
+		[SIGSTOP] = "SIGSTOP",
+	};
+	if (sig > 0 && (size_t)sig < sizeof full / sizeof full[0] && full[sig])
+		return full[sig];
+	return "signal";
+}
+
+static bool
+parse_bool(const char *s, bool *out)
+{
+	if (!strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcmp(s, "1") || !strcasecmp(s, "on"))
+		*out = true;
+	else if (!strcasecmp(s, "no") || !strcasecmp(s, "false") || !strcmp(s, "0") || !strcasecmp(s, "off"))
+		*out = false;
+	else
+		return false;
+	return true;
+}
+
+static bool
+parse_long(const char *s, long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool
+parse_int_range(const char *s, int min, int max, int *out)
+{
+	long v;
+	if (!parse_long(s, min, max, &v))
+		return false;
+	*out = (int)v;
+	return true;
+}
+
+static bool
+parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return false;
+	uint64_t mult = 1;
+	switch (toupper((unsigned char)*end)) {
+	case '\0': break;
+	case 'K': mult = 1ULL << 10; end++; break;
+	case 'M': mult = 1ULL << 20; end++; break;
+	case 'G': mult = 1ULL << 30; end++; break;
+	default: return false;
+	}
+	if (toupper((unsigned char)*end) == 'B')
+		end++;
+	if (*end || v > UINT64_MAX / mult)
+		return false;
+	*out = v * mult;
+	return true;
+}
+
+/* ---- command splitting ------------------------------------------------- */
+
+struct strbuf {
+	char *s;
+	size_t len, cap;
+};
+
+static void
+sb_putc(struct strbuf *b, char c)
+{
+	if (b->len + 2 > b->cap) {
+		b->cap = b->cap ? b->cap * 2 : 32;
+		b->s = realloc(b->s, b->cap);
+		if (!b->s)
+			abort();
+	}
+	b->s[b->len++] = c;
+	b->s[b->len] = '\0';
+}
+
+char **
+sv_split_command(const char *s)
+{
+	char **argv = NULL;
+	size_t argc = 0;
+	struct strbuf w = {0};
+	bool inword = false;
+	for (const char *p = s;; p++) {
+		if (*p == '\0' || *p == ' ' || *p == '\t' || *p == '\n') {
+			if (inword) {
+				list_append(&argv, &argc, w.s ? w.s : "");
+				w.len = 0;
+				if (w.s)
+					w.s[0] = '\0';
+				inword = false;
+			}
+			if (*p == '\0')
+				break;
+			continue;
+		}
+		inword = true;
+		if (*p == '\'') {
+			const char *q = strchr(p + 1, '\'');
+			if (!q)
+				goto bad;
+			for (p++; p < q; p++)
+				sb_putc(&w, *p);
+		} else if (*p == '"') {
+			for (p++; *p && *p != '"'; p++) {
+				if (*p == '\\' && (p[1] == '"' || p[1] == '\\' || p[1] == '$'))
+					p++;
+				sb_putc(&w, *p);
+			}
+			if (*p != '"')
+				goto bad;
+		} else if (*p == '\\') {
+			if (p[1] == '\0')
+				goto bad;
+			sb_putc(&w, *++p);
+		} else {
+			sb_putc(&w, *p);
+		}
+	}
+	free(w.s);
+	if (argc == 0) {
+		free(argv);
+		return NULL;
+	}
+	return argv;
+bad:
+	free(w.s);
+	list_free(argv, argc);
+	return NULL;
+}
+
+/* ---- environment = A=1, B="x, y" --------------------------------------- */
+
+static bool
+add_environment(struct sv_program *p, const char *value, char *err, size_t errlen)
+{
+	const char *s = value;
+	while (*s) {
+		while (*s == ' ' || *s == '\t' || *s == ',')
+			s++;
+		if (!*s)
+			break;
+		struct strbuf item = {0};
+		bool quoted = false;
+		for (; *s && (quoted || *s != ','); s++) {
+			if (*s == '"') {
+				quoted = !quoted;
+				continue;
+			}
+			sb_putc(&item, *s);
+		}
+		if (quoted) {
+			free(item.s);
+			seterr(err, errlen, "environment: unterminated quote");
+			return false;
+		}
+		while (item.len && (item.s[item.len - 1] == ' ' || item.s[item.len - 1] == '\t'))
+			item.s[--item.len] = '\0';
+		char *eq = item.s ? strchr(item.s, '=') : NULL;
+		if (!eq || eq == item.s) {
+			seterr(err, errlen, "environment: expected KEY=VALUE, got '%s'", item.s ? item.s : "");
+			free(item.s);
+			return false;
+		}
+		list_append(&p->env, &p->nenv, item.s);
+		free(item.s);
+	}
+	return true;
+}
+
+static bool
+add_pattern(struct sv_program *p, const char *value, char *err, size_t errlen)
+{
+	if (!p->patterns_given) {
+		list_free(p->patterns, p->npatterns);
+		p->patterns = NULL;
+		p->npatterns = 0;
+		p->patterns_given = true;
+	}
+	if (strcmp(value, "none") == 0)
+		return true;
+	if (strcmp(value, "default") == 0) {
+		set_default_patterns(p);
+		return true;
+	}
+	regex_t re;
+	int rc = regcomp(&re, value, REG_EXTENDED | REG_ICASE | REG_NOSUB);
+	if (rc != 0) {
+		char msg[128];
+		regerror(rc, &re, msg, sizeof msg);
+		seterr(err, errlen, "restart_on: bad pattern '%s': %s", value, msg);
+		return false;
+	}
+	regfree(&re);
+	list_append(&p->patterns, &p->npatterns, value);
+	return true;
+}
+
+static bool
+set_duration(int *slot, const char *key, const char *value, char *err, size_t errlen)
+{
+	if (!sv_parse_duration_ms(value, slot)) {
+		seterr(err, errlen, "%s: bad duration '%s' (like 500ms, 2s, 1m)", key, value);
+		return false;
+	}
+	return true;
+}
+
+static void
+replace(char **slot, const char *value)
+{
+	free(*slot);
+	*slot = *value ? xstrdup(value) : NULL;
+}
+
+bool
+sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, size_t errlen)
+{
+	long n;
+	if (strcmp(key, "command") == 0) {
+		/* Repeated or continued lines extend the command: libinih caps a line at 199 bytes. */
+		if (p->command) {
+			char *joined = malloc(strlen(p->command) + strlen(v) + 2);
+			if (!joined)
+				abort();
+			sprintf(joined, "%s %s", p->command, v);
+			free(p->command);
+			p->command = joined;
+		} else {
+			p->command = xstrdup(v);
+		}
+		sv_argv_free(p->argv);
+		p->argv = sv_split_command(p->command);
+		return true;
+	}
+	if (strcmp(key, "directory") == 0)
+		return replace(&p->directory, v), true;
+	if (strcmp(key, "environment") == 0)
+		return add_environment(p, v, err, errlen);
+	if (strcmp(key, "user") == 0)
+		return replace(&p->user, v), true;
+	if (strcmp(key, "nofile") == 0 || strcmp(key, "nofile_hard") == 0) {
+		if (!parse_long(v, 0, 1L << 30, &n)) {
+			seterr(err, errlen, "%s: expected a number of descriptors, got '%s'", key, v);
+			return false;
+		}
+		*(key[6] ? &p->nofile_hard : &p->nofile) = n;
+		return true;
+	}
+	if (strcmp(key, "restart_on") == 0)
+		return add_pattern(p, v, err, errlen);
+	if (strcmp(key, "health") == 0) {
+		if (*v && strncmp(v, "mongodb://", 10) != 0 && strncmp(v, "mongodb+srv://", 14) != 0 &&
+		    strncmp(v, "http://", 7) != 0) {
+			seterr(err, errlen, "health: expected mongodb://... or http://..., got '%s'", v);
+			return false;
+		}
+		return replace(&p->health, v), true;
+	}
+	if (strcmp(key, "health_interval") == 0)
+		return set_duration(&p->health_interval_ms, key, v, err, errlen);
+	if (strcmp(key, "health_timeout") == 0)
+		return set_duration(&p->health_timeout_ms, key, v, err, errlen);
+	if (strcmp(key, "health_retries") == 0) {
+		if (!parse_int_range(v, 1, 1000, &p->health_retries)) {
+			seterr(err, errlen, "health_retries: expected 1..1000, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "stop_signal") == 0) {
+		int sig = sv_parse_signal(v);
+		if (sig < 0) {
+			seterr(err, errlen, "stop_signal: unknown signal '%s'", v);
+			return false;
+		}
+		p->stop_signal = sig;
+		return true;
+	}
+	if (strcmp(key, "stop_grace") == 0)
+		return set_duration(&p->stop_grace_ms, key, v, err, errlen);
+	if (strcmp(key, "instances") == 0) {
+		if (!parse_int_range(v, 1, 64, &p->instances)) {
+			seterr(err, errlen, "instances: expected 1..64, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "listen") == 0) {
+		if (*v && !strrchr(v, ':')) {
+			seterr(err, errlen, "listen: expected HOST:PORT, got '%s'", v);
+			return false;
+		}
+		return replace(&p->listen, v), true;
+	}
+	if (strcmp(key, "log") == 0)
+		return replace(&p->log, v), true;
+	if (strcmp(key, "log_max") == 0) {
+		if (!parse_bytes(v, &p->log_max)) {
+			seterr(err, errlen, "log_max: expected a size like 10M, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "log_backups") == 0) {
+		if (!parse_int_range(v, 0, 100, &p->log_backups)) {
+			seterr(err, errlen, "log_backups: expected 0..100, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "autorestart") == 0 || strcmp(key, "fd_raise") == 0) {
+		bool *slot = key[0] == 'a' ? &p->autorestart : &p->fd_raise;
+		if (!parse_bool(v, slot)) {
+			seterr(err, errlen, "%s: expected yes or no, got '%s'", key, v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "startsecs") == 0 || strcmp(key, "restart_window") == 0 ||
+	    strcmp(key, "fd_horizon") == 0) {
+		int *slot = key[0] == 's' ? &p->startsecs : key[0] == 'r' ? &p->restart_window_s
+		                                                          : &p->fd_horizon_s;
+		if (!parse_int_range(v, 0, 86400, slot)) {
+			seterr(err, errlen, "%s: expected seconds 0..86400, got '%s'", key, v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "backoff_initial") == 0)
+		return set_duration(&p->backoff_initial_ms, key, v, err, errlen);
+	if (strcmp(key, "backoff_max") == 0)
+		return set_duration(&p->backoff_max_ms, key, v, err, errlen);
+	if (strcmp(key, "max_restarts") == 0) {
+		if (!parse_int_range(v, 0, 100000, &p->max_restarts)) {
+			seterr(err, errlen, "max_restarts: expected a count, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
+	if (strcmp(key, "fd_interval") == 0)
+		return set_duration(&p->fd_interval_ms, key, v, err, errlen);
+	if (strcmp(key, "fd_threshold") == 0) {
+		if (!parse_int_range(v, 1, 100, &p->fd_threshold_pct)) {
+			seterr(err, errlen, "fd_threshold: expected a percentage 1..100, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
+	seterr(err, errlen, "unknown key '%s'", key);
+	return false;
+}
+
+bool
+sv_program_check(const struct sv_program *p, char *err, size_t errlen)
+{
+	if (!p->command) {
+		seterr(err, errlen, "program '%s' has no command", p->name);
+		return false;
+	}
+	if (!p->argv) {
+		seterr(err, errlen, "program '%s': cannot split the command (unterminated quote?)",
+		       p->name);
+		return false;
+	}
+	if (p->nofile_hard && p->nofile > p->nofile_hard) {
+		seterr(err, errlen, "program '%s': nofile %ld is above nofile_hard %ld", p->name,
+		       p->nofile, p->nofile_hard);
+		return false;
+	}
+	if (p->health && p->health_timeout_ms <= 0) {
+		seterr(err, errlen, "program '%s': health_timeout must be positive", p->name);
+		return false;
+	}
+	if (p->backoff_max_ms < p->backoff_initial_ms) {
+		seterr(err, errlen, "program '%s': backoff_max is below backoff_initial", p->name);
+		return false;
+	}
+	return true;
+}
+
+/* ---- the file ---------------------------------------------------------- */
+
+struct parse_state {
+	struct sv_config *cfg;
+	char *err;
+	size_t errlen;
+	bool failed;
+};
+
+static bool
+valid_name(const char *s)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.')
+			return false;
+	return true;
+}
+
+static struct sv_program *
+find_or_add(struct sv_config *c, const char *name)
+{
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (strcmp(c->progs[i].name, name) == 0)
+			return &c->progs[i];
+	struct sv_program *p = realloc(c->progs, (c->nprogs + 1) * sizeof *p);
+	if (!p)
+		abort();
+	c->progs = p;
+	sv_program_defaults(&c->progs[c->nprogs], name);
+	return &c->progs[c->nprogs++];
+}
+
+static int
+on_key(void *user, const char *section, const char *key, const char *value)
+{
+	struct parse_state *st = user;
+	if (st->failed)
+		return 1;
+	if (strcmp(section, "supervise") == 0) {
+		if (strcmp(key, "control") == 0) {
+			replace(&st->cfg->control, value);
+			return 1;
+		}
+		if (strcmp(key, "logdir") == 0) {
+			replace(&st->cfg->logdir, value);
+			return 1;
+		}
+		seterr(st->err, st->errlen, "[supervise]: unknown key '%s'", key);
+		return 0;
+	}
+	if (strncmp(section, "program:", 8) != 0) {
+		seterr(st->err, st->errlen, "unknown section [%s] (expected [supervise] or [program:NAME])",
+		       section);
+		return 0;
+	}
+	if (!valid_name(section + 8)) {
+		seterr(st->err, st->errlen, "[%s]: a program name is letters, digits, '_', '-', '.'",
+		       section);
+		return 0;
+	}
+	struct sv_program *p = find_or_add(st->cfg, section + 8);
+	char msg[400];
+	if (!sv_program_set(p, key, value, msg, sizeof msg)) {
+		seterr(st->err, st->errlen, "[%s] %s", section, msg);
+		return 0;
+	}
+	return 1;
+}
+
+static bool
+finish(struct sv_config *c, const char *name, char *err, size_t errlen)
+{
+	if (c->nprogs == 0) {
+		seterr(err, errlen, "%s: no [program:NAME] section", name);
+		return false;
+	}
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct sv_program *p = &c->progs[i];
+		char msg[400];
+		if (!sv_program_check(p, msg, sizeof msg)) {
+			seterr(err, errlen, "%s: %s", name, msg);
+			return false;
+		}
+		if (!p->log && c->logdir) {
+			p->log = malloc(strlen(c->logdir) + strlen(p->name) + 6);
+			if (!p->log)
+				abort();
+			sprintf(p->log, "%s/%s.log", c->logdir, p->name);
+		}
+	}
+	return true;
+}
+
+static bool
+after_parse(int line, struct parse_state *st, const char *name)
+{
+	if (line == -1) {
+		seterr(st->err, st->errlen, "%s: %s", name, strerror(errno));
+		return false;
+	}
+	if (line != 0) {
+		char msg[480];
+		if (*st->err)
+			snprintf(msg, sizeof msg, "%s", st->err);
+		else
+			snprintf(msg, sizeof msg, "syntax error (or a line over 199 characters)");
+		seterr(st->err, st->errlen, "%s:%d: %s", name, line, msg);
+		return false;
+	}
+	return finish(st->cfg, name, st->err, st->errlen);
+}
+
+bool
+sv_config_parse(const char *text, const char *name, struct sv_config *out, char *err, size_t errlen)
+{
+	memset(out, 0, sizeof *out);
+	*err = '\0';
+	struct parse_state st = {out, err, errlen, false};
+	int line = ini_parse_string(text, on_key, &st);
+	if (!after_parse(line, &st, name)) {
+		sv_config_free(out);
+		return false;
+	}
+	return true;
+}
+
+bool
+sv_config_load(const char *path, struct sv_config *out, char *err, size_t errlen)
+{
+	memset(out, 0, sizeof *out);
+	*err = '\0';
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		seterr(err, errlen, "%s: %s", path, strerror(errno));
+		return false;
+	}
+	struct parse_state st = {out, err, errlen, false};
+	int line = ini_parse_file(f, on_key, &st);
+	fclose(f);
+	if (!after_parse(line, &st, path)) {
+		sv_config_free(out);
+		return false;
+	}
+	return true;
+}
+
+void
+sv_config_free(struct sv_config *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nprogs; i++)
+		sv_program_free(&c->progs[i]);
+	free(c->progs);
+	free(c->control);
+	free(c->logdir);
+	memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,658 @@
+"""gridfsctl supervise: real child processes, real signals, real sockets.
+
+Synchronisation is always on something the supervisor says (its event lines
+on stderr, read by a thread) or on its status, with a deadline; never a
+sleep standing in for an event.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import BIN, ROOT, SAN_ENV, SAN_MARKERS
+
+PY = sys.executable
+TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
+
+
+def port_in(lo, hi):
+    """A free port in this test file's private range."""
+    for p in range(lo, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return p
+            except OSError:
+                continue
+    pytest.skip(f"no free port in {lo}-{hi}")
+
+
+def stamp(line):
+    m = TS.search(line)
+    t = time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")
+    return time.mktime(t) + int(m.group(1)[20:]) / 1000.0
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Supervisor:
+    """A running `gridfsctl supervise` with its event lines collected as they come."""
+
+    def __init__(self, workdir, args, env=None):
+        self.dir = workdir
+        self.control = os.path.join(workdir, "ctl.sock")
+        self.env = dict(os.environ, **SAN_ENV, **(env or {}))
+        self.env["GRIDFSCTL_CONFIG"] = "/dev/null"
+        argv = [BIN, "supervise", "--control", self.control] + [str(a) for a in args]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     cwd=workdir, env=self.env)
+        self.events, self.output = [], []
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, args=(self.proc.stderr, self.events)),
+                        threading.Thread(target=self._read, args=(self.proc.stdout, self.output))]
+        for t in self.threads:
+            t.daemon = True
+            t.start()
+
+    def _read(self, stream, into):
+        for raw in stream:
+            with self.cond:
+                into.append(raw.decode("utf-8", "replace").rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_event(self, pattern, timeout=10.0, after=0, lines=None):
+        """Waits for an event line matching pattern at index >= after; returns (index, line)."""
+        rx = re.compile(pattern)
+        lines = self.events if lines is None else lines
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i in range(after, len(lines)):
+                    if rx.search(lines[i]):
+                        return i, lines[i]
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not any(
+                        t.is_alive() for t in self.threads)):
+                    raise AssertionError(f"no event /{pattern}/ within {timeout}s; events:\n"
+                                         + "\n".join(lines[-40:]))
+                self.cond.wait(left)
+
+    def count(self, pattern):
+        with self.cond:
+            return sum(1 for e in self.events if re.search(pattern, e))
+
+    def ctl(self, *args, timeout=30):
+        self.wait_event(r"supervising .*; control socket ")  # it answers from then on
+        p = subprocess.run([BIN, "supervise", "--control", self.control] + [str(a) for a in args],
+                           capture_output=True, text=True, env=self.env, timeout=timeout)
+        for m in SAN_MARKERS:
+            assert m not in p.stderr, p.stderr
+        return p
+
+    def status(self):
+        p = self.ctl("status", "--json")
+        assert p.returncode in (0, 1), p.stderr
+        return {d["name"]: d for d in map(json.loads, p.stdout.splitlines())}
+
+    def wait_status(self, name, pred, timeout=10.0):
+        """Polls status (an RPC, not a sleep) until pred holds, with a deadline."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = self.status().get(name)
+            if last and pred(last):
+                return last
+            threading.Event().wait(0.05)  # between two status requests
+        raise AssertionError(f"status of {name} never matched: {last}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=timeout)
+        for t in self.threads:
+            t.join(timeout=5)
+        text = "\n".join(self.events)
+        for m in SAN_MARKERS:
+            assert m not in text, text
+        assert rc not in (86, 87), text
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def workdir():
+    # Short: a unix socket path must fit in 108 bytes.
+    d = tempfile.mkdtemp(prefix="sv-", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def sup(workdir):
+    started = []
+
+    def start(args, env=None):
+        s = Supervisor(workdir, args, env)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+            try:
+                s.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                s.kill()
+
+
+def write_config(workdir, text, name="sv.ini"):
+    path = os.path.join(workdir, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def child(code):
+    """A command line running a small Python program (no quotes inside code)."""
+    return f'{PY} -c "{code}"'
+
+
+# ---- command line -------------------------------------------------------------
+
+def test_help_and_options():
+    p = subprocess.run([BIN, "supervise", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "--restart-on" in p.stdout and "status" in p.stdout
+    p = subprocess.run([BIN, "_options", "supervise"], capture_output=True, text=True)
+    for opt in ("--config=", "--control=", "--restart-on=", "--nofile=", "--json", "--check"):
+        assert opt in p.stdout.split()
+
+
+def test_check_prints_config_and_rejects_bad_ones(workdir):
+    good = write_config(workdir, """
+[supervise]
+logdir = /tmp/x
+[program:web]
+command = /bin/echo 'a b' "c \\" d" e\\ f
+environment = A=1, B="x, y"
+nofile = 64
+instances = 2
+listen = 127.0.0.1:18499
+restart_on = boom
+restart_on = default
+""")
+    p = subprocess.run([BIN, "supervise", "-c", good, "--check"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "  argv: a b\n  argv: c \" d\n  argv: e f\n" in p.stdout
+    assert "nofile: 64" in p.stdout and "log: /tmp/x/web.log" in p.stdout
+    assert "restart_on: boom\n  restart_on: Too many open files" in p.stdout
+    for text, msg in [("[program:a]\ncommand = x\nnofile = lots\n", "sv.ini:3: [program:a] nofile"),
+                      ("[program:a]\nbogus = 1\n", "unknown key 'bogus'"),
+                      ("[program:a]\nrestart_on = (\n", "bad pattern"),
+                      ("[program:a]\ndirectory = /\n", "has no command"),
+                      ("[what]\nx = 1\n", "unknown section"),
+                      ("[program:a]\ncommand = 'x\n", "unterminated quote")]:
+        bad = write_config(workdir, text)
+        p = subprocess.run([BIN, "supervise", "-c", bad, "--check"], capture_output=True, text=True)
+        assert p.returncode == 2 and msg in p.stderr, (text, p.stderr)
+
+
+def test_control_without_supervisor(workdir):
+    p = subprocess.run([BIN, "supervise", "--control", os.path.join(workdir, "none.sock"), "status"],
+                       capture_output=True, text=True)
+    assert p.returncode == 3 and "no supervisor" in p.stderr
+
+
+# ---- restarts -------------------------------------------------------------------
+
+def test_too_many_open_files_restarts_within_1s(sup, workdir):
+    flag = os.path.join(workdir, "once")
+    s = sup(["--name", "app", "--", "sh", "-c",
+             f'echo up; if [ ! -e {flag} ]; then touch {flag}; '
+             'echo "accept: Too many open files"; fi; exec sleep 600'])
+    i, hit = s.wait_event(r"app: output matched restart_on 'Too many open files'")
+    j, started = s.wait_event(r"app: started pid (\d+)", after=i)
+    assert stamp(started) - stamp(hit) < 1.0
+    st = s.wait_status("app", lambda d: d["state"] in ("STARTING", "RUNNING"))
+    assert st["restarts"] == 1 and st["pid"] == int(re.search(r"pid (\d+)", started).group(1))
+    assert "[app] accept: Too many open files" in s.output
+    assert s.stop() == 0
+
+
+def test_emfile_right_after_restart_means_limit_too_low(sup, workdir):
+    # Always out of descriptors: after one restart the supervisor says why instead of looping.
+    s = sup(["--name", "app", "--nofile", "64", "--", "sh", "-c",
+             'echo "open: Too many open files"; exec sleep 600'])
+    s.wait_event(r"app: out of descriptors again .* the limit is too low")
+    assert s.stop() == 0
+
+
+def test_exiting_child_restarted_with_backoff(sup, workdir):
+    cfg = write_config(workdir, """
+[program:flaky]
+command = sh -c 'exit 3'
+backoff_initial = 200ms
+backoff_max = 800ms
+max_restarts = 10
+""")
+    s = sup(["-c", cfg])
+    idx, delays = 0, []
+    for _ in range(5):
+        idx, line = s.wait_event(r"flaky: restarting in ([\d.]+) s", after=idx)
+        delays.append(float(re.search(r"restarting in ([\d.]+) s", line).group(1)))
+        idx += 1
+    assert delays == [0.0, 0.2, 0.4, 0.8, 0.8]
+    assert s.count(r"flaky: pid \d+ exited with code 3") >= 5
+    # The delays are real: the gap between an exit and the next start covers them.
+    with s.cond:
+        ev = list(s.events)
+    exits = [stamp(e) for e in ev if re.search(r"flaky: pid \d+ exited", e)]
+    starts = [stamp(e) for e in ev if "flaky: started pid" in e]
+    assert starts[4] - exits[3] >= 0.75
+    assert s.stop() == 0
+
+
+def test_crash_loop_goes_fatal_then_restart_revives(sup, workdir):
+    cfg = write_config(workdir, """
+[program:crash]
+command = sh -c 'echo dying; exit 1'
+backoff_initial = 100ms
+max_restarts = 3
+restart_window = 60
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"crash: giving up: 3 restarts within 60 s .* FATAL")
+    assert s.count(r"crash: started pid") == 4
+    st = s.status()["crash"]
+    assert st["state"] == "FATAL" and st["pid"] == 0 and st["lastExit"] == "exited with code 1"
+    p = s.ctl("status")
+    assert p.returncode == 1 and re.search(r"crash\s+FATAL", p.stdout)
+    n = len(s.events)
+    assert s.ctl("restart", "crash").returncode == 0
+    s.wait_event(r"crash: started pid", after=n)
+    p = s.ctl("restart", "nosuch")
+    assert p.returncode == 4 and "no program or instance named 'nosuch'" in p.stderr
+    assert s.stop() == 0
+
+
+def test_hung_child_is_killed_after_grace(sup, workdir):
+    cfg = write_config(workdir, """
+[program:hung]
+command = sh -c 'trap "" TERM; echo ready; while :; do sleep 1; done'
+stop_grace = 500ms
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"\[hung\] ready", lines=s.output)
+    pid = s.status()["hung"]["pid"]
+    n = len(s.events)
+    assert s.ctl("restart", "hung").returncode == 0
+    i, stopping = s.wait_event(r"hung: stopping pid \d+ with SIGTERM", after=n)
+    j, kill = s.wait_event(r"hung: pid \d+ did not stop within 0.5 s: sending SIGKILL", after=i)
+    s.wait_event(r"hung: pid \d+ killed by SIGKILL", after=j)
+    s.wait_event(r"hung: started pid", after=j)
+    assert 0.4 <= stamp(kill) - stamp(stopping) < 1.5
+    assert not alive(pid)
+    assert s.stop() == 0
+
+
+# ---- status, descriptors, logs ----------------------------------------------------
+
+def test_status_shows_fds_and_the_watch_raises_the_limit(sup, workdir):
+    # Opens a descriptor every 20 ms, up to 50 of them: a climbing trend under nofile 64.
+    code = ("import time,sys\\nfs=[]\\nprint(1,flush=True)\\n"
+            "while True:\\n if len(fs)<50: fs.append(open(sys.executable))\\n time.sleep(0.02)")
+    script = write_config(workdir, code.replace("\\n", "\n"), "leak.py")
+    cfg = write_config(workdir, f"""
+[program:leaky]
+command = {PY} {script}
+nofile = 64
+fd_interval = 100ms
+fd_threshold = 70
+fd_horizon = 30
+""")
+    s = sup(["-c", cfg])
+    _, line = s.wait_event(r"leaky: \d+ of 64 descriptors open \(sockets \d+, files \d+, pipes \d+, "
+                           r"other \d+\), trend [+-][\d.]+/s.*raised its soft limit live 64 -> 128")
+    st = s.wait_status("leaky", lambda d: d.get("fds", {}).get("files", 0) >= 50)
+    limit = st["fds"]["limit"]
+    assert limit >= 128 and st["fds"]["open"] >= 50
+    with open(f"/proc/{st['pid']}/limits") as f:
+        assert re.search(r"Max open files\s+%d\s" % limit, f.read())
+    p = s.ctl("status")
+    assert p.returncode == 0
+    assert re.search(r"leaky\s+(RUNNING|STARTING)\s+%d\s+\S+\s+0\s+-\s+\d+/%d \(sock" % (st["pid"], limit),
+                     p.stdout), p.stdout
+    assert s.stop() == 0
+
+
+def test_fd_watch_restarts_at_the_hard_limit(sup, workdir):
+    # The hard limit is 64 too: nothing to raise, so a process that keeps climbing is restarted.
+    code = ("import time,sys\\nfs=[]\\n"
+            "while True:\\n try: fs.append(open(sys.executable))\\n except OSError: pass\\n time.sleep(0.01)")
+    script = write_config(workdir, code.replace("\\n", "\n"), "leak.py")
+    cfg = write_config(workdir, f"""
+[program:leaky]
+command = {PY} {script}
+nofile = 64
+nofile_hard = 64
+fd_interval = 100ms
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"leaky: \d+ of 64 descriptors open .*at its hard limit and still climbing: restarting")
+    s.wait_event(r"leaky: restarting in 0.0 s \(descriptors exhausted")
+    assert s.stop() == 0
+
+
+def test_log_file_rotation(sup, workdir):
+    log = os.path.join(workdir, "talk.log")
+    cfg = write_config(workdir, f"""
+[program:talk]
+command = sh -c 'i=0; while [ $i -lt 400 ]; do echo line $i padding-padding-padding; i=$((i+1)); done; echo done; exec sleep 600'
+log = {log}
+log_max = 4K
+log_backups = 2
+""")
+    s = sup(["-c", cfg])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the log is the only place the output goes
+        if os.path.exists(log) and open(log).read().endswith("done\n"):
+            break
+        threading.Event().wait(0.05)
+    assert open(log).read().endswith("done\n")
+    assert os.path.exists(log + ".1") and os.path.exists(log + ".2") and not os.path.exists(log + ".3")
+    for f in (log, log + ".1", log + ".2"):
+        assert os.path.getsize(f) <= 4096
+    assert open(log + ".1").read().startswith("line ")
+    assert s.output == []
+    assert s.stop() == 0
+
+
+# ---- signals, reload, control ------------------------------------------------------
+
+def test_sigterm_stops_every_child_and_exits_0(sup, workdir):
+    cfg = write_config(workdir, """
+[program:a]
+command = sleep 600
+instances = 2
+[program:b]
+command = sh -c 'sleep 600; echo never'
+""")
+    s = sup(["-c", cfg])
+    st = s.wait_status("b", lambda d: d["pid"] > 0)
+    pids = [st["pid"]] + [s.status()[n]["pid"] for n in ("a:0", "a:1")]
+    assert all(p > 0 for p in pids)
+    assert s.stop(signal.SIGTERM) == 0
+    assert not any(alive(p) for p in pids)
+    assert s.count(r"every program stopped; exiting") == 1
+    assert not os.path.exists(s.control)
+
+
+def test_stop_command_waits_until_stopped(sup, workdir):
+    s = sup(["--name", "sl", "--", "sleep", "600"])
+    pid = s.wait_status("sl", lambda d: d["pid"] > 0)["pid"]
+    p = s.ctl("stop")
+    assert p.returncode == 0 and p.stdout.strip() == "stopped", p
+    assert not alive(pid)
+    assert s.stop() == 0
+
+
+def test_sighup_reload_applies_changes(sup, workdir):
+    cfg = write_config(workdir, """
+[program:keep]
+command = sleep 600
+[program:change]
+command = sleep 600
+[program:drop]
+command = sleep 600
+""")
+    s = sup(["-c", cfg])
+    for n in ("keep", "change", "drop"):
+        s.wait_status(n, lambda d: d["pid"] > 0)
+    before = s.status()
+    write_config(workdir, """
+[program:keep]
+command = sleep 600
+[program:change]
+command = sleep 601
+[program:new]
+command = sleep 600
+""")
+    n = len(s.events)
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_event(r"reloaded: 1 added, 1 changed, 1 removed", after=n)
+    s.wait_event(r"drop: removed", after=n)
+    s.wait_event(r"change: started pid \d+: sleep 601", after=n)
+    s.wait_event(r"new: started pid", after=n)
+    after = s.status()
+    assert set(after) == {"keep", "change", "new"}
+    assert after["keep"]["pid"] == before["keep"]["pid"]
+    assert after["change"]["pid"] != before["change"]["pid"]
+    assert not alive(before["drop"]["pid"])
+    # A broken file is refused and the running set kept.
+    write_config(workdir, "[program:x]\nnofile = many\n")
+    n = len(s.events)
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_event(r"reload failed, keeping the running configuration: .*nofile", after=n)
+    assert set(s.status()) == {"keep", "change", "new"}
+    assert s.stop() == 0
+
+
+def test_second_supervisor_on_the_same_socket_is_refused(sup, workdir):
+    s = sup(["--", "sleep", "600"])
+    s.wait_event(r"started pid")
+    p = subprocess.run([BIN, "supervise", "--control", s.control, "--", "sleep", "1"],
+                       capture_output=True, text=True, env=s.env)
+    assert p.returncode == 6 and "another supervisor answers" in p.stderr
+    st = os.stat(s.control)
+    assert st.st_mode & 0o777 == 0o600
+    assert s.stop() == 0
+
+
+def test_daemonising_child_is_tracked(sup, workdir):
+    s = sup(["--name", "d", "--", "sh", "-c", "sleep 600 & exit 0"])
+    _, line = s.wait_event(r"d: it daemonised; now tracking pid (\d+)")
+    pid = int(re.search(r"pid (\d+)", line).group(1))
+    assert s.status()["d"]["pid"] == pid and alive(pid)
+    assert s.stop() == 0
+    assert not alive(pid)
+
+
+def test_listen_socket_is_passed_and_held(sup, workdir):
+    port = port_in(18400, 18450)
+    code = ("import os,socket\\n"
+            "assert os.environ['LISTEN_FDS']=='1' and os.environ['LISTEN_PID']==str(os.getpid())\\n"
+            "s=socket.socket(fileno=3)\\nprint('serving',flush=True)\\n"
+            "while True:\\n c,_=s.accept(); c.sendall(str(os.getpid()).encode()); c.close()")
+    script = write_config(workdir, code.replace("\\n", "\n"), "srv.py")
+    s = sup(["--name", "srv", "--listen", f"127.0.0.1:{port}", "--stop-grace", "5s",
+             "--", PY, script])
+    s.wait_event(r"\[srv\] serving", lines=s.output)
+
+    def ask():
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            return int(c.recv(64))
+
+    first = ask()
+    assert first == s.status()["srv"]["pid"]
+    # While it restarts the supervisor holds the socket: connecting never fails.
+    n = len(s.events)
+    assert s.ctl("restart", "srv").returncode == 0
+    s.wait_event(r"srv: pid \d+ killed by SIGTERM", after=n)
+    second = ask()
+    assert second != first
+    assert s.stop() == 0
+
+
+def test_http_health_check(sup, workdir):
+    port = port_in(18450, 18499)
+    cfg = write_config(workdir, f"""
+[program:web]
+command = {PY} -m http.server {port} --bind 127.0.0.1 --directory {workdir}
+health = http://127.0.0.1:{port}/
+health_interval = 300ms
+health_timeout = 1s
+[program:broken]
+command = {PY} -m http.server {port + 1} --bind 127.0.0.1 --directory {workdir}
+health = http://127.0.0.1:{port + 1}/missing
+health_interval = 200ms
+health_retries = 2
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"web: healthy \(http://")
+    s.wait_status("web", lambda d: d["health"] == "ok")
+    s.wait_event(r"broken: health check failed \(1 of 2\): HTTP/1.0 404")
+    s.wait_event(r"broken: health check failed \(2 of 2\)")
+    s.wait_event(r"broken: stopping pid \d+ with SIGTERM \(health check failed\)")
+    s.wait_event(r"broken: restarting in 0.0 s \(health check failed")
+    assert s.stop() == 0
+
+
+# ---- the embedded backend -----------------------------------------------------------
+
+def backend_binary():
+    p = subprocess.run([os.path.join(ROOT, "scripts", "backend"), "build"], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        pytest.skip("the embedded backend does not build here: " + p.stderr[-300:])
+    return p.stdout.strip()
+
+
+def test_backend_killed_9_is_restarted_and_healthy(sup, workdir):
+    import pymongo
+    ferret = backend_binary()
+    port = port_in(27400, 27450)
+    cfg = write_config(workdir, f"""
+[program:backend]
+command = {ferret} --handler sqlite --sqlite-dir {workdir}/sqlite --listen 127.0.0.1:{port}
+directory = {workdir}
+log = {workdir}/backend.log
+health = mongodb://127.0.0.1:{port}/
+health_interval = 300ms
+health_timeout = 2s
+""")
+    os.mkdir(os.path.join(workdir, "sqlite"))
+    s = sup(["-c", cfg])
+    st = s.wait_status("backend", lambda d: d.get("health") == "ok" and "fds" in d, timeout=60)
+    first = st["pid"]
+    assert st["fds"]["open"] > 0 and st["fds"]["sockets"] > 0
+    client = pymongo.MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=5000)
+    client.sv.t.insert_one({"x": 1})
+    n = len(s.events)
+    os.kill(first, signal.SIGKILL)
+    s.wait_event(r"backend: pid %d killed by SIGKILL" % first, after=n)
+    s.wait_event(r"backend: started pid", after=n)
+    st = s.wait_status("backend", lambda d: d["pid"] not in (0, first) and d.get("health") == "ok",
+                       timeout=30)
+    assert st["restarts"] == 1
+    assert client.sv.t.find_one({"x": 1})["x"] == 1
+    client.close()
+    assert s.stop() == 0
+
+
+# ---- gridfsctl serve under the supervisor ---------------------------------------------
+
+def serve_ready():
+    p = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True)
+    return p.returncode == 0 and "not implemented" not in p.stderr + p.stdout
+
+
+needs_serve = pytest.mark.xfail(not serve_ready(), reason="gridfsctl serve is not implemented "
+                                "yet (another helper's work in progress)", run=False)
+
+
+def http_ok(port, path="/", timeout=2):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status < 500
+    except urllib.error.HTTPError as e:
+        return e.code < 500
+    except OSError:
+        return False
+
+
+@needs_serve
+def test_serve_emfile_flood_recovers_within_2s(sup, workdir, backend, db):
+    port = port_in(18400, 18450)
+    cfg = write_config(workdir, f"""
+[program:serve]
+command = {BIN} serve --uri {backend.uri} --db {db.name}
+listen = 127.0.0.1:{port}
+nofile = 64
+fd_raise = no
+stop_grace = 2s
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"serve: started pid")
+    deadline = time.monotonic() + 10
+    while not http_ok(port) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    assert http_ok(port)
+    flood = []
+    try:
+        for _ in range(500):
+            try:
+                flood.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        i, _ = s.wait_event(r"serve: output matched restart_on", timeout=15)
+    finally:
+        for c in flood:
+            c.close()
+    t0 = time.monotonic()
+    s.wait_event(r"serve: started pid", after=i)
+    while not http_ok(port, timeout=0.5) and time.monotonic() - t0 < 5:
+        threading.Event().wait(0.02)
+    assert time.monotonic() - t0 < 2.0
+    assert s.stop() == 0
+
+
+@needs_serve
+@pytest.mark.skipif(not shutil.which("ab"), reason="ab (apache2-utils) not installed")
+def test_two_serve_instances_on_a_held_socket_survive_a_restart_under_load(
+        sup, workdir, backend, db, bucket):
+    bucket.upload_from_stream("hello.txt", b"hello world\n" * 100)
+    port = port_in(18450, 18499)
+    cfg = write_config(workdir, f"""
+[program:serve]
+command = {BIN} serve --uri {backend.uri} --db {db.name}
+listen = 127.0.0.1:{port}
+instances = 2
+startsecs = 1
+stop_grace = 5s
+""")
+    s = sup(["-c", cfg])
+    deadline = time.monotonic() + 10
+    while not http_ok(port, "/hello.txt") and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    ab = subprocess.Popen(["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/hello.txt"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    n = len(s.events)
+    assert s.ctl("restart", "serve").returncode == 0
+    s.wait_event(r"serve:1: started pid", after=n, timeout=60)
+    out, _ = ab.communicate(timeout=300)
+    assert re.search(r"Failed requests:\s+0\b", out), out
+    assert re.search(r"Complete requests:\s+10000\b", out), out
+    assert s.stop() == 0

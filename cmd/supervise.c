@@ -26,7 +26,7 @@ const char supervise_help[] =
     "  --name NAME           program name (default: the command's basename)\n"
     "  --restart-on REGEX    restart when an output line matches (repeatable; replaces the\n"
     "                        defaults: 'Too many open files', 'can not open file', EMFILE...)\n"
-    "  --nofile N            RLIMIT_NOFILE soft limit for the program\n"
+    "  --nofile N            RLIMIT_NOFILE (soft and hard) for the program\n"
     "  --health URL          mongodb://... ping or http://host:port/path check\n"
     "  --listen HOST:PORT    bind and pass the socket as LISTEN_FDS=1\n"
     "  --instances N         run N copies (they share the --listen socket)\n"
@@ -232,9 +232,12 @@ print_check(const struct sv_config *cfg)
 			printf("  nofile: %ld\n", p->nofile);
 		if (p->listen)
 			printf("  listen: %s\n", p->listen);
-		if (p->health)
-			printf("  health: %s every %d ms, timeout %d ms\n", p->health, p->health_interval_ms,
+		if (p->health) {
+			char *shown = gfs_uri_redact(p->health);
+			printf("  health: %s every %d ms, timeout %d ms\n", shown, p->health_interval_ms,
 			       p->health_timeout_ms);
+			bson_free(shown);
+		}
 		if (p->log)
 			printf("  log: %s\n", p->log);
 		for (size_t k = 0; k < p->npatterns; k++)

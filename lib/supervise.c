@@ -674,8 +674,13 @@ nofile_limits(const struct instance *in, struct rlimit *rl)
 		return false;
 	struct rlimit cur;
 	getrlimit(RLIMIT_NOFILE, &cur);
-	rl->rlim_max = c->nofile_hard ? (rlim_t)c->nofile_hard : cur.rlim_max;
+	/*
+	 * As systemd's LimitNOFILE=N: nofile alone sets both limits, since many
+	 * servers (and Go's runtime) raise their soft limit to the hard one at
+	 * start. nofile_hard leaves room that the descriptor watch can grant live.
+	 */
 	rl->rlim_cur = soft ? (rlim_t)soft : cur.rlim_cur;
+	rl->rlim_max = c->nofile_hard ? (rlim_t)c->nofile_hard : soft ? (rlim_t)soft : cur.rlim_max;
 	if (rl->rlim_cur > rl->rlim_max)
 		rl->rlim_max = rl->rlim_cur;
 	return true;
@@ -1022,23 +1027,27 @@ restart_for_pattern(struct instance *in, const char *line, int which)
 	if (emfile && in->last_emfile && up < EMFILE_RECUR_S) {
 		/* The previous restart was for this too: the limit is too low, not a leak. */
 		long soft = -1, hard = -1;
+		struct rlimit rl, own;
+		getrlimit(RLIMIT_NOFILE, &own);
 		if (!fdw_limits(in->pid, &soft, &hard)) {
-			struct rlimit rl;
 			if (!nofile_limits(in, &rl))
-				getrlimit(RLIMIT_NOFILE, &rl);
+				rl = own;
 			soft = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
-			hard = rl.rlim_max == RLIM_INFINITY ? -1 : (long)rl.rlim_max;
 		}
-		long target = soft > 0 ? fdw_raise_target(soft, hard) : 0;
-		if (soft > 0 && target > soft && (!c->nofile_hard || target <= c->nofile_hard)) {
+		/* The next start may go as high as nofile_hard, else as our own hard limit. */
+		long cap = c->nofile_hard ? c->nofile_hard
+		         : own.rlim_max == RLIM_INFINITY ? -1 : (long)own.rlim_max;
+		long target = soft > 0 ? fdw_raise_target(soft, cap) : 0;
+		if (soft > 0 && target > soft) {
 			in->nofile_next = target;
 			event(s, "%s: out of descriptors again %.1f s after a restart with a limit of %ld: "
 			         "the limit is too low for this load, not a leak; next start gets nofile %ld "
 			         "(set nofile in the config)", in->name, up, soft, target);
 		} else {
-			event(s, "%s: out of descriptors again %.1f s after a restart, already at the hard "
-			         "limit %ld: the limit is too low for this load; not restarting (FATAL); "
-			         "raise nofile/nofile_hard", in->name, up, hard);
+			event(s, "%s: out of descriptors again %.1f s after a restart, already at the "
+			         "highest limit allowed (%ld): the limit is too low for this load; not "
+			         "restarting (FATAL); raise nofile_hard or the supervisor's own limit",
+			      in->name, up, soft);
 			if (in->exiting)
 				in->after = AFTER_FATAL;
 			else
@@ -1272,10 +1281,11 @@ on_checker_exit(struct instance *in, int status)
 	if (in->state != ST_RUNNING && in->state != ST_STARTING)
 		return;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-		if (in->health != 1 && in->health_failures > 0)
-			event(s, "%s: health check passes again", in->name);
-		else if (in->health != 1)
-			event(s, "%s: healthy (%s)", in->name, c->health);
+		if (in->health != 1) {
+			char *shown = gfs_uri_redact(c->health); /* never a password in the log */
+			event(s, "%s: healthy%s (%s)", in->name, in->health_failures ? " again" : "", shown);
+			bson_free(shown);
+		}
 		in->health = 1;
 		in->health_failures = 0;
 		return;

@@ -329,6 +329,7 @@ def test_status_shows_fds_and_the_watch_raises_the_limit(sup, workdir):
 [program:leaky]
 command = {PY} {script}
 nofile = 64
+nofile_hard = 1024
 fd_interval = 100ms
 fd_threshold = 70
 fd_horizon = 30

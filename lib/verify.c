@@ -25,7 +25,9 @@
 
 /* Bytes of chunk data waiting in one hashing queue before the reader blocks. */
 #define QUEUE_BYTES (16 * 1024 * 1024)
-#define DEFAULT_IDS_PER_BATCH 500
+#define DEFAULT_IDS_PER_BATCH 1000
+/* A selection of fewer than 1/BATCHED_BELOW of all files is fetched in batches. */
+#define BATCHED_BELOW 4
 #define MAX_THREADS 16
 
 const char *
@@ -932,6 +934,18 @@ stream_batched(struct verify *v, int32_t batch, gfs_error *err)
 	return true;
 }
 
+/*
+ * Fetching by $in batches pays a lookup per file; one sorted scan reads
+ * everything once. Batches win only when few of the files are wanted.
+ */
+static bool
+small_selection(struct verify *v)
+{
+	bson_error_t berr;
+	int64_t all = mongoc_collection_estimated_document_count(v->s->files, NULL, NULL, NULL, &berr);
+	return all < 0 || (int64_t)v->t.count * BATCHED_BELOW < all;
+}
+
 bool
 gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_error *err)
 {
@@ -941,16 +955,16 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	v.o = o;
 	v.st = st;
 	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
-	st->strategy = o->strategy != GFS_VERIFY_AUTO ? o->strategy
-	             : partial ? GFS_VERIFY_BATCHED : GFS_VERIFY_SCAN;
-	/* Under a prefix or sample a chunk outside the selection is not an orphan. */
-	st->orphans_checked = st->strategy == GFS_VERIFY_SCAN && !partial;
 	v.s = gfs_session_pop(conn);
 	pthread_mutex_init(&v.done_mu, NULL);
 	pthread_cond_init(&v.done_cond, NULL);
 
 	int32_t max_chunk;
 	bool ok = load_files(&v, &max_chunk, err);
+	st->strategy = o->strategy != GFS_VERIFY_AUTO ? o->strategy
+	             : partial && small_selection(&v) ? GFS_VERIFY_BATCHED : GFS_VERIFY_SCAN;
+	/* Under a prefix or sample a chunk outside the selection is not an orphan. */
+	st->orphans_checked = st->strategy == GFS_VERIFY_SCAN && !partial;
 	int n = o->threads > 0 ? o->threads : default_threads();
 	st->threads = n > MAX_THREADS ? MAX_THREADS : n;
 	if (ok && !hashers_start(&v, st->threads)) {

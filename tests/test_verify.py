@@ -1,0 +1,294 @@
+"""gridfsctl verify: faults injected with pymongo into a real backend must be
+reported exactly once, with the right exit status, and repaired."""
+import datetime
+import hashlib
+import json
+import os
+
+import bson
+import pytest
+
+CS = 1000  # small chunks, so that files have several
+
+
+def put(bucket, name, data, sha=True, **meta):
+    md = dict(meta)
+    if sha:
+        md["sha256"] = hashlib.sha256(data).hexdigest()
+    return bucket.upload_from_stream(name, data, chunk_size_bytes=CS, metadata=md)
+
+
+def lines(res):
+    return [l for l in res.text.splitlines() if l]
+
+
+def problems(res):
+    """Problem lines (KIND name detail), without the summary line."""
+    return [l for l in lines(res) if not l.startswith("verify:")]
+
+
+def kinds(res):
+    return sorted(l.split(" ", 1)[0] for l in problems(res))
+
+
+def json_lines(res):
+    return [json.loads(l) for l in lines(res)]
+
+
+def data(n, seed=0):
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def test_clean_bucket_is_quiet_with_q(gfs, bucket):
+    put(bucket, "a.jpg", data(3500))
+    put(bucket, "b.jpg", data(999, 1))
+    put(bucket, "empty", b"")
+    r = gfs.run("verify")
+    assert r.rc == 0, r
+    assert "no problems" in r.text and "3 files" in r.text
+    r = gfs.run("verify", "-q")
+    assert r.rc == 0 and r.text == "", r
+
+
+@pytest.fixture
+def faulty(db, bucket):
+    """One file per fault; returns {fault: files _id}."""
+    ids = {}
+    ids["good"] = put(bucket, "good", data(2500))
+    ids["missing"] = put(bucket, "missing", data(3500, 1))
+    db["fs.chunks"].delete_one({"files_id": ids["missing"], "n": 1})
+    ids["short"] = put(bucket, "short", data(3500, 2))
+    db["fs.chunks"].update_one({"files_id": ids["short"], "n": 3},
+                               {"$set": {"data": bson.Binary(b"x" * 10)}})
+    ids["extra"] = put(bucket, "extra", data(2500, 3))
+    db["fs.chunks"].insert_one({"files_id": ids["extra"], "n": 3, "data": bson.Binary(b"zz")})
+    ids["corrupt"] = put(bucket, "corrupt", data(2500, 4))
+    db["fs.chunks"].update_one({"files_id": ids["corrupt"], "n": 1},
+                               {"$set": {"data": bson.Binary(b"\0" * CS)}})
+    orphan = bson.ObjectId()
+    db["fs.chunks"].insert_many([{"files_id": orphan, "n": i, "data": bson.Binary(b"o" * 10)}
+                                 for i in range(2)])
+    ids["orphan"] = orphan
+    ids["incomplete"] = bson.ObjectId()
+    db["fs.files"].insert_one({"_id": ids["incomplete"], "filename": "incomplete", "length": 5000,
+                               "chunkSize": CS, "uploadDate": datetime.datetime.now(),
+                               "metadata": {"sha256": "0" * 64}})
+    ids["nosha"] = put(bucket, "nosha", data(1500, 5), sha=False)
+    ids["bad"] = bson.ObjectId()
+    db["fs.files"].insert_one({"_id": ids["bad"], "filename": "bad", "length": "huge",
+                               "chunkSize": CS, "uploadDate": datetime.datetime.now()})
+    db["fs.chunks"].insert_one({"files_id": ids["bad"], "n": 0, "data": bson.Binary(b"b")})
+    # legacy md5 only: one right, one wrong
+    md5 = bson.ObjectId()
+    db["fs.files"].insert_one({"_id": md5, "filename": "md5-good", "length": 5, "chunkSize": CS,
+                               "uploadDate": datetime.datetime.now(),
+                               "md5": hashlib.md5(b"hello").hexdigest()})
+    db["fs.chunks"].insert_one({"files_id": md5, "n": 0, "data": bson.Binary(b"hello")})
+    ids["md5bad"] = bson.ObjectId()
+    db["fs.files"].insert_one({"_id": ids["md5bad"], "filename": "md5-bad", "length": 5,
+                               "chunkSize": CS, "uploadDate": datetime.datetime.now(),
+                               "md5": hashlib.md5(b"world").hexdigest()})
+    db["fs.chunks"].insert_one({"files_id": ids["md5bad"], "n": 0, "data": bson.Binary(b"hello")})
+    return ids
+
+
+EXPECTED = {
+    "MISSING-CHUNK": "missing", "WRONG-SIZE": "short", "EXTRA-CHUNK": "extra",
+    "INCOMPLETE": "incomplete", "UNVERIFIABLE": "nosha", "BAD-DOC": "bad",
+}
+
+
+def test_each_fault_reported_once(gfs, faulty):
+    r = gfs.run("verify")
+    assert r.rc == 1, r
+    assert kinds(r) == sorted(["MISSING-CHUNK", "WRONG-SIZE", "EXTRA-CHUNK", "CHECKSUM", "CHECKSUM",
+                               "ORPHAN-CHUNKS", "INCOMPLETE", "UNVERIFIABLE", "BAD-DOC"]), r
+    by = {}
+    for l in problems(r):
+        k, name, _ = l.split(" ", 2)
+        by.setdefault(k, []).append((name, l))
+    for kind, name in EXPECTED.items():
+        assert [n for n, _ in by[kind]] == [name], by[kind]
+    assert sorted(n for n, _ in by["CHECKSUM"]) == ["corrupt", "md5-bad"]
+    assert by["MISSING-CHUNK"][0][1].startswith("MISSING-CHUNK missing n=1 ")
+    assert "n=3 has 10 bytes, expected 500" in by["WRONG-SIZE"][0][1]
+    assert by["ORPHAN-CHUNKS"][0][0] == str(faulty["orphan"])
+    assert "count=2" in by["ORPHAN-CHUNKS"][0][1]
+    assert "md5-good" not in r.text and " good " not in r.text
+    assert "10 problems" not in r.text and "9 problems" in r.text
+
+
+def test_json_shape(gfs, faulty):
+    r = gfs.run("verify", "--json")
+    assert r.rc == 1, r
+    objs = json_lines(r)
+    summary = objs[-1]
+    assert summary["summary"] is True
+    assert summary["problems"] == 9 and summary["orphansChecked"] is True
+    assert summary["counts"]["CHECKSUM"] == 2 and summary["counts"]["ORPHAN-CHUNKS"] == 1
+    probs = objs[:-1]
+    assert len(probs) == 9 and all(set(p) >= {"problem", "name", "id", "detail"} for p in probs)
+    miss = next(p for p in probs if p["problem"] == "MISSING-CHUNK")
+    assert miss["n"] == 1 and miss["id"] == str(faulty["missing"]) and miss["name"] == "missing"
+    orph = next(p for p in probs if p["problem"] == "ORPHAN-CHUNKS")
+    assert orph["name"] is None and orph["count"] == 2 and orph["bytes"] == 20
+    cs = next(p for p in probs if p["problem"] == "CHECKSUM" and p["name"] == "corrupt")
+    assert len(cs["actual"]) == 64
+
+
+def test_repair(gfs, db, faulty):
+    before = (db["fs.files"].count_documents({}), db["fs.chunks"].count_documents({}))
+    r = gfs.run("verify", "--repair", "--dry-run")
+    assert r.rc == 1, r
+    assert (db["fs.files"].count_documents({}), db["fs.chunks"].count_documents({})) == before
+    assert "WOULD remove-orphans" in r.text and "WOULD remove-incomplete incomplete" in r.text
+
+    r = gfs.run("verify", "--repair")
+    assert r.rc == 1, r  # damaged files without a disk copy stay
+    assert db["fs.chunks"].count_documents({"files_id": faulty["orphan"]}) == 0
+    assert db["fs.files"].count_documents({"_id": faulty["incomplete"]}) == 0
+    assert db["fs.chunks"].count_documents({"files_id": faulty["extra"]}) == 3
+    # damaged data is never deleted without a replacement
+    assert db["fs.files"].count_documents({"_id": faulty["corrupt"]}) == 1
+    assert "NOT-REPAIRED none corrupt" in r.text
+    r = gfs.run("verify")
+    assert kinds(r) == sorted(["MISSING-CHUNK", "WRONG-SIZE", "CHECKSUM", "CHECKSUM",
+                               "UNVERIFIABLE", "BAD-DOC"]), r
+
+
+def test_repair_only_fixable_exits_zero(gfs, db, bucket):
+    fid = put(bucket, "a", data(2500))
+    db["fs.chunks"].insert_one({"files_id": bson.ObjectId(), "n": 0, "data": bson.Binary(b"o")})
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 7, "data": bson.Binary(b"x")})
+    r = gfs.run("verify", "--repair", "--json")
+    assert r.rc == 0, r
+    objs = json_lines(r)
+    reps = [o for o in objs if "repair" in o]
+    assert sorted(o["repair"] for o in reps) == ["remove-extra-chunks", "remove-orphans"]
+    assert all(o["state"] == "REPAIRED" for o in reps)
+    assert objs[-1]["repaired"] == 2 and objs[-1]["unrepaired"] == 0
+    r = gfs.run("verify", "-q")
+    assert r.rc == 0 and r.text == "", r
+
+
+def test_duplicate_chunk(gfs, db, bucket):
+    fid = put(bucket, "dup", data(2500))
+    db["fs.chunks"].drop_indexes()
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 1, "data": bson.Binary(data(2500)[CS:2 * CS])})
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["EXTRA-CHUNK"], r
+    assert "EXTRA-CHUNK dup n=1" in r.text
+
+
+def write_tree(root, files):
+    for rel, content in files.items():
+        p = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(content)
+
+
+def test_against(gfs, db, bucket, tmp_path):
+    tree = tmp_path / "tree"
+    files = {"same.jpg": data(2100), "sub/damaged.jpg": data(2200, 1), "differs.jpg": data(2300, 2),
+             "sizediff.jpg": data(100, 3), "onlydisk.jpg": data(1200, 4), "nosha.jpg": data(900, 5),
+             ".hidden": b"skip me"}
+    write_tree(str(tree), files)
+    put(bucket, "p/same.jpg", files["same.jpg"])
+    dmg = put(bucket, "p/sub/damaged.jpg", files["sub/damaged.jpg"])
+    db["fs.chunks"].update_one({"files_id": dmg, "n": 0}, {"$set": {"data": bson.Binary(b"\1" * CS)}})
+    put(bucket, "p/differs.jpg", data(2300, 9))
+    put(bucket, "p/sizediff.jpg", data(101, 3))
+    put(bucket, "p/onlygridfs.jpg", data(10))
+    put(bucket, "p/nosha.jpg", files["nosha.jpg"], sha=False)
+    put(bucket, "q/outside.jpg", data(10))  # not under the prefix: not compared
+
+    combined = tmp_path / "combined.txt"
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--combined", combined)
+    assert r.rc == 1, r
+    assert kinds(r) == sorted(["CHECKSUM", "UNVERIFIABLE", "DIFFERS", "DIFFERS", "MISSING-IN-GRIDFS",
+                               "MISSING-ON-DISK"]), r
+    assert "DIFFERS p/sizediff.jpg size gridfs=101 disk=100" in r.text
+    assert "DIFFERS p/differs.jpg sha256 " in r.text
+    rep = sorted(combined.read_text().splitlines())
+    assert rep == sorted(["= p/same.jpg", "! p/sub/damaged.jpg", "* p/differs.jpg", "* p/sizediff.jpg",
+                          "- p/onlydisk.jpg", "+ p/onlygridfs.jpg", "= p/nosha.jpg"]), rep
+
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--combined", "-")
+    assert sorted(r.text.splitlines()) == rep and "DIFFERS" in r.err, r
+
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--repair")
+    assert r.rc == 1, r   # DIFFERS and MISSING-ON-DISK are not verify's to settle
+    assert "REPAIRED reupload p/sub/damaged.jpg" in r.text
+    assert "REPAIRED remove-damaged p/sub/damaged.jpg" in r.text
+    assert "REPAIRED upload p/onlydisk.jpg" in r.text
+    assert "REPAIRED set-sha256 p/nosha.jpg" in r.text
+    assert db["fs.files"].count_documents({"_id": dmg}) == 0
+    assert db["fs.chunks"].count_documents({"files_id": dmg}) == 0
+    new = db["fs.files"].find_one({"filename": "p/sub/damaged.jpg"})
+    st = os.stat(tree / "sub/damaged.jpg")
+    assert new["metadata"]["sha256"] == hashlib.sha256(files["sub/damaged.jpg"]).hexdigest()
+    assert new["metadata"]["mtimeNs"] == st.st_mtime_ns and new["metadata"]["size"] == 2200
+    assert new["metadata"]["mode"] == st.st_mode & 0o7777
+    assert bucket.open_download_stream_by_name("p/onlydisk.jpg").read() == files["onlydisk.jpg"]
+
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--json")
+    assert r.rc == 1, r
+    objs = json_lines(r)
+    assert sorted(o["problem"] for o in objs[:-1]) == ["DIFFERS", "DIFFERS", "MISSING-ON-DISK"]
+    assert objs[-1]["same"] == 4
+
+
+def test_prefix_reads_only_its_files(gfs, db, bucket):
+    put(bucket, "p/a", data(1500))
+    bad = put(bucket, "q/b", data(1500, 1))
+    db["fs.chunks"].delete_one({"files_id": bad, "n": 0})
+    db["fs.chunks"].insert_one({"files_id": bson.ObjectId(), "n": 0, "data": bson.Binary(b"o")})
+    for strategy in ("batched", "scan"):
+        r = gfs.run("verify", "--prefix", "p/", "--strategy", strategy)
+        assert r.rc == 0, r
+        assert "1 files" in r.text and "orphan chunks not checked" in r.text
+    r = gfs.run("verify", "--prefix", "q", "--json")
+    objs = json_lines(r)
+    assert r.rc == 1 and [o["problem"] for o in objs[:-1]] == ["MISSING-CHUNK"], r
+    assert objs[-1]["orphansChecked"] is False
+
+
+def test_sample(gfs, bucket):
+    for i in range(40):
+        put(bucket, f"f{i}", data(300, i))
+    r = gfs.run("verify", "--sample", "50%", "--json")
+    assert r.rc == 0, r
+    s = json_lines(r)[-1]
+    assert 5 < s["checked"] < 35 and s["files"] == s["checked"]
+    r = gfs.run("verify", "--sample", "100%", "--json", "--threads", "3")
+    assert json_lines(r)[-1]["checked"] == 40
+
+
+@pytest.mark.parametrize("args", [["--dry-run"], ["--combined", "x"], ["--sample", "0"],
+                                  ["--sample", "150%"], ["--strategy", "fast"], ["extra-arg"],
+                                  ["--against", "d", "--sample", "5%"]])
+def test_usage_errors(gfs, args, tmp_path):
+    (tmp_path / "d").mkdir(exist_ok=True)
+    r = gfs.run("verify", *args)
+    assert r.rc == 2, r
+    assert len(r.err.strip().splitlines()) <= 2
+
+
+def test_against_missing_dir(gfs, tmp_path):
+    r = gfs.run("verify", "--against", tmp_path / "nope")
+    assert r.rc == 5 and "nope" in r.err, r
+
+
+def test_backend_down(gfs, tmp_path):
+    r = gfs.run("verify", "--uri", "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300", db=False)
+    assert r.rc == 3, r
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_help_and_options(gfs):
+    r = gfs.run("verify", "--help", db=False)
+    assert r.rc == 0 and b"--against" in r.out
+    r = gfs.run("_options", "verify", db=False)
+    assert {"--prefix=", "--against=", "--repair", "--dry-run", "--json", "--sample=",
+            "--combined="} <= set(r.text.split())

@@ -216,7 +216,7 @@ http_cache_put(http_cache *c, const char *key, cache_body *body, struct MHD_Resp
 	if (!e || !k)
 		abort();
 	e->key = k;
-	e->body = body;
+	e->body = cache_body_ref(body);
 	e->resp = resp;
 	e->user = user;
 	e->cost = body->len + ENTRY_OVERHEAD;

@@ -54,7 +54,7 @@ cache_entry *http_cache_get(http_cache *c, const char *key);
 /* Like get without counting or reordering. */
 cache_entry *http_cache_peek(http_cache *c, const char *key);
 /*
- * Inserts key (copied) with body and resp, taking one reference to body,
+ * Inserts key (copied) with body and resp, adding a reference to body,
  * ownership of resp and of user. Returns the entry (referenced), which is
  * an older one for the same key when there was one (the new parts are then
  * released). Evicts from the cold end to make room; an entry larger than

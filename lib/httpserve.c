@@ -808,7 +808,9 @@ finish_job(struct httpserve *srv, struct job *j)
 	pthread_mutex_lock(&srv->jobs_mu);
 	if (j->key)
 		strmap_del(srv->inflight, j->key);
-	for (struct req *r = j->waiters; r; r = r->next_waiter) {
+	struct req *next;
+	for (struct req *r = j->waiters; r; r = next) {
+		next = r->next_waiter; /* once resumed, r may be finished and freed at any time */
 		r->fetch_status = j->status;
 		if (!r->meta && j->meta)
 			r->meta = gfs_meta_ref(j->meta);

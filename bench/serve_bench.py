@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Benchmark `gridfsctl serve` side by side with nginx (static files from
+disk) and a threaded Python peer reading GridFS through pymongo, in one run,
+on the same poster tree and the same backend.
+
+    flock /tmp/gridfsctl-bench.lock bench/serve_bench.py [--tree /tmp/posters-5k]
+          [--conns 2,10,100,1000] [--duration 10] [--out bench/out/serve.json]
+
+Needs wrk, nginx and ab (apt-get install wrk nginx-light apache2-utils).
+wrk runs a Lua script (bench/random_urls.lua) asking for random files of the
+tree over keep-alive connections. For every server and concurrency it
+reports requests/s, p50/p99 latency, errors (socket errors, timeouts and
+non-2xx answers) and the server's resident memory after the run; then
+`ab -n 10000 -c 25` on one file. "serve hot" runs with --preload and a cache
+holding the whole tree; "serve cold" with a 1 MB cache, so nearly every
+request is a backend read.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
+BACKEND_PORT = 27351
+PORTS = {"serve": 18310, "nginx": 18311, "peer": 18312, "cold": 18313}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def wait_http(url, proc, deadline_s=600):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server for {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                r.read()
+                return
+        except OSError:
+            time.sleep(0.2)  # polling a port: there is no event to wait on
+    raise SystemExit(f"{url} did not answer in {deadline_s}s")
+
+
+def rss_kb(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def tree_files(tree):
+    paths, total = [], 0
+    for d, _, files in os.walk(tree):
+        for f in files:
+            p = os.path.join(d, f)
+            paths.append(os.path.relpath(p, tree))
+            total += os.path.getsize(p)
+    paths.sort()
+    return paths, total
+
+
+def ensure_backend(workdir, tree, nfiles, env):
+    datadir = os.path.join(workdir, "backend")
+    os.makedirs(datadir, exist_ok=True)
+    subprocess.run([os.path.join(ROOT, "scripts", "backend"), "stop", datadir],
+                   capture_output=True)
+    out = subprocess.run([os.path.join(ROOT, "scripts", "backend"), "start", datadir,
+                          str(BACKEND_PORT)], check=True, capture_output=True, text=True)
+    uri = out.stdout.strip()
+    import pymongo
+    client = pymongo.MongoClient(uri)
+    have = client.bench.fs.files.count_documents({"filename": {"$regex": "^posters/"}})
+    if have != nfiles:
+        log(f"bench: importing {nfiles} files into the backend (have {have})")
+        client.drop_database("bench")
+        t0 = time.monotonic()
+        subprocess.run([BIN, "import", tree, "--prefix", "posters", "--uri", uri, "--db", "bench",
+                        "--no-progress", "-q"], check=True, env=env)
+        log(f"bench: import took {time.monotonic() - t0:.1f}s")
+    client.close()
+    return datadir, uri
+
+
+def nginx_conf(workdir, tree, port):
+    d = os.path.join(workdir, "nginx")
+    os.makedirs(d, exist_ok=True)
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 2;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    keepalive_timeout 65;
+    open_file_cache max=60000 inactive=60s;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    types {{ image/jpeg jpg; }}
+    server {{
+        listen 127.0.0.1:{port} reuseport backlog=4096;
+        root {tree};
+    }}
+}}
+""")
+    return conf
+
+
+def run_wrk(port, conns, duration, urls_file):
+    threads = min(2, conns)
+    argv = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{duration}s", "--timeout", "10s",
+            "-s", os.path.join(ROOT, "bench", "random_urls.lua"), f"http://127.0.0.1:{port}"]
+    out = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, URLS=urls_file),
+                         preexec_fn=raise_nofile)
+    m = re.search(r"WRKJSON (\{.*\})", out.stdout)
+    if not m:
+        raise SystemExit(f"wrk failed: {out.stdout}\n{out.stderr}")
+    r = json.loads(m.group(1))
+    secs = r["duration_us"] / 1e6
+    return {
+        "rps": r["requests"] / secs,
+        "p50_ms": r["p50_us"] / 1000,
+        "p99_ms": r["p99_us"] / 1000,
+        "errors": r["connect"] + r["read"] + r["write"] + r["timeout"] + r["status"],
+        "non2xx": r["status"],
+        "mb_s": r["bytes"] / secs / 1e6,
+        "cmd": " ".join(argv),
+    }
+
+
+def run_ab(port, path):
+    argv = ["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/{path}"]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    failed = re.search(r"Failed requests:\s+(\d+)", out.stdout)
+    rps = re.search(r"Requests per second:\s+([\d.]+)", out.stdout)
+    non2xx = re.search(r"Non-2xx responses:\s+(\d+)", out.stdout)
+    return {"failed": int(failed.group(1)) if failed else -1,
+            "non2xx": int(non2xx.group(1)) if non2xx else 0,
+            "rps": float(rps.group(1)) if rps else 0.0, "cmd": " ".join(argv)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tree", default="/tmp/posters-5k")
+    ap.add_argument("--conns", default="2,10,100,1000")
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--workdir", default="/tmp/h-serve/bench")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "serve.json"))
+    ap.add_argument("--servers", default="serve,nginx,peer,cold")
+    a = ap.parse_args()
+    for tool in ("wrk", "nginx", "ab"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} not found: apt-get install wrk nginx-light apache2-utils")
+    raise_nofile()
+    tree = os.path.abspath(a.tree)
+    workdir = os.path.join(a.workdir, os.path.basename(tree))
+    os.makedirs(workdir, exist_ok=True)
+    paths, total = tree_files(tree)
+    urls_file = os.path.join(workdir, "urls.txt")
+    with open(urls_file, "w") as f:
+        for p in paths:
+            f.write("/" + urllib.parse.quote(p) + "\n")
+    env = dict(os.environ, GRIDFSCTL_CONFIG="/dev/null")
+    datadir, uri = ensure_backend(workdir, tree, len(paths), env)
+
+    cache = total + total // 4 + (64 << 20)
+    cmds = {
+        "serve": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters", "--preload",
+                  "--cache-size", str(cache), "--listen", f"127.0.0.1:{PORTS['serve']}", "-q"],
+        "cold": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters",
+                 "--cache-size", "1M", "--listen", f"127.0.0.1:{PORTS['cold']}", "-q"],
+        "nginx": ["nginx", "-c", nginx_conf(workdir, tree, PORTS["nginx"]), "-g", "daemon off;"],
+        "peer": [sys.executable, os.path.join(ROOT, "bench", "peer_server.py"), "--uri", uri,
+                 "--db", "bench", "--port", str(PORTS["peer"]), "--prefix", "posters"],
+    }
+    servers = a.servers.split(",")
+    results = {"tree": tree, "files": len(paths), "bytes": total, "commands": {}, "wrk": {}, "ab": {}}
+    procs = {}
+    try:
+        for name in servers:
+            t0 = time.monotonic()
+            procs[name] = subprocess.Popen(cmds[name], env=env, preexec_fn=raise_nofile)
+            wait_http(f"http://127.0.0.1:{PORTS[name]}/{urllib.parse.quote(paths[0])}", procs[name])
+            results["commands"][name] = " ".join(cmds[name])
+            log(f"bench: {name} ready in {time.monotonic() - t0:.1f}s")
+        for conns in [int(c) for c in a.conns.split(",")]:
+            for name in servers:
+                r = run_wrk(PORTS[name], conns, a.duration, urls_file)
+                pids = [procs[name].pid] + children(procs[name].pid)
+                r["rss_mb"] = rss_kb(pids) / 1024
+                results["wrk"].setdefault(name, {})[conns] = r
+                log(f"bench: {name:5} c={conns:<5} {r['rps']:9.0f} rps  p50 {r['p50_ms']:7.2f} ms  "
+                    f"p99 {r['p99_ms']:8.2f} ms  errors {r['errors']}  rss {r['rss_mb']:.0f} MB")
+        for name in servers:
+            results["ab"][name] = run_ab(PORTS[name], urllib.parse.quote(paths[len(paths) // 2]))
+            log(f"bench: ab {name}: {results['ab'][name]}")
+    finally:
+        for name, p in procs.items():
+            p.send_signal(signal.SIGTERM if name != "nginx" else signal.SIGQUIT)
+        for p in procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        subprocess.run([os.path.join(ROOT, "scripts", "backend"), "stop", datadir], capture_output=True)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print_table(results, servers)
+
+
+def print_table(res, servers):
+    print(f"\n{res['files']} files, {res['bytes'] / 1e6:.0f} MB ({res['tree']})\n")
+    print("| server | conns | req/s | vs nginx | p50 ms | p99 ms | errors | RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in servers:
+        for conns, r in res["wrk"][name].items():
+            ng = res["wrk"].get("nginx", {}).get(conns)
+            ratio = f"{r['rps'] / ng['rps']:.2f}x" if ng else "-"
+            print(f"| {name} | {conns} | {r['rps']:.0f} | {ratio} | {r['p50_ms']:.2f} | "
+                  f"{r['p99_ms']:.2f} | {r['errors']} | {r['rss_mb']:.0f} |")
+    print("\n| ab -n 10000 -c 25 | req/s | failed | non-2xx |\n|---|---:|---:|---:|")
+    for name in servers:
+        r = res["ab"][name]
+        print(f"| {name} | {r['rps']:.0f} | {r['failed']} | {r['non2xx']} |")
+
+
+if __name__ == "__main__":
+    main()

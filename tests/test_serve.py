@@ -1,0 +1,471 @@
+"""gridfsctl serve: a real server process, real HTTP clients (http.client and
+curl), bodies checked against pymongo's gridfs."""
+import hashlib
+import http.client
+import os
+import random
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import pytest
+
+from conftest import BIN, SAN_MARKERS, Backend
+
+HTTP_PORTS = range(18300, 18400)
+BACKEND_PORTS = range(27360, 27400)
+
+
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_port(ports):
+    for port in random.sample(list(ports), len(ports)):
+        if port_free(port):
+            return port
+    raise RuntimeError("no free port in the private range")
+
+
+def wait_for(cond, deadline_s=30, what="condition"):
+    """Polls cond() until it returns something truthy; a deadline, not a sleep."""
+    end = time.monotonic() + deadline_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+class Server:
+    def __init__(self, gfs, tmp_path, *args, env=None, preexec_fn=None, port=None, argv=None,
+                 pass_fds=()):
+        self.port = port or pick_port(HTTP_PORTS)
+        self.errfile = tmp_path / f"serve-{self.port}.err"
+        self.err = open(self.errfile, "wb")
+        if argv is None:
+            argv = ["serve", "--listen", f"127.0.0.1:{self.port}", "--poll", "0.2", *args]
+            self.proc = gfs.popen(*argv, env=env, stdout=subprocess.DEVNULL, stderr=self.err,
+                                  preexec_fn=preexec_fn)
+        else:
+            self.proc = subprocess.Popen(argv, env=dict(gfs.env, **(env or {})),
+                                         stdout=subprocess.DEVNULL, stderr=self.err,
+                                         pass_fds=pass_fds)
+        wait_for(self.answers, 60, "the server to answer")
+
+    def answers(self):
+        assert self.proc.poll() is None, f"server exited: {self.stderr()}"
+        try:
+            self.get("/_health")
+            return True
+        except OSError:
+            return False
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, headers=None, conn=None):
+        c = conn or self.conn()
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        if not conn:
+            c.close()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+
+    def get(self, path, headers=None, conn=None):
+        return self.request("GET", path, headers, conn)
+
+    def stderr(self):
+        return self.errfile.read_text(errors="replace")
+
+    def metrics(self):
+        _, _, body = self.get("/_metrics")
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            rc = self.proc.wait(timeout=60)
+        else:
+            rc = self.proc.returncode
+        self.err.close()
+        err = self.stderr()
+        for marker in SAN_MARKERS:
+            assert marker not in err, err
+        assert rc == 0, f"rc={rc}: {err}"
+        return err
+
+
+@pytest.fixture
+def serve(gfs, tmp_path):
+    servers = []
+
+    def start(*args, **kw):
+        s = Server(gfs, tmp_path, *args, **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def put(bucket, name, data, sha256=True, **kw):
+    meta = {"sha256": sha(data)} if sha256 else None
+    return bucket.upload_from_stream(name, data, metadata=meta, **kw)
+
+
+def quote(name):
+    return "/" + urllib.parse.quote(name)
+
+
+# ---- bodies and headers ---------------------------------------------------
+
+def test_bodies_identical_to_gridfs(bucket, serve):
+    rng = random.Random(6)
+    files = {f"posters/{i:02x}/{i}.jpg": bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 90000)))
+             for i in range(20)}
+    files["empty.txt"] = b""
+    files["chunk-edge.bin"] = os.urandom(255 * 1024)
+    for name, data in files.items():
+        put(bucket, name, data)
+    s = serve()
+    c = s.conn()
+    for _ in range(2):  # second pass: from the cache, on the same keep-alive connection
+        for name, data in files.items():
+            status, h, body = s.get(quote(name), conn=c)
+            assert status == 200, name
+            assert body == bucket.open_download_stream_by_name(name).read()
+            assert int(h["content-length"]) == len(data)
+            assert h["etag"] == f'"{sha(data)}"'
+            assert h["accept-ranges"] == "bytes"
+            assert "last-modified" in h and "cache-control" in h
+    c.close()
+    assert s.get("/posters/00/0.jpg")[1]["content-type"] == "image/jpeg"
+    m = s.metrics()
+    assert m["gridfsctl_serve_cache_hits_total"] >= len(files)
+    assert m['gridfsctl_serve_requests_total{code="200"}'] >= 2 * len(files)
+
+
+def test_content_type_and_etag_fallbacks(bucket, db, serve):
+    put(bucket, "typed.dat", b"x", sha256=False, )
+    db.fs.files.update_one({"filename": "typed.dat"}, {"$set": {"contentType": "application/x-special"}})
+    put(bucket, "page.html", b"<p>hi</p>", sha256=False)
+    s = serve()
+    _, h, _ = s.get("/typed.dat")
+    assert h["content-type"] == "application/x-special"
+    doc = db.fs.files.find_one({"filename": "typed.dat"})
+    assert h["etag"].startswith(f'"{doc["_id"]}-')  # no sha256 or md5: id and upload time
+    _, h, _ = s.get("/page.html")
+    assert h["content-type"].startswith("text/html")
+
+
+def test_head(bucket, serve):
+    data = os.urandom(5000)
+    put(bucket, "h.bin", data)
+    s = serve()
+    for _ in range(2):  # not cached yet, then cached after a GET
+        status, h, body = s.request("HEAD", "/h.bin")
+        assert status == 200 and body == b""
+        assert int(h["content-length"]) == 5000
+        assert h["etag"] == f'"{sha(data)}"'
+        s.get("/h.bin")
+    out = subprocess.run(["curl", "-sI", f"http://127.0.0.1:{s.port}/h.bin"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.startswith("HTTP/1.1 200") and "Content-Length: 5000" in out
+
+
+# ---- conditional requests -------------------------------------------------
+
+def test_conditional_requests(bucket, serve):
+    data = b"conditional body\n"
+    put(bucket, "c.txt", data)
+    s = serve()
+    status, h, _ = s.get("/c.txt")
+    etag, lm = h["etag"], h["last-modified"]
+    for hdrs in ({"If-None-Match": etag}, {"If-None-Match": f'"nope", {etag}'},
+                 {"If-None-Match": "*"}, {"If-None-Match": "W/" + etag},
+                 {"If-Modified-Since": lm}, {"If-Modified-Since": "Fri, 01 Jan 2100 00:00:00 GMT"}):
+        status, h304, body = s.get("/c.txt", hdrs)
+        assert status == 304, hdrs
+        assert body == b"" and h304["etag"] == etag
+    # If-None-Match wins over If-Modified-Since.
+    status, _, body = s.get("/c.txt", {"If-None-Match": '"other"', "If-Modified-Since": lm})
+    assert status == 200 and body == data
+    status, _, body = s.get("/c.txt", {"If-Modified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"})
+    assert status == 200 and body == data
+    status, _, body = s.get("/c.txt", {"If-Modified-Since": "not a date"})
+    assert status == 200
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                          f"If-None-Match: {etag}", f"http://127.0.0.1:{s.port}/c.txt"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "304"
+
+
+# ---- ranges ---------------------------------------------------------------
+
+def test_ranges(bucket, serve):
+    data = bytes(range(256)) * 40
+    put(bucket, "r.bin", data)
+    s = serve()
+    n = len(data)
+    for first_pass in (True, False):  # not cached, then cached
+        for rng, (a, b) in (("bytes=0-9", (0, 9)), ("bytes=100-", (100, n - 1)),
+                            ("bytes=-5", (n - 5, n - 1)), ("bytes=10-999999", (10, n - 1))):
+            status, h, body = s.get("/r.bin", {"Range": rng})
+            assert status == 206, rng
+            assert body == data[a:b + 1]
+            assert h["content-range"] == f"bytes {a}-{b}/{n}"
+            assert int(h["content-length"]) == b - a + 1
+    status, h, body = s.get("/r.bin", {"Range": f"bytes={n}-"})
+    assert status == 416 and h["content-range"] == f"bytes */{n}"
+    # Several ranges, or a bad unit: the whole file.
+    assert s.get("/r.bin", {"Range": "bytes=0-1,5-6"})[0] == 200
+    assert s.get("/r.bin", {"Range": "lines=1-2"})[0] == 200
+    etag = s.get("/r.bin")[1]["etag"]
+    status, _, body = s.get("/r.bin", {"Range": "bytes=0-3", "If-Range": etag})
+    assert status == 206 and body == data[:4]
+    status, _, body = s.get("/r.bin", {"Range": "bytes=0-3", "If-Range": '"stale"'})
+    assert status == 200 and body == data
+    out = subprocess.run(["curl", "-s", "-r", "3-7", f"http://127.0.0.1:{s.port}/r.bin"],
+                         capture_output=True, check=True).stdout
+    assert out == data[3:8]
+
+
+def test_large_file_streamed(bucket, serve, tmp_path):
+    data = os.urandom(20 * 1024 * 1024 + 12345)
+    put(bucket, "big/video.bin", data)
+    s = serve("--cache-size", "64M")
+    out = tmp_path / "big.out"
+    res = subprocess.run(["curl", "-s", "-o", str(out), "-w", "%{http_code}",
+                          f"http://127.0.0.1:{s.port}/big/video.bin"], capture_output=True, text=True)
+    assert res.stdout == "200"
+    assert sha(out.read_bytes()) == sha(data)
+    # A range deep inside, across a chunk boundary.
+    a = 255 * 1024 * 30 - 10
+    status, _, body = s.get("/big/video.bin", {"Range": f"bytes={a}-{a + 99}"})
+    assert status == 206 and body == data[a:a + 100]
+    m = s.metrics()
+    assert m["gridfsctl_serve_cache_bytes"] < 1024 * 1024  # streamed, never cached
+
+
+# ---- errors ---------------------------------------------------------------
+
+def test_errors(bucket, serve):
+    oid = put(bucket, "e.txt", b"e")
+    s = serve()
+    assert s.get("/missing.txt")[0] == 404
+    assert s.get("/")[0] == 404
+    assert s.get("/id/not-an-oid")[0] == 400
+    assert s.get("/id/0123456789abcdef0123456")[0] == 400
+    assert s.get("/id/0123456789abcdef01234567")[0] == 404
+    assert s.get("/e.txt?rev=x")[0] == 400
+    assert s.get("/e.txt?rev=3")[0] == 404
+    for method in ("POST", "PUT", "DELETE", "OPTIONS"):
+        status, h, _ = s.request(method, "/e.txt")
+        assert status == 405 and h["allow"] == "GET, HEAD"
+    status, _, body = s.get(f"/id/{oid}")
+    assert status == 200 and body == b"e"
+    status, _, body = s.get(f"/id/{str(oid).upper()}")
+    assert status == 200 and body == b"e"
+    # A flood of misses for names never answers from the backend twice.
+    for _ in range(50):
+        assert s.get("/id/0123456789abcdef01234567")[0] == 404
+    assert s.metrics()["gridfsctl_serve_negative_cache_hits_total"] >= 50
+
+
+def test_names_and_prefix(bucket, serve):
+    names = ["dir/sub/file.txt", "with space.txt", "ünïcødé/名前.txt", "per%cent.txt",
+             "question?.txt", "hash#.txt", "plus+sign.txt"]
+    for i, name in enumerate(names):
+        put(bucket, "site/" + name, f"content {i}".encode())
+    put(bucket, "outside.txt", b"outside")
+    s = serve()
+    for i, name in enumerate(names):
+        status, _, body = s.get(quote("site/" + name))
+        assert status == 200, name
+        assert body == f"content {i}".encode()
+    p = serve("--prefix", "site")
+    for i, name in enumerate(names):
+        status, _, body = p.get(quote(name))
+        assert status == 200, name
+        assert body == f"content {i}".encode()
+    assert p.get("/outside.txt")[0] == 404
+    assert p.get("/../outside.txt")[0] in (400, 404)
+    oid = bucket.find({"filename": "outside.txt"}).next()._id
+    assert p.get(f"/id/{oid}")[0] == 404  # not under the prefix
+    out = subprocess.run(["curl", "-s", f"http://127.0.0.1:{p.port}/%C3%BCn%C3%AFc%C3%B8d%C3%A9/%E5%90%8D%E5%89%8D.txt"],
+                         capture_output=True, check=True).stdout
+    assert out == b"content 2"
+
+
+def test_revisions_and_new_uploads(bucket, serve):
+    put(bucket, "v.txt", b"one")
+    s = serve()
+    assert s.get("/v.txt")[2] == b"one"
+    put(bucket, "v.txt", b"two")
+    # New revisions show within the poll interval (0.2 s here).
+    wait_for(lambda: s.get("/v.txt")[2] == b"two", 15, "the new revision")
+    assert s.get("/v.txt?rev=0")[2] == b"one"
+    assert s.get("/v.txt?rev=-2")[2] == b"one"
+    assert s.get("/v.txt?rev=1")[2] == b"two"
+    assert s.get("/v.txt?rev=-1")[2] == b"two"
+    put(bucket, "brand-new.txt", b"new")
+    wait_for(lambda: s.get("/brand-new.txt")[0] == 200, 15, "the new file")
+
+
+# ---- operations -----------------------------------------------------------
+
+def test_health_metrics_access_log(bucket, serve, tmp_path):
+    put(bucket, "a.txt", b"abc")
+    log = tmp_path / "access.log"
+    s = serve("--access-log", str(log), "--cache-control", "max-age=5")
+    status, _, body = s.get("/_health")
+    assert status == 200 and body == b"ok\n"
+    c = s.conn()
+    c.request("GET", "/a.txt?x=1", headers={"User-Agent": "probe/1", "Referer": "http://r/"})
+    r = c.getresponse()
+    assert r.read() == b"abc" and r.getheader("Cache-Control") == "max-age=5"
+    c.close()
+    s.get("/nope")
+    m = s.metrics()
+    for key in ("gridfsctl_serve_cache_misses_total", "gridfsctl_serve_cache_evictions_total",
+                'gridfsctl_serve_backend_seconds_bucket{le="+Inf"}', "gridfsctl_serve_open_connections",
+                "gridfsctl_serve_open_fds", "gridfsctl_serve_max_fds", "gridfsctl_serve_response_bytes_total",
+                'gridfsctl_serve_requests_total{code="404"}'):
+        assert key in m, key
+    lines = wait_for(lambda: len(log.read_text().splitlines()) >= 3 and log.read_text().splitlines(),
+                     10, "access log lines")
+    hit = [ln for ln in lines if "/a.txt?x=1" in ln][0]
+    assert hit.startswith("127.0.0.1 - - [")
+    assert '"GET /a.txt?x=1 HTTP/1.1" 200 3 "http://r/" "probe/1"' in hit
+    assert any('"GET /nope HTTP/1.1" 404 ' in ln for ln in lines)
+
+
+def test_backend_down_then_recovery(gfs, tmp_path, serve, db):
+    b = Backend(str(tmp_path / "private-backend"), pick_port(BACKEND_PORTS), "sqlite")
+    os.makedirs(b.datadir)
+    b.start()
+    try:
+        client = b.client()
+        import gridfs
+        bk = gridfs.GridFSBucket(client[db.name])
+        put(bk, "cached.txt", b"cached")
+        put(bk, "uncached.txt", b"uncached")
+        client.close()
+        s = serve(env={"GRIDFSCTL_URI": b.uri})
+        assert s.get("/cached.txt")[2] == b"cached"
+        b.stop()
+        status, h, _ = wait_for(lambda: (lambda r: r[0] == 503 and r)(s.get("/uncached.txt")), 60,
+                                "503 for a file not in the cache")
+        assert h["retry-after"] == "1"
+        assert s.get("/cached.txt") [0:3:2] == (200, b"cached")  # cached files still served
+        assert s.get("/_health")[0] == 503
+        b.start()
+        wait_for(lambda: s.get("/uncached.txt")[0] == 200, 60, "recovery")
+        assert s.get("/uncached.txt")[2] == b"uncached"
+        assert s.get("/_health")[0] == 200
+        assert "backend unreachable" in s.stderr() and "reachable again" in s.stderr()
+    finally:
+        b.stop()
+
+
+def test_out_of_descriptors(bucket, serve):
+    for i in range(5):
+        put(bucket, f"f{i}.txt", f"file {i}".encode())
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    s = serve("--preload", "--workers", "2", "--threads", "2", preexec_fn=low_limit)
+    socks = []
+    try:
+        for _ in range(500):
+            sk = socket.socket()
+            sk.setblocking(False)
+            sk.connect_ex(("127.0.0.1", s.port))
+            socks.append(sk)
+        for sk in socks:
+            try:
+                sk.send(b"GET /f1.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+            except OSError:
+                pass
+        wait_for(lambda: "Too many open files" in s.stderr(), 30, "the EMFILE line")
+        assert s.proc.poll() is None
+    finally:
+        for sk in socks:
+            sk.close()
+    # Once the clients are gone it serves again.
+    wait_for(lambda: s.get("/f2.txt")[2] == b"file 2", 60, "serving again")
+    err = s.stderr()
+    assert err.count("Too many open files") == 1, err
+    assert s.metrics()["gridfsctl_serve_accept_emfile_total"] >= 1
+
+
+def test_sigterm_drains_and_exits(bucket, serve):
+    put(bucket, "d.txt", b"d")
+    s = serve()
+    c = s.conn()
+    assert s.get("/d.txt", conn=c)[2] == b"d"  # an idle keep-alive connection does not hold it up
+    t0 = time.monotonic()
+    err = s.stop()
+    assert time.monotonic() - t0 < 10
+    assert "draining" in err
+    c.close()
+
+
+def test_inherited_socket_and_reuseport(bucket, gfs, tmp_path, serve):
+    put(bucket, "s.txt", b"socket")
+    port = pick_port(HTTP_PORTS)
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", port))
+    lsock.listen(64)
+    fd = lsock.fileno()
+    # Like systemd: the socket at fd 3, LISTEN_PID naming the process that execs gridfsctl.
+    script = ("import os, sys\n"
+              "os.dup2(int(sys.argv[1]), 3)\n"
+              "os.close(int(sys.argv[1]))\n"
+              "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1')\n"
+              "os.execv(sys.argv[2], sys.argv[2:])\n")
+    s = serve(argv=[sys.executable, "-c", script, str(fd), BIN, "serve", "--db", gfs.dbname,
+                    "--listen", "127.0.0.1:1"], port=port, pass_fds=(fd,))
+    lsock.close()  # the server holds its own copy now
+    assert s.get("/s.txt")[2] == b"socket"
+    assert "inherited socket" in s.stderr()
+    # Two servers on one port with SO_REUSEPORT.
+    a = serve()
+    b = serve(port=a.port)
+    assert a.get("/s.txt")[2] == b"socket" and b.get("/s.txt")[2] == b"socket"
+
+
+def test_usage_errors(gfs):
+    for args in (["--listen", "nonsense"], ["--cache-size", "lots"], ["--threads", "0"],
+                 ["extra-arg"], ["--poll", "-1"]):
+        r = gfs.run("serve", *args)
+        assert r.rc == 2, (args, r)
+    r = gfs.run("serve", "--help")
+    assert r.rc == 0 and "--cache-size" in r.text
+    r = gfs.run("_options", "serve", db=False)
+    assert "--listen=" in r.text and "--preload" in r.text

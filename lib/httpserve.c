@@ -121,6 +121,7 @@ struct httpserve {
 	pthread_mutex_t log_mu;
 	atomic_bool backend_down;
 	atomic_int_fast64_t last_emfile_log_ms;
+	atomic_int_fast64_t last_mhd_log_ms;
 
 	struct MHD_Response *r400, *r404, *r405, *r500, *r503, *r503busy;
 
@@ -1294,7 +1295,10 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 		msg[--n] = '\0';
 	bool limit = strstr(msg, "resource limit") != NULL;
 	if (!limit && strstr(msg, "Error accepting connection") == NULL) {
-		logf_(srv, "http: %s", msg);
+		/* Bad requests are the clients' business: a line a second at most. */
+		int64_t now = gfs_now_ms(), last = atomic_load(&srv->last_mhd_log_ms);
+		if (now - last >= 1000 && atomic_compare_exchange_strong(&srv->last_mhd_log_ms, &last, now))
+			logf_(srv, "http: %s", msg);
 		return;
 	}
 	/*
@@ -1621,6 +1625,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	pthread_cond_init(&srv->active_cv, NULL);
 	pthread_mutex_init(&srv->log_mu, NULL);
 	atomic_init(&srv->last_emfile_log_ms, 0);
+	atomic_init(&srv->last_mhd_log_ms, 0);
 	srv->r400 = text_response(body400, 400);
 	srv->r404 = text_response(body404, 404);
 	srv->r405 = text_response(body405, 405);

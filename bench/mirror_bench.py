@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Benchmark: `gridfsctl mirror` against a pymongo loop, on the same backend, into empty dirs.
+
+The peer is what users write today: list the newest revision of every name
+under the prefix, then GridFSBucket.download_to_stream() each into its file.
+It sets no mtime or mode and never fsyncs, so gridfsctl is timed both with
+--no-fsync (like for like) and with its default fsync (the real cost of
+crash safety). The two output trees are compared with diff -r afterwards.
+
+    flock /tmp/gridfsctl-bench.lock bench/mirror_bench.py [--tree /tmp/posters-52k]
+
+The tree is loaded once per backend datadir with `gridfsctl import`.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_timed(argv, env=None):
+    """Runs argv; returns (seconds, peak RSS in MiB, stdout)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    secs = time.monotonic() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        sys.exit(f"failed ({rc}): {' '.join(argv)}")
+    return secs, ru.ru_maxrss / 1024, out
+
+
+def pymongo_loop(uri, db, prefix, out):
+    """The peer, run in its own process so its RSS is its own."""
+    import gridfs
+    import pymongo
+    client = pymongo.MongoClient(uri)
+    bucket = gridfs.GridFSBucket(client[db])
+    p = prefix.rstrip("/") + "/"
+    newest = {}
+    for doc in client[db].fs.files.find({"filename": {"$regex": "^" + p}},
+                                        {"filename": 1}).sort([("filename", 1), ("uploadDate", 1)]):
+        newest[doc["filename"]] = doc["_id"]
+    for name, fid in newest.items():
+        path = os.path.join(out, name[len(p):])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            bucket.download_to_stream(fid, f)
+
+
+def fresh(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tree", default="/tmp/posters-52k")
+    ap.add_argument("--port", type=int, default=27310)
+    ap.add_argument("--datadir", default="/tmp/h-mirror/bench")
+    ap.add_argument("--storage", default="sqlite")
+    ap.add_argument("--out", default="/tmp/h-mirror/bench-out")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "gridfsctl"))
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--pymongo-loop", nargs=4, metavar=("URI", "DB", "PREFIX", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.pymongo_loop:
+        pymongo_loop(*a.pymongo_loop)
+        return
+
+    import pymongo
+    uri = f"mongodb://127.0.0.1:{a.port}/"
+    try:
+        pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000).admin.command("ping")
+    except Exception:
+        subprocess.run([os.path.join(ROOT, "scripts/backend"), "start", a.datadir, str(a.port), a.storage],
+                       check=True, stdout=subprocess.DEVNULL)
+    nfiles = sum(len(f) for _, _, f in os.walk(a.tree))
+    db = f"mirrorbench_{nfiles}"
+    env = dict(os.environ, GRIDFSCTL_URI=uri, GRIDFSCTL_CONFIG="/dev/null")
+    client = pymongo.MongoClient(uri)
+    if client[db].fs.files.count_documents({}) != nfiles:
+        client.drop_database(db)
+        secs, _, _ = run_timed([a.bin, "import", a.tree, "--prefix", "posters", "--db", db], env)
+        print(f"loaded {nfiles} files with gridfsctl import in {secs:.1f} s", file=sys.stderr)
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(a.tree) for f in fs)
+
+    results = {}
+    gout, pout = os.path.join(a.out, "gridfsctl"), os.path.join(a.out, "pymongo")
+    mirror = [a.bin, "mirror", "--prefix", "posters", "--db", db, "--json", "--jobs", str(a.jobs)]
+
+    fresh(pout)
+    results["pymongo loop"] = run_timed([sys.executable, __file__, "--pymongo-loop", uri, db, "posters", pout])
+    fresh(gout)
+    results["gridfsctl mirror --no-fsync"] = run_timed(mirror + [gout, "--no-fsync"], env)
+    r = subprocess.run(["diff", "-r", "-q", gout, pout], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("trees differ:\n" + r.stdout[:2000])
+    fresh(gout)
+    results["gridfsctl mirror (fsync)"] = run_timed(mirror + [gout], env)
+    results["gridfsctl mirror, unchanged re-run"] = run_timed(mirror + [gout], env)
+    summary = json.loads(results["gridfsctl mirror, unchanged re-run"][2].splitlines()[-1])
+    assert summary["written"] == 0 and summary["skipped"] == nfiles, summary
+
+    base = results["pymongo loop"][0]
+    print(f"{nfiles} files, {total / 2**20:.0f} MiB, backend {a.storage}, --jobs {a.jobs}, "
+          f"{os.cpu_count()} cores\n")
+    print("| run | wall s | files/s | MB/s | peak RSS MiB | vs pymongo loop |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (secs, rss, _) in results.items():
+        print(f"| {name} | {secs:.1f} | {nfiles / secs:,.0f} | {total / 1e6 / secs:.1f} | {rss:.0f} "
+              f"| {base / secs:.2f}x |")
+    shutil.rmtree(a.out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

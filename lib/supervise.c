@@ -123,7 +123,6 @@ struct sv {
 	struct client *clients;
 	int epfd, sigfd, timerfd, ctlfd;
 	struct watch w_sig, w_timer, w_ctl;
-	sigset_t oldmask;
 	bool stopping;
 	int stop_signals;
 	struct sv_config *pending;      /* unused beyond sv_new */
@@ -1837,7 +1836,7 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 	sigaddset(&mask, SIGHUP);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
-	sigprocmask(SIG_BLOCK, &mask, &s->oldmask);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
 	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -1924,10 +1923,12 @@ sv_free(struct sv *s)
 		if (s->control_path)
 			unlink(s->control_path);
 	}
-	if (s->sigfd >= 0) {
+	/*
+	 * The signals stay blocked: a SIGTERM that arrives while we exit after a
+	 * clean stop must not turn exit status 0 into death by signal.
+	 */
+	if (s->sigfd >= 0)
 		close(s->sigfd);
-		sigprocmask(SIG_SETMASK, &s->oldmask, NULL);
-	}
 	if (s->timerfd >= 0)
 		close(s->timerfd);
 	if (s->epfd >= 0)

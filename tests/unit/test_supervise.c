@@ -1,0 +1,388 @@
+/* Unit tests for supervise's pure parts: config, command splitting, backoff, patterns, fd trend. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../lib/fdwatch.h"
+#include "../../lib/logrotate.h"
+#include "../../lib/supervise.h"
+#include "../../lib/svconfig.h"
+
+static void
+split_words(void **state)
+{
+	(void)state;
+	char **a = sv_split_command("/bin/echo  'a b' \"c \\\" d\" e\\ f '' x'y'z");
+	assert_non_null(a);
+	assert_string_equal(a[0], "/bin/echo");
+	assert_string_equal(a[1], "a b");
+	assert_string_equal(a[2], "c \" d");
+	assert_string_equal(a[3], "e f");
+	assert_string_equal(a[4], "");
+	assert_string_equal(a[5], "xyz");
+	assert_null(a[6]);
+	sv_argv_free(a);
+	a = sv_split_command("sh -c 'it'\\''s'");
+	assert_non_null(a);
+	assert_string_equal(a[2], "it's");
+	sv_argv_free(a);
+	assert_null(sv_split_command("  "));
+	assert_null(sv_split_command("echo 'open"));
+	assert_null(sv_split_command("echo \"open"));
+	assert_null(sv_split_command("echo trailing\\"));
+}
+
+static void
+durations_and_signals(void **state)
+{
+	(void)state;
+	int ms;
+	assert_true(sv_parse_duration_ms("500ms", &ms));
+	assert_int_equal(ms, 500);
+	assert_true(sv_parse_duration_ms("2", &ms));
+	assert_int_equal(ms, 2000);
+	assert_true(sv_parse_duration_ms("1.5s", &ms));
+	assert_int_equal(ms, 1500);
+	assert_true(sv_parse_duration_ms("3m", &ms));
+	assert_int_equal(ms, 180000);
+	assert_false(sv_parse_duration_ms("fast", &ms));
+	assert_false(sv_parse_duration_ms("-1s", &ms));
+	assert_false(sv_parse_duration_ms("5 weeks", &ms));
+	assert_int_equal(sv_parse_signal("TERM"), SIGTERM);
+	assert_int_equal(sv_parse_signal("sigint"), SIGINT);
+	assert_int_equal(sv_parse_signal("9"), SIGKILL);
+	assert_int_equal(sv_parse_signal("NOPE"), -1);
+	assert_int_equal(sv_parse_signal("0"), -1);
+	assert_string_equal(sv_signal_name(SIGKILL), "SIGKILL");
+}
+
+static const char full_config[] =
+    "; a comment\n"
+    "[supervise]\n"
+    "control = /run/x.sock\n"
+    "logdir = /var/log/gs\n"
+    "[program:backend]\n"
+    "command = /usr/bin/mongod --dbpath /data\n"
+    "  --port 27017\n"
+    "directory = /data\n"
+    "environment = A=1, B=\"x, y\"\n"
+    "environment = C=3\n"
+    "user = mongodb\n"
+    "nofile = 64000\n"
+    "nofile_hard = 128000\n"
+    "health = mongodb://127.0.0.1:27017/\n"
+    "health_interval = 2s\n"
+    "health_timeout = 500ms\n"
+    "health_retries = 4\n"
+    "stop_signal = INT\n"
+    "stop_grace = 1m\n"
+    "log_max = 1M\n"
+    "log_backups = 5\n"
+    "autorestart = no\n"
+    "startsecs = 3\n"
+    "backoff_initial = 250ms\n"
+    "backoff_max = 10s\n"
+    "max_restarts = 7\n"
+    "restart_window = 120\n"
+    "fd_interval = 5s\n"
+    "fd_threshold = 90\n"
+    "fd_horizon = 600\n"
+    "fd_raise = no\n"
+    "[program:web]\n"
+    "command = gridfsctl serve\n"
+    "instances = 2\n"
+    "listen = 127.0.0.1:8080\n"
+    "log = /tmp/web.log\n"
+    "restart_on = none\n"
+    "[program:other]\n"
+    "command = x\n"
+    "restart_on = boom$\n"
+    "restart_on = default\n";
+
+static void
+config_all_keys(void **state)
+{
+	(void)state;
+	struct sv_config c;
+	char err[600];
+	assert_true(sv_config_parse(full_config, "t.ini", &c, err, sizeof err));
+	assert_string_equal(c.control, "/run/x.sock");
+	assert_int_equal(c.nprogs, 3);
+	struct sv_program *b = &c.progs[0];
+	assert_string_equal(b->name, "backend");
+	assert_string_equal(b->command, "/usr/bin/mongod --dbpath /data --port 27017");
+	assert_string_equal(b->argv[4], "27017");
+	assert_string_equal(b->directory, "/data");
+	assert_int_equal(b->nenv, 3);
+	assert_string_equal(b->env[1], "B=x, y");
+	assert_string_equal(b->env[2], "C=3");
+	assert_string_equal(b->user, "mongodb");
+	assert_int_equal(b->nofile, 64000);
+	assert_int_equal(b->nofile_hard, 128000);
+	assert_int_equal(b->health_interval_ms, 2000);
+	assert_int_equal(b->health_timeout_ms, 500);
+	assert_int_equal(b->health_retries, 4);
+	assert_int_equal(b->stop_signal, SIGINT);
+	assert_int_equal(b->stop_grace_ms, 60000);
+	assert_int_equal(b->log_max, 1 << 20);
+	assert_int_equal(b->log_backups, 5);
+	assert_false(b->autorestart);
+	assert_int_equal(b->startsecs, 3);
+	assert_int_equal(b->backoff_initial_ms, 250);
+	assert_int_equal(b->backoff_max_ms, 10000);
+	assert_int_equal(b->max_restarts, 7);
+	assert_int_equal(b->restart_window_s, 120);
+	assert_int_equal(b->fd_interval_ms, 5000);
+	assert_int_equal(b->fd_threshold_pct, 90);
+	assert_int_equal(b->fd_horizon_s, 600);
+	assert_false(b->fd_raise);
+	assert_string_equal(b->log, "/var/log/gs/backend.log");
+	assert_true(b->npatterns >= 4);
+	struct sv_program *w = &c.progs[1];
+	assert_int_equal(w->instances, 2);
+	assert_string_equal(w->listen, "127.0.0.1:8080");
+	assert_string_equal(w->log, "/tmp/web.log");
+	assert_int_equal(w->npatterns, 0);
+	struct sv_program *o = &c.progs[2];
+	assert_string_equal(o->patterns[0], "boom$");
+	assert_string_equal(o->patterns[1], "Too many open files");
+
+	/* Equality drives reload: a copy is equal, any change is not. */
+	struct sv_program cp;
+	sv_program_copy(&cp, b);
+	assert_true(sv_program_equal(&cp, b));
+	cp.nofile++;
+	assert_false(sv_program_equal(&cp, b));
+	sv_program_free(&cp);
+	assert_false(sv_program_equal(&c.progs[0], &c.progs[1]));
+	sv_config_free(&c);
+}
+
+static void
+config_defaults(void **state)
+{
+	(void)state;
+	struct sv_config c;
+	char err[600];
+	assert_true(sv_config_parse("[program:a]\ncommand = sleep 1\n", "t", &c, err, sizeof err));
+	struct sv_program *p = &c.progs[0];
+	assert_int_equal(p->instances, 1);
+	assert_int_equal(p->stop_signal, SIGTERM);
+	assert_int_equal(p->stop_grace_ms, 10000);
+	assert_int_equal(p->max_restarts, 5);
+	assert_int_equal(p->restart_window_s, 60);
+	assert_true(p->autorestart);
+	assert_true(p->fd_raise);
+	assert_null(p->log);
+	assert_null(c.control);
+	size_t n = 0;
+	while (sv_default_patterns[n])
+		n++;
+	assert_int_equal(p->npatterns, n);
+	sv_config_free(&c);
+}
+
+static void
+config_errors(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text, *msg;
+	} bad[] = {
+		{"[program:a]\ncommand = x\nnofile = lots\n", "t:3: [program:a] nofile"},
+		{"[program:a]\ncommand = x\nwhat = 1\n", "unknown key 'what'"},
+		{"[program:a]\ncommand = x\nrestart_on = (\n", "bad pattern"},
+		{"[program:a]\ndirectory = /\n", "has no command"},
+		{"[program:a]\ncommand = 'x\n", "unterminated quote"},
+		{"[other]\nx = 1\n", "unknown section [other]"},
+		{"[program:a b]\ncommand = x\n", "a program name is"},
+		{"[program:a]\ncommand = x\nstop_signal = NOPE\n", "unknown signal"},
+		{"[program:a]\ncommand = x\nhealth = ftp://x\n", "expected mongodb://"},
+		{"[program:a]\ncommand = x\nlisten = 8080\n", "HOST:PORT"},
+		{"[program:a]\ncommand = x\ninstances = 0\n", "instances"},
+		{"[program:a]\ncommand = x\nnofile = 100\nnofile_hard = 50\n", "above nofile_hard"},
+		{"[program:a]\ncommand = x\nenvironment = NOEQUALS\n", "KEY=VALUE"},
+		{"[supervise]\ncontrol = /x\n", "no [program:NAME] section"},
+		{"[program:a]\ncommand = x\nthis line is not ini\n", "t:3:"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct sv_config c;
+		char err[600];
+		assert_false(sv_config_parse(bad[i].text, "t", &c, err, sizeof err));
+		if (!strstr(err, bad[i].msg))
+			fail_msg("case %zu: '%s' does not contain '%s'", i, err, bad[i].msg);
+	}
+}
+
+static void
+backoff_and_window(void **state)
+{
+	(void)state;
+	assert_int_equal(sv_backoff_ms(1000, 30000, 0), 0);
+	assert_int_equal(sv_backoff_ms(1000, 30000, 1), 1000);
+	assert_int_equal(sv_backoff_ms(1000, 30000, 2), 2000);
+	assert_int_equal(sv_backoff_ms(1000, 30000, 5), 16000);
+	assert_int_equal(sv_backoff_ms(1000, 30000, 6), 30000);
+	assert_int_equal(sv_backoff_ms(1000, 30000, 1000), 30000);
+	double times[] = {10, 50, 69.5, 70, 71};
+	assert_int_equal(sv_count_recent(times, 5, 70, 60), 3);  /* 50, 69.5, 70 */
+	assert_int_equal(sv_count_recent(times, 5, 200, 60), 0);
+	assert_int_equal(sv_count_recent(times, 0, 70, 60), 0);
+}
+
+static void
+patterns(void **state)
+{
+	(void)state;
+	size_t n = 0;
+	while (sv_default_patterns[n])
+		n++;
+	struct sv_patterns p;
+	char err[200];
+	assert_true(sv_patterns_compile(&p, (char *const *)sv_default_patterns, n, err, sizeof err));
+	assert_int_equal(sv_patterns_match(&p, "accept tcp [::]:27017: accept4: too many open files"), 0);
+	assert_int_equal(sv_patterns_match(&p, "2026-01-01 E STORAGE [conn12] can not open file x"), 1);
+	assert_int_equal(sv_patterns_match(&p, "cannot open file /data/WiredTiger.wt"), 1);
+	assert_int_equal(sv_patterns_match(&p, "Out of file descriptors"), 2);
+	assert_int_equal(sv_patterns_match(&p, "socket(): EMFILE"), 3);
+	assert_int_equal(sv_patterns_match(&p, "open failed, errno: 24"), 4);
+	assert_int_equal(sv_patterns_match(&p, "open failed errno=24"), 4);
+	assert_int_equal(sv_patterns_match(&p, "open failed, errno: 243"), -1);
+	assert_int_equal(sv_patterns_match(&p, "all is well"), -1);
+	sv_patterns_free(&p);
+	assert_true(sv_line_is_emfile("Too many open files"));
+	assert_false(sv_line_is_emfile("connection refused"));
+	char *bad[] = {"ok", "(unclosed"};
+	assert_false(sv_patterns_compile(&p, bad, 2, err, sizeof err));
+	assert_non_null(strstr(err, "(unclosed"));
+}
+
+static void
+limits_text(void **state)
+{
+	(void)state;
+	const char *text =
+	    "Limit                     Soft Limit           Hard Limit           Units     \n"
+	    "Max cpu time              unlimited            unlimited            seconds   \n"
+	    "Max open files            1024                 524288               files     \n";
+	long soft, hard;
+	assert_true(fdw_parse_limits(text, &soft, &hard));
+	assert_int_equal(soft, 1024);
+	assert_int_equal(hard, 524288);
+	assert_true(fdw_parse_limits("Max open files  unlimited  unlimited  files\n", &soft, &hard));
+	assert_int_equal(soft, -1);
+	assert_int_equal(hard, -1);
+	assert_false(fdw_parse_limits("Max processes 10 10\n", &soft, &hard));
+	/* Our own process can be sampled. */
+	struct fdw_counts c;
+	assert_true(fdw_count(getpid(), &c));
+	assert_true(c.total >= 3);
+	assert_true(fdw_limits(getpid(), &soft, &hard));
+}
+
+static void
+trend_and_decision(void **state)
+{
+	(void)state;
+	struct fdw_trend tr;
+	fdw_trend_reset(&tr);
+	fdw_trend_add(&tr, 0, 10);
+	fdw_trend_add(&tr, 1, 12);
+	assert_true(fdw_trend_slope(&tr) == 0); /* too few samples */
+	for (int i = 2; i < 30; i++)
+		fdw_trend_add(&tr, i, 10 + 2 * i);
+	double slope = fdw_trend_slope(&tr);
+	assert_true(slope > 1.99 && slope < 2.01);
+	fdw_trend_reset(&tr);
+	for (int i = 0; i < 5; i++)
+		fdw_trend_add(&tr, i, 100);
+	assert_true(fdw_trend_slope(&tr) == 0);
+
+	struct fdw_policy pol = {80, 60, true};
+	double eta;
+	/* Calm: well below the threshold and flat. */
+	assert_int_equal(fdw_decide(100, 1024, 4096, 0, &pol, &eta), FDW_OK);
+	assert_true(eta < 0);
+	/* Rising 10/s with 924 left: exhausted in ~92 s, beyond the 60 s horizon. */
+	assert_int_equal(fdw_decide(100, 1024, 4096, 10, &pol, &eta), FDW_OK);
+	assert_true(eta > 92 && eta < 93);
+	/* Rising 20/s: ~46 s, within the horizon: raise while the hard limit allows. */
+	assert_int_equal(fdw_decide(100, 1024, 4096, 20, &pol, &eta), FDW_RAISE);
+	/* Over the threshold, flat: raise too. */
+	assert_int_equal(fdw_decide(900, 1024, 4096, 0, &pol, &eta), FDW_RAISE);
+	/* At the hard limit: warn when flat, restart when full or still climbing. */
+	assert_int_equal(fdw_decide(900, 1024, 1024, 0, &pol, &eta), FDW_WARN);
+	assert_int_equal(fdw_decide(900, 1024, 1024, 5, &pol, &eta), FDW_RESTART);
+	assert_int_equal(fdw_decide(1024, 1024, 1024, 0, &pol, &eta), FDW_RESTART);
+	assert_int_equal(fdw_decide(100, 1024, 1024, 20, &pol, &eta), FDW_WARN);
+	/* Raising not allowed: the same as being at the hard limit. */
+	pol.raise = false;
+	assert_int_equal(fdw_decide(900, 1024, 4096, 5, &pol, &eta), FDW_RESTART);
+	/* Unlimited soft limit: nothing to watch. */
+	assert_int_equal(fdw_decide(1000000, -1, -1, 100, &pol, &eta), FDW_OK);
+
+	assert_int_equal(fdw_raise_target(64, 4096), 128);
+	assert_int_equal(fdw_raise_target(3000, 4096), 4096);
+	assert_int_equal(fdw_raise_target(16, 4096), 64);
+	assert_int_equal(fdw_raise_target(1 << 20, -1), 1 << 20);
+}
+
+static void
+rotation(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/sv-unit-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[128], p1[140], p2[140], p3[140];
+	snprintf(path, sizeof path, "%s/x.log", dir);
+	snprintf(p1, sizeof p1, "%s.1", path);
+	snprintf(p2, sizeof p2, "%s.2", path);
+	snprintf(p3, sizeof p3, "%s.3", path);
+	struct logfile *lf = logfile_open(path, 100, 2);
+	assert_non_null(lf);
+	char line[41];
+	memset(line, 'a', 39);
+	line[39] = '\n';
+	line[40] = '\0';
+	for (int i = 0; i < 10; i++)
+		assert_true(logfile_write(lf, line, 40));
+	logfile_close(lf);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(st.st_size <= 100 && st.st_size > 0);
+	assert_int_equal(stat(p1, &st), 0);
+	assert_int_equal(st.st_size, 80);
+	assert_int_equal(stat(p2, &st), 0);
+	assert_int_not_equal(stat(p3, &st), 0);
+	unlink(path);
+	unlink(p1);
+	unlink(p2);
+	rmdir(dir);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(split_words),
+		cmocka_unit_test(durations_and_signals),
+		cmocka_unit_test(config_all_keys),
+		cmocka_unit_test(config_defaults),
+		cmocka_unit_test(config_errors),
+		cmocka_unit_test(backoff_and_window),
+		cmocka_unit_test(patterns),
+		cmocka_unit_test(limits_text),
+		cmocka_unit_test(trend_and_decision),
+		cmocka_unit_test(rotation),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

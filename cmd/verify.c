@@ -774,7 +774,8 @@ cmd_verify(int argc, char **argv)
 		free(o.norm_prefix);
 		return EXIT_USAGE;
 	}
-	struct sigaction sa = {.sa_handler = on_sigint};
+	/* A second ^C kills at once, even while the driver waits on the backend. */
+	struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESETHAND};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -25,6 +25,8 @@
 
 /* Bytes of chunk data waiting in one hashing queue before the reader blocks. */
 #define QUEUE_BYTES (16 * 1024 * 1024)
+/* ...and items, so that tiny chunks cannot pile up without bound either. */
+#define QUEUE_ITEMS 8192
 #define DEFAULT_IDS_PER_BATCH 1000
 /* A selection of fewer than 1/BATCHED_BELOW of all files is fetched in batches. */
 #define BATCHED_BELOW 4
@@ -300,7 +302,7 @@ struct hasher {
 	pthread_mutex_t mu;
 	pthread_cond_t can_take, can_put;
 	struct item *head, *tail;
-	size_t bytes;
+	size_t bytes, count;
 	bool closing;
 	struct verify *v;
 };
@@ -385,6 +387,7 @@ hasher_main(void *arg)
 		if (!h->head)
 			h->tail = NULL;
 		h->bytes -= it->len;
+		h->count--;
 		pthread_cond_signal(&h->can_put);
 		pthread_mutex_unlock(&h->mu);
 		hash_item(h->v, it);
@@ -409,7 +412,7 @@ hasher_put(struct hasher *h, struct slot *sl, const uint8_t *data, uint32_t len,
 		it->len = len;
 	}
 	pthread_mutex_lock(&h->mu);
-	while (h->head && h->bytes + len > QUEUE_BYTES)
+	while (h->head && (h->bytes + len > QUEUE_BYTES || h->count >= QUEUE_ITEMS))
 		pthread_cond_wait(&h->can_put, &h->mu);
 	if (h->tail)
 		h->tail->next = it;
@@ -417,6 +420,7 @@ hasher_put(struct hasher *h, struct slot *sl, const uint8_t *data, uint32_t len,
 		h->head = it;
 	h->tail = it;
 	h->bytes += len;
+	h->count++;
 	pthread_cond_signal(&h->can_take);
 	pthread_mutex_unlock(&h->mu);
 }

@@ -1,0 +1,268 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include "inotree.h"
+
+#define DIR_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | \
+                  IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+
+struct gfs_inotree {
+	int fd;
+	char *root;
+	gfs_walk_opts sel;
+	bool have_sel;
+	/* The kernel hands out watch descriptors as small increasing integers, so they index an array. */
+	char **rel_by_wd;   /* "" for the root, NULL for no watch */
+	size_t cap;
+	size_t n;           /* directories watched */
+	gfs_inotree_warn_fn warn;
+	void *warn_ctx;
+	/* set while reading, for reporting files found in new directories */
+	gfs_inotree_fn fn;
+	void *fn_ctx;
+};
+
+static void
+warn(gfs_inotree *t, const char *rel, const char *reason)
+{
+	if (t->warn)
+		t->warn(rel, reason, t->warn_ctx);
+}
+
+static const char *
+rel_of(const gfs_inotree *t, int wd)
+{
+	return wd >= 0 && (size_t)wd < t->cap ? t->rel_by_wd[wd] : NULL;
+}
+
+static void
+remember_wd(gfs_inotree *t, int wd, const char *rel)
+{
+	if ((size_t)wd >= t->cap) {
+		size_t cap = t->cap ? t->cap : 64;
+		while (cap <= (size_t)wd)
+			cap *= 2;
+		t->rel_by_wd = realloc(t->rel_by_wd, cap * sizeof *t->rel_by_wd);
+		if (!t->rel_by_wd)
+			abort();
+		memset(t->rel_by_wd + t->cap, 0, (cap - t->cap) * sizeof *t->rel_by_wd);
+		t->cap = cap;
+	}
+	if (t->rel_by_wd[wd])
+		free(t->rel_by_wd[wd]);
+	else
+		t->n++;
+	t->rel_by_wd[wd] = strdup(rel);
+}
+
+static void
+forget_wd(gfs_inotree *t, int wd)
+{
+	if (!rel_of(t, wd))
+		return;
+	free(t->rel_by_wd[wd]);
+	t->rel_by_wd[wd] = NULL;
+	t->n--;
+}
+
+static char *
+join(const char *dir, const char *name)
+{
+	size_t a = strlen(dir), b = strlen(name);
+	char *out = malloc(a + b + 2);
+	if (!out)
+		abort();
+	if (a) {
+		memcpy(out, dir, a);
+		out[a++] = '/';
+	}
+	memcpy(out + a, name, b + 1);
+	return out;
+}
+
+static const char *
+base_name(const char *rel)
+{
+	const char *s = strrchr(rel, '/');
+	return s ? s + 1 : rel;
+}
+
+static bool
+dir_selected(const gfs_inotree *t, const char *rel)
+{
+	return !t->have_sel || !*rel || gfs_walk_dir_selected(&t->sel, rel, base_name(rel));
+}
+
+static bool
+file_selected(const gfs_inotree *t, const char *rel)
+{
+	return !t->have_sel || gfs_walk_file_selected(&t->sel, rel, base_name(rel));
+}
+
+static void
+emit(gfs_inotree *t, enum gfs_inotree_kind kind, const char *rel)
+{
+	if (!t->fn)
+		return;
+	gfs_inotree_event ev = {.kind = kind, .rel = rel};
+	t->fn(&ev, t->fn_ctx);
+}
+
+/* Adds a watch on rel and below; reports files found when report is set. */
+static void
+add_tree(gfs_inotree *t, const char *rel, bool report)
+{
+	char *path = *rel ? join(t->root, rel) : strdup(t->root);
+	int wd = inotify_add_watch(t->fd, path, DIR_MASK);
+	if (wd < 0) {
+		warn(t, rel, strerror(errno));
+		free(path);
+		return;
+	}
+	remember_wd(t, wd, rel);
+	/* Listing after the watch exists: nothing created in between is missed. */
+	DIR *d = opendir(path);
+	free(path);
+	if (!d) {
+		warn(t, rel, strerror(errno));
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		char *child = join(rel, de->d_name);
+		if (de->d_type == DT_DIR) {
+			if (dir_selected(t, child))
+				add_tree(t, child, report);
+		} else if (de->d_type == DT_REG && report && file_selected(t, child)) {
+			emit(t, GFS_INO_CHANGED, child);
+		}
+		free(child);
+	}
+	closedir(d);
+}
+
+gfs_inotree *
+gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_error *err)
+{
+	gfs_inotree *t = calloc(1, sizeof *t);
+	if (!t)
+		abort();
+	t->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (t->fd < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "inotify: %s", strerror(errno));
+		free(t);
+		return NULL;
+	}
+	t->root = strdup(root);
+	if (sel) {
+		t->sel = *sel;
+		t->have_sel = true;
+	}
+	int wd = inotify_add_watch(t->fd, root, DIR_MASK);
+	if (wd < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", root, strerror(errno));
+		gfs_inotree_close(t);
+		return NULL;
+	}
+	inotify_rm_watch(t->fd, wd);
+	add_tree(t, "", false);
+	return t;
+}
+
+void
+gfs_inotree_close(gfs_inotree *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->cap; i++)
+		free(t->rel_by_wd[i]);
+	free(t->rel_by_wd);
+	free(t->root);
+	close(t->fd);
+	free(t);
+}
+
+int
+gfs_inotree_fd(const gfs_inotree *t)
+{
+	return t->fd;
+}
+
+size_t
+gfs_inotree_count(const gfs_inotree *t)
+{
+	return t->n;
+}
+
+void
+gfs_inotree_on_warning(gfs_inotree *t, gfs_inotree_warn_fn fn, void *ctx)
+{
+	t->warn = fn;
+	t->warn_ctx = ctx;
+}
+
+static void
+handle(gfs_inotree *t, const struct inotify_event *ev)
+{
+	if (ev->mask & IN_Q_OVERFLOW) {
+		emit(t, GFS_INO_OVERFLOW, "");
+		return;
+	}
+	if (ev->mask & IN_IGNORED) {
+		forget_wd(t, ev->wd);
+		return;
+	}
+	const char *dir = rel_of(t, ev->wd);
+	if (!dir || !ev->len)
+		return; /* events on the directory itself: its parent reports them */
+	char *rel = join(dir, ev->name);
+	if (ev->mask & IN_ISDIR) {
+		if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && dir_selected(t, rel))
+			add_tree(t, rel, true);
+		else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
+			emit(t, GFS_INO_DIR_REMOVED, rel);
+	} else if (file_selected(t, rel)) {
+		if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+			emit(t, GFS_INO_CHANGED, rel);
+		else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
+			emit(t, GFS_INO_REMOVED, rel);
+	}
+	free(rel);
+}
+
+bool
+gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
+{
+	char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
+	t->fn = fn;
+	t->fn_ctx = ctx;
+	bool ok = true;
+	for (;;) {
+		ssize_t len = read(t->fd, buf, sizeof buf);
+		if (len < 0 && errno == EINTR)
+			continue;
+		if (len < 0 && errno == EAGAIN)
+			break;
+		if (len <= 0) {
+			gfs_error_set(err, GFS_ELOCAL, "inotify read: %s", len < 0 ? strerror(errno) : "end of file");
+			ok = false;
+			break;
+		}
+		for (char *p = buf; p < buf + len;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+			handle(t, ev);
+			p += sizeof *ev + ev->len;
+		}
+	}
+	t->fn = NULL;
+	t->fn_ctx = NULL;
+	return ok;
+}

@@ -1,0 +1,49 @@
+/*
+ * watch: the per-file actions that keep a bucket in step with a directory
+ * as inotify reports changes (lib/inotree.c). The first full pass and any
+ * rescan after lost events are an import (lib/import.c).
+ */
+#ifndef GFS_WATCH_H
+#define GFS_WATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gfs.h"
+#include "magic.h"
+#include "walk.h"
+
+typedef struct gfs_watch_opts {
+	const char *dir;
+	const char *prefix;          /* NULL or "": the top level */
+	gfs_walk_opts walk;
+	const char *content_type;    /* NULL: from libmagic */
+	int32_t chunk_size;          /* 0: the default */
+	int keep_revisions;          /* >= 1 */
+} gfs_watch_opts;
+
+enum gfs_watch_action {
+	GFS_WATCH_NOTHING,     /* not a regular file, or not selected */
+	GFS_WATCH_UNCHANGED,   /* stored already with the same size and mtime */
+	GFS_WATCH_UPLOADED,    /* stored under a new name */
+	GFS_WATCH_REPLACED,    /* stored as a new revision; older ones removed */
+	GFS_WATCH_VANISHED,    /* gone before it could be read */
+};
+
+const char *gfs_watch_action_name(enum gfs_watch_action a);
+
+/*
+ * Stores dir/rel unless it is stored already with the same size and mtime.
+ * *name receives the stored name (caller frees) and *bytes its length.
+ */
+bool gfs_watch_sync_file(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel,
+                         enum gfs_watch_action *act, char **name, int64_t *bytes, gfs_error *err);
+
+/*
+ * Removes every revision of the name of rel, or with is_dir every name
+ * under the folder rel. *removed counts the files documents removed.
+ */
+bool gfs_watch_remove(gfs_session *s, const gfs_watch_opts *o, const char *rel, bool is_dir,
+                      uint64_t *removed, gfs_error *err);
+
+#endif

@@ -1,0 +1,154 @@
+"""watch: changes in a directory reach GridFS, checked with pymongo. Synchronisation is on the
+JSON events the command prints (one per action), never on sleeps."""
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+DEADLINE = 30
+
+
+class Watcher:
+    def __init__(self, gfs, directory, *args):
+        self.proc = gfs.popen("watch", directory, "--json", "--settle", "50", *args,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.events = queue.Queue()
+        self.stderr = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+        self.events.put(None)
+
+    def _read_err(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode("utf-8", "replace"))
+
+    def wait_for(self, event, name=None):
+        end = time.monotonic() + DEADLINE
+        seen = []
+        while time.monotonic() < end:
+            try:
+                ev = self.events.get(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                break
+            assert ev is not None, f"watch exited: {self.stderr}"
+            seen.append(ev)
+            if ev["event"] == event and (name is None or ev.get("name") == name):
+                return ev
+        raise AssertionError(f"no {event} {name} in {seen}; stderr: {self.stderr}")
+
+    def next_events(self, count):
+        """The next count events, in whatever order they come."""
+        out = []
+        end = time.monotonic() + DEADLINE
+        while len(out) < count and time.monotonic() < end:
+            try:
+                ev = self.events.get(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                break
+            assert ev is not None, f"watch exited: {self.stderr}"
+            out.append(ev)
+        assert len(out) == count, f"{out}; stderr: {self.stderr}"
+        return out
+
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=DEADLINE)
+        err = "".join(self.stderr)
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            assert marker not in err, err
+        return rc
+
+
+@pytest.fixture
+def tree(tmp_path):
+    d = tmp_path / "tree"
+    (d / "ab").mkdir(parents=True)
+    (d / "ab" / "old.jpg").write_bytes(b"old poster")
+    return d
+
+
+def test_initial_pass_then_changes(gfs, bucket, db, tree):
+    w = Watcher(gfs, tree, "--prefix", "p", "--delete")
+    try:
+        w.wait_for("synced")
+        w.wait_for("ready")
+        assert bucket.open_download_stream_by_name("p/ab/old.jpg").read() == b"old poster"
+
+        (tree / "ab" / "new.jpg").write_bytes(b"new poster")
+        ev = w.wait_for("uploaded", "p/ab/new.jpg")
+        assert ev["bytes"] == 10
+        assert bucket.open_download_stream_by_name("p/ab/new.jpg").read() == b"new poster"
+
+        (tree / "ab" / "new.jpg").write_bytes(b"changed poster")
+        w.wait_for("replaced", "p/ab/new.jpg")
+        assert bucket.open_download_stream_by_name("p/ab/new.jpg").read() == b"changed poster"
+        assert db.fs.files.count_documents({"filename": "p/ab/new.jpg"}) == 1
+
+        (tree / "ab" / "old.jpg").unlink()
+        w.wait_for("removed", "p/ab/old.jpg")
+        assert db.fs.files.count_documents({"filename": "p/ab/old.jpg"}) == 0
+    finally:
+        assert w.stop() == 0
+
+
+def test_new_folders_renames_and_temp_files(gfs, bucket, db, tree, tmp_path):
+    w = Watcher(gfs, tree, "--delete", "--exclude", "*.tmp")
+    try:
+        w.wait_for("ready")
+        # a folder made elsewhere and moved in whole: its files were never seen being written
+        staging = tmp_path / "staging" / "cd"
+        staging.mkdir(parents=True)
+        (staging / "x.jpg").write_bytes(b"x")
+        (staging / "deep").mkdir()
+        (staging / "deep" / "y.jpg").write_bytes(b"y")
+        (tree / "skip.tmp").write_bytes(b"excluded")
+        (tree / "notes.txt~").write_bytes(b"editor backup")
+        shutil.move(str(staging), str(tree / "cd"))
+        got = {(e["event"], e["name"]) for e in w.next_events(2)}
+        assert got == {("uploaded", "cd/x.jpg"), ("uploaded", "cd/deep/y.jpg")}
+        # a file written in the new folder afterwards is watched too
+        (tree / "cd" / "deep" / "z.jpg").write_bytes(b"z")
+        w.wait_for("uploaded", "cd/deep/z.jpg")
+
+        os.rename(tree / "cd" / "x.jpg", tree / "cd" / "renamed.jpg")
+        got = {(e["event"], e["name"]) for e in w.next_events(2)}
+        assert got == {("removed", "cd/x.jpg"), ("uploaded", "cd/renamed.jpg")}
+
+        shutil.rmtree(tree / "cd")
+        w.wait_for("removed-folder", "cd")
+        assert db.fs.files.count_documents({"filename": {"$regex": "^cd/"}}) == 0
+        assert db.fs.files.count_documents({"filename": "skip.tmp"}) == 0
+        assert db.fs.files.count_documents({"filename": "notes.txt~"}) == 0
+    finally:
+        assert w.stop() == 0
+
+
+def test_without_delete_removals_are_kept(gfs, bucket, db, tree):
+    w = Watcher(gfs, tree)
+    try:
+        w.wait_for("ready")
+        (tree / "ab" / "old.jpg").unlink()
+        (tree / "marker").write_bytes(b"m")
+        w.wait_for("uploaded", "marker")  # events are handled in order of settling; removal came first
+        assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
+    finally:
+        assert w.stop(signal.SIGINT) == 130
+
+
+def test_bad_directory_and_backend(gfs, tmp_path):
+    r = gfs.run("watch", tmp_path / "nope")
+    assert r.rc in (3, 5) and "nope" in r.err
+    r = gfs.run("watch", tmp_path, env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200"})
+    assert r.rc == 3 and "cannot reach the backend" in r.err
+    r = gfs.run("watch")
+    assert r.rc == 2

@@ -114,9 +114,10 @@ struct httpserve {
 	pthread_cond_t poll_cv;
 	bool poll_stop;
 
-	pthread_mutex_t active_mu;
+	atomic_long active;          /* requests begun and not completed */
+	atomic_bool draining;
+	pthread_mutex_t active_mu;   /* with active_cv: wakes the drain when active reaches 0 */
 	pthread_cond_t active_cv;
-	long active;
 
 	pthread_mutex_t log_mu;
 	atomic_bool backend_down;
@@ -1081,9 +1082,7 @@ on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->conn = conn;
 	r->uri = xstrdup(uri);
 	r->start_ms = gfs_now_ms();
-	pthread_mutex_lock(&srv->active_mu);
-	srv->active++;
-	pthread_mutex_unlock(&srv->active_mu);
+	atomic_fetch_add(&srv->active, 1);
 	return r;
 }
 
@@ -1148,10 +1147,12 @@ on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	free(r->referer);
 	free(r->agent);
 	free(r);
-	pthread_mutex_lock(&srv->active_mu);
-	if (--srv->active == 0)
+	/* The lock only while draining, so that requests never contend for it otherwise. */
+	if (atomic_fetch_sub(&srv->active, 1) == 1 && atomic_load(&srv->draining)) {
+		pthread_mutex_lock(&srv->active_mu);
 		pthread_cond_broadcast(&srv->active_cv);
-	pthread_mutex_unlock(&srv->active_mu);
+		pthread_mutex_unlock(&srv->active_mu);
+	}
 }
 
 static void
@@ -1692,11 +1693,12 @@ httpserve_drain(httpserve *srv, int timeout_ms)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
+	atomic_store(&srv->draining, true);
 	pthread_mutex_lock(&srv->active_mu);
 	int rc = 0;
-	while (srv->active > 0 && rc == 0)
+	while (atomic_load(&srv->active) > 0 && rc == 0)
 		rc = pthread_cond_timedwait(&srv->active_cv, &srv->active_mu, &ts);
-	bool drained = srv->active == 0;
+	bool drained = atomic_load(&srv->active) == 0;
 	pthread_mutex_unlock(&srv->active_mu);
 	return drained;
 }

@@ -334,7 +334,7 @@ print_instance(const bson_t *d, bool json)
 	}
 	char up[32] = "-", fds[96] = "-";
 	if (num_field(d, "pid") > 0)
-		format_uptime(num_field(d, "uptime"), up, sizeof up);
+		format_uptime(num_field(d, "uptimeMs") / 1000, up, sizeof up);
 	bson_iter_t it, sub;
 	if (bson_iter_init_find(&it, d, "fds") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
 	    bson_iter_recurse(&it, &sub)) {

@@ -20,11 +20,30 @@ open_append(const char *path, uint64_t *size)
 	return fd;
 }
 
+/* Creates the missing directories above path, as mkdir -p. */
+static void
+make_parents(const char *path)
+{
+	char *dir = strdup(path);
+	if (!dir)
+		abort();
+	for (char *p = dir + 1; (p = strchr(p, '/')) != NULL; p++) {
+		*p = '\0';
+		mkdir(dir, 0750);
+		*p = '/';
+	}
+	free(dir);
+}
+
 struct logfile *
 logfile_open(const char *path, uint64_t max, int backups)
 {
 	uint64_t size;
 	int fd = open_append(path, &size);
+	if (fd < 0 && errno == ENOENT) {
+		make_parents(path);
+		fd = open_append(path, &size);
+	}
 	if (fd < 0)
 		return NULL;
 	struct logfile *lf = calloc(1, sizeof *lf);

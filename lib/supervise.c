@@ -1628,7 +1628,8 @@ append_instance(bson_t *arr, const char *key, const struct instance *in, double 
 	BSON_APPEND_UTF8(&d, "state", state_names[in->state]);
 	BSON_APPEND_INT32(&d, "pid", alive(in) ? in->pid : 0);
 	BSON_APPEND_INT32(&d, "restarts", (int32_t)in->restarts);
-	BSON_APPEND_DOUBLE(&d, "uptime", alive(in) ? (double)(long)((t - in->started_at) * 10) / 10 : 0);
+	/* Integers: libbson prints doubles with 20 digits. */
+	BSON_APPEND_INT64(&d, "uptimeMs", alive(in) ? (int64_t)((t - in->started_at) * 1000) : 0);
 	if (*in->last_exit)
 		BSON_APPEND_UTF8(&d, "lastExit", in->last_exit);
 	if (c->health)
@@ -1646,7 +1647,7 @@ append_instance(bson_t *arr, const char *key, const struct instance *in, double 
 		BSON_APPEND_INT64(&f, "files", in->fds.files);
 		BSON_APPEND_INT64(&f, "pipes", in->fds.pipes);
 		BSON_APPEND_INT64(&f, "other", in->fds.other);
-		BSON_APPEND_DOUBLE(&f, "trend", (double)(long)(fdw_trend_slope(&in->trend) * 100) / 100);
+		BSON_APPEND_INT64(&f, "trendPerMin", (int64_t)(fdw_trend_slope(&in->trend) * 60));
 		bson_append_document_end(&d, &f);
 	}
 	bson_append_document_end(arr, &d);

@@ -194,6 +194,20 @@ log_line(const char *msg)
 	(void)w;
 }
 
+/* SIGHUP after log rotation: append to a new file of the same name. */
+static FILE *
+reopen_log(httpserve *srv, const char *path, FILE *cur)
+{
+	FILE *f = fopen(path, "a");
+	if (!f) {
+		warn_("%s: cannot reopen the access log; keeping the old one", path);
+		return cur;
+	}
+	setvbuf(f, NULL, _IOLBF, 0);
+	fclose(httpserve_set_access_log(srv, f));
+	return f;
+}
+
 /* A server with many clients needs many descriptors: take all the hard limit allows. */
 static void
 raise_nofile(void)
@@ -333,9 +347,12 @@ cmd_serve(int argc, char **argv)
 	}
 
 	int sig = 0;
-	while (sig != SIGTERM && sig != SIGINT)
+	while (sig != SIGTERM && sig != SIGINT) {
 		if (sigwait(&set, &sig) != 0)
 			break;
+		if (sig == SIGHUP && log && log != stderr)
+			log = reopen_log(srv, o.access_log, log);
+	}
 	if (!G.quiet)
 		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");
 	httpserve_quiesce(srv);

@@ -120,6 +120,7 @@ struct httpserve {
 	pthread_cond_t active_cv;
 
 	pthread_mutex_t log_mu;
+	FILE *access_log;            /* under log_mu; set once at start when logging is on */
 	atomic_bool backend_down;
 	atomic_int_fast64_t last_emfile_log_ms;
 	atomic_int_fast64_t last_mhd_log_ms;
@@ -1114,7 +1115,7 @@ write_access_log(struct httpserve *srv, struct req *r, unsigned status)
 	if (r->body_bytes)
 		snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)r->body_bytes);
 	pthread_mutex_lock(&srv->log_mu);
-	fprintf(srv->cfg.access_log, "%s - - [%s] \"%s %s %s\" %u %s \"%s\" \"%s\"\n", addr, when,
+	fprintf(srv->access_log, "%s - - [%s] \"%s %s %s\" %u %s \"%s\" \"%s\"\n", addr, when,
 	        r->method[0] ? r->method : "-", r->uri, r->version[0] ? r->version : "-", status,
 	        bytes, r->referer ? r->referer : "-", r->agent ? r->agent : "-");
 	pthread_mutex_unlock(&srv->log_mu);
@@ -1359,7 +1360,7 @@ poller_main(void *arg)
 			logf_(srv, "backend unreachable, answering 503 for files not in the cache: %s", err.msg);
 		if (srv->cfg.access_log) {
 			pthread_mutex_lock(&srv->log_mu);
-			fflush(srv->cfg.access_log);
+			fflush(srv->access_log);
 			pthread_mutex_unlock(&srv->log_mu);
 		}
 		pthread_mutex_lock(&srv->poll_mu);
@@ -1610,6 +1611,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 {
 	struct httpserve *srv = xcalloc(1, sizeof *srv);
 	srv->cfg = *cfg;
+	srv->access_log = cfg->access_log;
 	srv->conn = conn;
 	srv->prefix = gfs_prefix_normalize(cfg->prefix);
 	srv->index = gfs_index_new(srv->prefix);
@@ -1671,6 +1673,18 @@ httpserve_port(httpserve *srv)
 	return di ? di->port : srv->cfg.port;
 }
 
+FILE *
+httpserve_set_access_log(httpserve *srv, FILE *log)
+{
+	pthread_mutex_lock(&srv->log_mu);
+	FILE *old = srv->access_log;
+	if (old)
+		fflush(old);
+	srv->access_log = log;
+	pthread_mutex_unlock(&srv->log_mu);
+	return old;
+}
+
 void
 httpserve_quiesce(httpserve *srv)
 {
@@ -1711,7 +1725,7 @@ httpserve_stop(httpserve *srv)
 	/* Workers answer what is queued with 503 and resume every waiting connection first. */
 	stop_threads(srv);
 	MHD_stop_daemon(srv->d);
-	if (srv->cfg.access_log)
-		fflush(srv->cfg.access_log);
+	if (srv->access_log)
+		fflush(srv->access_log);
 	free_server(srv);
 }

@@ -44,6 +44,8 @@ typedef struct httpserve httpserve;
  */
 httpserve *httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err);
 unsigned httpserve_port(httpserve *h);
+/* Swaps the access log (after log rotation); returns the old one for the caller to close. */
+FILE *httpserve_set_access_log(httpserve *h, FILE *log);
 /* Stops accepting new connections; open ones are still served. */
 void httpserve_quiesce(httpserve *h);
 /* Waits until no request is in progress; false when timeout_ms passed first. */

@@ -361,6 +361,13 @@ def test_health_metrics_access_log(bucket, serve, tmp_path):
     assert hit.startswith("127.0.0.1 - - [")
     assert '"GET /a.txt?x=1 HTTP/1.1" 200 3 "http://r/" "probe/1"' in hit
     assert any('"GET /nope HTTP/1.1" 404 ' in ln for ln in lines)
+    # Log rotation: rename, SIGHUP, and new lines go to a new file of the old name.
+    os.rename(log, tmp_path / "access.log.1")
+    s.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: log.exists(), 10, "the reopened log")
+    s.get("/a.txt?after=rotation")
+    wait_for(lambda: "after=rotation" in log.read_text(), 10, "a line in the new log")
+    assert "after=rotation" not in (tmp_path / "access.log.1").read_text()
 
 
 def test_backend_down_then_recovery(gfs, tmp_path, serve, db):

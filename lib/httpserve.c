@@ -734,6 +734,7 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 		/* A revision removed since the index saw it: its files document goes first. */
 		gfs_file probe;
 		gfs_error perr;
+		gfs_error_clear(&perr);
 		if (err.code != GFS_EBACKEND && !gfs_find_by_id(ses, &m->id, &probe, &perr) &&
 		    perr.code == GFS_ENOTFOUND) {
 			*status = 404;

@@ -13,7 +13,7 @@ struct gfs_index {
 	strmap *by_name;     /* filename -> gfs_meta (one reference held by the map) */
 	strmap *by_id;       /* key -> the same gfs_meta (no extra reference) */
 	int64_t newest_ms;   /* greatest uploadDate seen, where polling resumes */
-	bool loaded;
+	atomic_bool loaded;
 	_Atomic int64_t fresh_ms;
 };
 
@@ -329,10 +329,7 @@ gfs_index_get_id(gfs_index *ix, const char *key)
 bool
 gfs_index_loaded(gfs_index *ix)
 {
-	pthread_rwlock_rdlock(&ix->lock);
-	bool loaded = ix->loaded;
-	pthread_rwlock_unlock(&ix->lock);
-	return loaded;
+	return atomic_load(&ix->loaded);
 }
 
 size_t

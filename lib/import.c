@@ -1402,7 +1402,8 @@ delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 			names[n++] = e->name;
 		}
 	}
-	qsort(names, n, sizeof *names, cmp_str);
+	if (n > 0)
+		qsort(names, n, sizeof *names, cmp_str);
 	bool ok = true;
 	for (size_t i = 0; ok && i < n && !atomic_load(&imp->cancel); i += IN_BATCH)
 		ok = delete_batch(imp, s, names + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);

@@ -476,3 +476,30 @@ def test_usage_errors(gfs):
     assert r.rc == 0 and "--cache-size" in r.text
     r = gfs.run("_options", "serve", db=False)
     assert "--listen=" in r.text and "--preload" in r.text
+
+
+def test_one_fetch_per_file_and_bounded_queue(bucket, serve):
+    import concurrent.futures
+    data = os.urandom(200000)
+    put(bucket, "hot.bin", data)
+    for i in range(40):
+        put(bucket, f"many/{i}.bin", os.urandom(1000 + i))
+    s = serve("--workers", "2")
+    with concurrent.futures.ThreadPoolExecutor(50) as ex:
+        results = list(ex.map(lambda _: s.get("/hot.bin"), range(50)))
+    assert all(r[0] == 200 and r[2] == data for r in results)
+    m = s.metrics()
+    # However many asked at once, the file was read from the backend once.
+    assert m["gridfsctl_serve_backend_seconds_count"] == 1
+    assert m["gridfsctl_serve_cache_entries"] == 1
+
+    q = serve("--workers", "1", "--queue", "1")
+    with concurrent.futures.ThreadPoolExecutor(40) as ex:
+        results = list(ex.map(lambda i: q.get(f"/many/{i}.bin"), range(40)))
+    busy = [r for r in results if r[0] == 503]
+    assert all(r[0] in (200, 503) for r in results)
+    assert busy, "a one-slot queue should have refused some of 40 concurrent misses"
+    assert all(r[1]["retry-after"] == "1" for r in busy)
+    assert q.metrics()["gridfsctl_serve_queue_full_total"] == len(busy)
+    for i in range(40):  # and each is served once asked again
+        assert wait_for(lambda: q.get(f"/many/{i}.bin")[0] == 200, 10, "a retry")

@@ -1322,9 +1322,9 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 		return;
 	struct rlimit rl;
 	getrlimit(RLIMIT_NOFILE, &rl);
-	logf_(srv, "accept: %s (%ld descriptors open, limit %llu); not accepting until a connection closes",
+	logf_(srv, "accept: %s (limit %llu, %ld connections open); not accepting until a connection closes",
 	      strstr(msg, "in system") ? "Too many open files in system" : "Too many open files",
-	      count_fds(), (unsigned long long)rl.rlim_cur);
+	      (unsigned long long)rl.rlim_cur, atomic_load(&srv->open_connections));
 }
 
 /* ---- index upkeep ---------------------------------------------------- */

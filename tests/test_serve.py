@@ -398,6 +398,11 @@ def test_backend_down_then_recovery(gfs, tmp_path, serve, db):
         b.stop()
 
 
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_out_of_descriptors(bucket, serve):
     for i in range(5):
         put(bucket, f"f{i}.txt", f"file {i}".encode())
@@ -420,6 +425,11 @@ def test_out_of_descriptors(bucket, serve):
                 pass
         wait_for(lambda: "Too many open files" in s.stderr(), 30, "the EMFILE line")
         assert s.proc.poll() is None
+        # Out of descriptors with every connection held open: it must idle, not spin.
+        t0, c0 = time.monotonic(), cpu_seconds(s.proc.pid)
+        time.sleep(2)  # measuring CPU use over an interval, not waiting for an event
+        used = cpu_seconds(s.proc.pid) - c0
+        assert used < 0.5 * (time.monotonic() - t0), f"{used:.2f}s of CPU while at the limit"
     finally:
         for sk in socks:
             sk.close()

@@ -85,6 +85,7 @@ void print_json(FILE *out, const bson_t *doc);
 void file_to_json(const gfs_file *f, bson_t *out);
 int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out);
 bool one_target(int nargs, const char *id_hex);
+int parse_rev_option(const char *arg, long *rev);
 
 /* Parses sizes like "512", "64K", "1G". */
 bool parse_size(const char *s, uint64_t *out);

@@ -40,11 +40,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_ID: o->id = arg; return 0;
 	case 'o': o->output = arg; return 0;
 	case 'f': o->force = true; return 0;
-	case 'r':
-		if (parse_int(arg, -1000000, 1000000, &o->rev))
-			return 0;
-		usage_error("--rev takes an integer, not '%s'", arg);
-		return -1;
+	case 'r': return parse_rev_option(arg, &o->rev);
 	}
 	return -1;
 }

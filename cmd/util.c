@@ -60,3 +60,13 @@ one_target(int nargs, const char *id_hex)
 	}
 	return true;
 }
+
+/* The --rev argument of get and stat: -1 newest, -2 the one before, 0 the original, ... */
+int
+parse_rev_option(const char *arg, long *rev)
+{
+	if (parse_int(arg, -1000000, 1000000, rev))
+		return 0;
+	usage_error("--rev takes an integer, not '%s'", arg);
+	return -1;
+}

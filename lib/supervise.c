@@ -1293,9 +1293,14 @@ on_checker_exit(struct instance *in, int status)
 		snprintf(msg, sizeof msg, "no answer within %.1f s", c->health_timeout_ms / 1000.0);
 	else if (!*msg)
 		describe_status(status, msg, sizeof msg);
+	snprintf(in->health_msg, sizeof in->health_msg, "%.380s", msg);
+	if (in->state == ST_STARTING && in->health != 1) {
+		/* Still within startsecs and never healthy yet: not ready is not failing. */
+		event(s, "%s: not ready yet: %s", in->name, msg);
+		return;
+	}
 	in->health = 0;
 	in->health_failures++;
-	snprintf(in->health_msg, sizeof in->health_msg, "%.380s", msg);
 	event(s, "%s: health check failed (%d of %d): %s", in->name, in->health_failures,
 	      c->health_retries, msg);
 	if (in->health_failures >= c->health_retries)

@@ -43,10 +43,10 @@ def raw(db, sort):
     return total
 
 
-def pyloop(db):
+def pyloop(db, limit):
     b = gridfs.GridFSBucket(db)
     total = bad = 0
-    for f in db["fs.files"].find({}, batch_size=1000):
+    for f in db["fs.files"].find({}, batch_size=1000).limit(limit):
         h = hashlib.sha256()
         with b.open_download_stream(f["_id"]) as s:
             data = s.read()
@@ -64,6 +64,8 @@ def main():
     ap.add_argument("mode", choices=["raw", "raw-sorted", "pyloop", "verify"])
     ap.add_argument("--bin", default="./gridfsctl")
     ap.add_argument("--pid", type=int, help="backend pid, to sample its peak RSS")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="pyloop: only the first N files (when one query per file is too slow)")
     ap.add_argument("rest", nargs="*")
     a = ap.parse_args()
     db = pymongo.MongoClient(a.uri)[a.db]
@@ -80,7 +82,7 @@ def main():
     elif a.mode == "raw-sorted":
         total = raw(db, True)
     elif a.mode == "pyloop":
-        total = pyloop(db)
+        total = pyloop(db, a.limit)
     else:
         p = subprocess.run([a.bin, "verify", "--uri", a.uri, "--db", a.db, "--json"] + a.rest,
                            capture_output=True, text=True, env={"GRIDFSCTL_CONFIG": "/dev/null"})
@@ -92,6 +94,10 @@ def main():
     dt = time.monotonic() - t0
     done.set()
     extra = f" backend-peak-rss={peak[0] // 1024}MiB" if a.pid else ""
+    if a.mode == "pyloop" and a.limit:
+        n = db["fs.files"].estimated_document_count()
+        print(f"pyloop {a.limit} files {dt:.1f}s, {dt / a.limit:.2f}s/file, "
+              f"extrapolated to {n} files: {dt / a.limit * n:.0f}s", flush=True)
     print(f"{a.mode} {dt:.1f}s {total / dt / 1e6:.1f}MB/s bytes={total}{extra}", flush=True)
 
 

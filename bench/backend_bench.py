@@ -156,7 +156,7 @@ def run_engine(storage, sizes, args, results, results_load):
         psql(datadir, "analyze")
         results_load["tuned"] = load(client["w_tuned"], 0, args.write_files)
         for row in rows:
-            gin = pg_schema_bytes(datadir, f"b{row['files']}")
+            gin = row["gin_bytes"] = pg_schema_bytes(datadir, f"b{row['files']}")
             m = measure(client[f"b{row['files']}"], row["files"], args.samples, args.budget, rng)
             r = dict(row, variant="postgresql + GIN + force_custom_plan", disk_bytes=gin,
                      tuning_s=start_s, **m)
@@ -171,7 +171,8 @@ def run_engine(storage, sizes, args, results, results_load):
         assert psql(datadir, "show plan_cache_mode") == "auto"
         for row in rows:
             m = measure(client[f"b{row['files']}"], row["files"], args.samples, args.budget, rng)
-            results.append(dict(row, variant="postgresql + GIN, plan_cache_mode auto", **m))
+            results.append(dict(row, variant="postgresql + GIN, plan_cache_mode auto",
+                                disk_bytes=row["gin_bytes"], **m))
             print(f"# GIN auto {row['files']}: {m}", file=sys.stderr)
     finally:
         client.close()

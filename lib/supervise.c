@@ -617,12 +617,10 @@ child_fail(const char *what, const char *arg)
 /* Runs in the forked child: becomes the program. */
 static void
 exec_child(const struct instance *in, int outw, char **env, size_t pid_slot, struct passwd *pw,
-           const struct rlimit *rl)
+           const struct rlimit *rl, pid_t parent)
 {
 	const struct sv_program *c = &in->prog->cfg;
 	setpgid(0, 0);
-	/* If the supervisor dies, its children go too, rather than linger unsupervised. */
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	sigset_t none;
 	sigemptyset(&none);
 	for (int sig = 1; sig < NSIG; sig++)
@@ -656,6 +654,13 @@ exec_child(const struct instance *in, int outw, char **env, size_t pid_slot, str
 		if (setuid(pw->pw_uid) != 0)
 			child_fail("setuid", pw->pw_name);
 	}
+	/*
+	 * If the supervisor dies, its children go too, rather than linger
+	 * unsupervised. Set after the user change, which clears it.
+	 */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		_exit(127); /* it died before we asked */
 	/* Nothing of ours beyond 0-2 (and the listen socket) leaks into the program. */
 	close_range(in->prog->listen_fd >= 0 ? 4 : 3, ~0U, 0);
 	execvpe(c->argv[0], c->argv, env);
@@ -731,6 +736,7 @@ start_instance(struct instance *in)
 	bool set_rl = nofile_limits(in, &rl);
 	size_t pid_slot;
 	char **env = build_env(in, &pid_slot);
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		event(s, "%s: fork: %s", in->name, strerror(errno));
@@ -742,7 +748,7 @@ start_instance(struct instance *in)
 	}
 	if (pid == 0) {
 		close(pipefd[0]);
-		exec_child(in, pipefd[1], env, pid_slot, pw, set_rl ? &rl : NULL);
+		exec_child(in, pipefd[1], env, pid_slot, pw, set_rl ? &rl : NULL, parent);
 	}
 	setpgid(pid, pid); /* also here: no race with the child's own call */
 	close(pipefd[1]);
@@ -1559,6 +1565,10 @@ reload(struct sv *s)
 		event(s, "SIGHUP: no configuration file to re-read (quick form)");
 		return;
 	}
+	if (s->stopping) {
+		event(s, "not reloading: stopping");
+		return;
+	}
 	struct sv_config cfg;
 	char err[600];
 	if (!sv_config_load(s->config_path, &cfg, err, sizeof err)) {
@@ -1814,6 +1824,13 @@ struct sv *
 sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
        const struct sv_callbacks *cb, bool *busy, char *err, size_t errlen)
 {
+	/*
+	 * Started with 0, 1 or 2 closed, our sockets and pipes would take those
+	 * numbers and the children's stdio would land on them.
+	 */
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+			break;
 	struct sv *s = calloc(1, sizeof *s);
 	if (!s)
 		abort();

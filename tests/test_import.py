@@ -1,0 +1,453 @@
+"""gridfsctl import against the real backend, checked through pymongo/gridfs."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import sha256
+
+CHUNK = 255 * 1024
+
+
+def write(path, data, mtime_ns=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    if mtime_ns is not None:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def summary(res):
+    """The last line of stdout: the JSON summary."""
+    lines = [l for l in res.text.splitlines() if l.strip()]
+    assert lines, res
+    return json.loads(lines[-1])
+
+
+def wait_for(cond, timeout=60, what="condition"):
+    """Waits for a real condition with a deadline (the short pause only paces the polling)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def stored(db):
+    """name -> newest files document."""
+    out = {}
+    for d in db.fs.files.find().sort([("uploadDate", 1), ("_id", 1)]):
+        out[d["filename"]] = d
+    return out
+
+
+def orphan_chunks(db):
+    ids = set(d["_id"] for d in db.fs.files.find({}, {"_id": 1}))
+    return [c["files_id"] for c in db.fs.chunks.find({}, {"files_id": 1}) if c["files_id"] not in ids]
+
+
+def assert_matches_tree(db, bucket, root, prefix=""):
+    """Every regular file under root is stored once, complete, with its sha256.
+
+    One pass over the chunks collection (a per-file GridFS read costs a scan
+    on the embedded backend); one file is also read through GridFSBucket."""
+    names = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for fn in filenames:
+            p = os.path.join(dirpath, fn)
+            names[prefix + os.path.relpath(p, root)] = p
+    docs = stored(db)
+    assert set(docs) == set(names)
+    assert db.fs.files.count_documents({}) == len(names), "duplicate revisions"
+    chunks = {}
+    for c in db.fs.chunks.find({}, batch_size=40):
+        assert (c["files_id"], c["n"]) not in chunks, "duplicate chunk"
+        chunks[(c["files_id"], c["n"])] = c["data"]
+    used = 0
+    for name, p in names.items():
+        data = open(p, "rb").read()
+        d = docs[name]
+        count = (d["length"] + d["chunkSize"] - 1) // d["chunkSize"]
+        got = b"".join(chunks[(d["_id"], n)] for n in range(count))
+        used += count
+        assert got == data, name
+        assert d["metadata"]["sha256"] == sha256(data)
+    assert used == len(chunks), "orphan or extra chunks"
+    name = max(names, key=lambda n: os.path.getsize(names[n]))
+    assert bucket.open_download_stream_by_name(name).read() == open(names[name], "rb").read()
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "tree"
+    root.mkdir()
+    return root
+
+
+def test_basic_tree_metadata(gfs, db, bucket, tree):
+    big = os.urandom(3 * CHUNK + 1234)
+    write(tree / "a" / "b" / "c" / "deep.txt", b"deep text\n", mtime_ns=1_600_000_000_123_456_789)
+    write(tree / "a" / "big.bin", big)
+    write(tree / "empty", b"")
+    write(tree / "Amélie" / "affiche ü.jpg", bytes.fromhex("ffd8ffe000104a464946000101") + os.urandom(2000))
+    write(tree / ".hidden" / "x", b"hidden dir")
+    write(tree / ".dotfile", b"hidden file")
+    write(tree / "download.part", b"temp")
+    write(tree / "notes~", b"temp")
+    write(tree / ".#lock", b"temp")
+    os.chmod(tree / "a" / "big.bin", 0o640)
+
+    res = gfs.run("import", tree, "--prefix", "posters", "--json")
+    assert res.rc == 0, res
+    s = summary(res)
+    assert (s["scanned"], s["uploaded"], s["skipped"], s["failed"]) == (4, 4, 0, 0)
+    assert s["bytes"] == len(big) + 10 + 2013 + 0
+    assert "seconds" in s and s["replaced"] == 0 and s["deleted"] == 0
+
+    docs = stored(db)
+    assert set(docs) == {"posters/a/b/c/deep.txt", "posters/a/big.bin", "posters/empty",
+                         "posters/Amélie/affiche ü.jpg"}
+    assert bucket.open_download_stream_by_name("posters/a/big.bin").read() == big
+    assert db.fs.chunks.count_documents({"files_id": docs["posters/a/big.bin"]["_id"]}) == 4
+    assert bucket.open_download_stream_by_name("posters/empty").read() == b""
+    assert db.fs.chunks.count_documents({"files_id": docs["posters/empty"]["_id"]}) == 0
+
+    deep = docs["posters/a/b/c/deep.txt"]
+    m = deep["metadata"]
+    assert m["mtimeNs"] == 1_600_000_000_123_456_789
+    assert int(m["mtime"].timestamp() * 1000) == 1_600_000_000_123
+    assert m["size"] == 10 and m["sha256"] == sha256(b"deep text\n")
+    assert m["mode"] == os.stat(tree / "a" / "b" / "c" / "deep.txt").st_mode & 0o7777
+    assert deep["contentType"] == m["contentType"] == "text/plain"
+    assert deep["chunkSize"] == CHUNK and deep["length"] == 10
+    assert docs["posters/a/big.bin"]["metadata"]["mode"] == 0o640
+    assert docs["posters/Amélie/affiche ü.jpg"]["contentType"] == "image/jpeg"
+    assert "rawName" not in m
+
+
+def test_hidden_and_temp_kept_on_request(gfs, db, tree):
+    write(tree / ".hidden" / "x", b"1")
+    write(tree / "f.part", b"2")
+    write(tree / "plain", b"3")
+    res = gfs.run("import", tree, "--hidden", "--keep-temp", "--json")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {".hidden/x", "f.part", "plain"}
+
+
+def test_non_utf8_name_and_collision(gfs, db, bucket, tree):
+    raw = os.fsencode(str(tree)) + b"/caf\xe9.txt"
+    with open(raw, "wb") as f:
+        f.write(b"latin-1 name")
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 0, res
+    d = db.fs.files.find_one({"filename": "caf%E9.txt"})
+    assert d is not None and d["metadata"]["rawName"] == b"caf\xe9.txt"
+    assert bucket.open_download_stream_by_name("caf%E9.txt").read() == b"latin-1 name"
+
+    # A UTF-8 name spelling the escaped form collides with it: reported, not stored over it.
+    write(tree / "caf%E9.txt", b"other")
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 1, res
+    assert "caf%E9.txt" in res.err and "collision" in res.err
+    assert summary(res)["failed"] == 1
+    assert db.fs.files.count_documents({"filename": "caf%E9.txt"}) == 1
+
+
+def test_rerun_skips_everything(gfs, db, tree):
+    for i in range(30):
+        write(tree / f"d{i % 3}" / f"f{i}.bin", os.urandom(100 + i))
+    assert gfs.run("import", tree).rc == 0
+    before = sorted((d["_id"], d["uploadDate"]) for d in db.fs.files.find())
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 0, res
+    s = summary(res)
+    assert (s["scanned"], s["skipped"], s["uploaded"], s["replaced"], s["bytes"]) == (30, 30, 0, 0, 0)
+    assert sorted((d["_id"], d["uploadDate"]) for d in db.fs.files.find()) == before
+    # --checksum compares content: still nothing to do.
+    s = summary(gfs.run("import", tree, "--checksum", "--json"))
+    assert s["skipped"] == 30 and s["uploaded"] == 0
+
+
+def test_modified_file_becomes_new_revision(gfs, db, bucket, tree):
+    write(tree / "p.txt", b"version one", mtime_ns=1_500_000_000_000_000_000)
+    write(tree / "q.txt", b"unchanged")
+    assert gfs.run("import", tree).rc == 0
+    old = db.fs.files.find_one({"filename": "p.txt"})
+
+    write(tree / "p.txt", b"version two, longer", mtime_ns=1_500_000_001_000_000_000)
+    res = gfs.run("import", tree, "--json", "-v")
+    assert res.rc == 0, res
+    s = summary(res)
+    assert (s["replaced"], s["skipped"], s["uploaded"]) == (1, 1, 0)
+    assert json.loads(res.text.splitlines()[0]) == {"action": "replace", "name": "p.txt"}
+    assert bucket.open_download_stream_by_name("p.txt").read() == b"version two, longer"
+    # The old revision and its chunks are gone once the new one is complete.
+    assert db.fs.files.count_documents({"filename": "p.txt"}) == 1
+    assert db.fs.chunks.count_documents({"files_id": old["_id"]}) == 0
+
+    # --keep-revisions 2 keeps history.
+    write(tree / "p.txt", b"version three", mtime_ns=1_500_000_002_000_000_000)
+    assert gfs.run("import", tree, "--keep-revisions", "2").rc == 0
+    assert db.fs.files.count_documents({"filename": "p.txt"}) == 2
+    assert bucket.open_download_stream_by_name("p.txt", revision=-2).read() == b"version two, longer"
+    assert bucket.open_download_stream_by_name("p.txt").read() == b"version three"
+
+
+def test_checksum_ignores_touch(gfs, db, tree):
+    write(tree / "f", b"same content", mtime_ns=1_400_000_000_000_000_000)
+    assert gfs.run("import", tree).rc == 0
+    os.utime(tree / "f", ns=(1_400_000_005_000_000_000,) * 2)
+    s = summary(gfs.run("import", tree, "--checksum", "--json"))
+    assert (s["skipped"], s["replaced"]) == (1, 0)
+    s = summary(gfs.run("import", tree, "--json"))
+    assert (s["skipped"], s["replaced"]) == (0, 1)
+    assert db.fs.files.find_one({"filename": "f"})["metadata"]["mtimeNs"] == 1_400_000_005_000_000_000
+
+
+def test_special_file_and_symlink_loop(gfs, db, bucket, tree):
+    write(tree / "ok" / "good.txt", b"good")
+    write(tree / "target.txt", b"target")
+    os.mkfifo(tree / "ok" / "pipe")
+    os.symlink("..", tree / "ok" / "loop")
+    os.symlink("target.txt", tree / "link.txt")
+    os.symlink("self", tree / "self")
+
+    # Not followed by default: symlinks are ignored, the FIFO is one error.
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 1, res
+    assert "ok/pipe: not a regular file (FIFO)" in res.err
+    assert summary(res)["failed"] == 1
+    assert set(stored(db)) == {"ok/good.txt", "target.txt"}
+
+    # Followed: the file link is stored, the loops are reported, not walked.
+    res = gfs.run("import", tree, "-L", "--json", timeout=60)
+    assert res.rc == 1, res
+    assert "ok/loop: symlink loop" in res.err
+    assert "self: symlink loop" in res.err
+    assert summary(res)["failed"] == 3
+    assert set(stored(db)) == {"ok/good.txt", "target.txt", "link.txt"}
+    assert bucket.open_download_stream_by_name("link.txt").read() == b"target"
+
+
+def test_unreadable_file_and_directory(gfs, db, tree):
+    """Root ignores permissions, so this runs gridfsctl as nobody (setpriv)."""
+    if not shutil.which("setpriv") or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv to drop privileges")
+    base = tempfile.mkdtemp(prefix="gfs-import-", dir="/tmp")
+    try:
+        os.chmod(base, 0o755)
+        root = os.path.join(base, "t")
+        write(os.path.join(root, "readable.txt"), b"fine")
+        write(os.path.join(root, "secret.txt"), b"no")
+        write(os.path.join(root, "closed", "inside.txt"), b"no")
+        for dirpath, dirnames, filenames in os.walk(root):
+            os.chmod(dirpath, 0o755)
+            for f in filenames:
+                os.chmod(os.path.join(dirpath, f), 0o644)
+        os.chmod(os.path.join(root, "secret.txt"), 0)
+        os.chmod(os.path.join(root, "closed"), 0)
+        # A stored name that is gone from disk: --delete must not act on an incomplete walk.
+        db.fs.files.insert_one({"_id": 1, "filename": "gone.txt", "length": 0, "chunkSize": CHUNK,
+                                "uploadDate": __import__("datetime").datetime.utcnow()})
+        drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        argv = drop + [gfs_bin(), "import", root, "--delete", "--json", "--db", gfs.dbname]
+        proc = subprocess.run(argv, capture_output=True, env=gfs.env, cwd=base, timeout=120)
+        err = proc.stderr.decode()
+        assert proc.returncode == 1, err
+        assert "secret.txt: cannot open: Permission denied" in err
+        assert "closed: cannot open directory: Permission denied" in err
+        assert "not deleting" in err
+        s = json.loads(proc.stdout.decode().splitlines()[-1])
+        assert (s["uploaded"], s["failed"], s["deleted"]) == (1, 2, 0)
+        assert set(stored(db)) == {"readable.txt", "gone.txt"}
+    finally:
+        for dirpath, dirnames, filenames in os.walk(base):
+            for d in dirnames:
+                os.chmod(os.path.join(dirpath, d), 0o755)
+        shutil.rmtree(base)
+
+
+def gfs_bin():
+    from conftest import BIN
+    return BIN
+
+
+def test_exclude_and_include(gfs, db, tree):
+    write(tree / "keep.jpg", b"1")
+    write(tree / "skip.tmp", b"2")
+    write(tree / "cache" / "x.jpg", b"3")
+    write(tree / "a" / "cache" / "y.jpg", b"4")
+    write(tree / "a" / "notes.txt", b"5")
+    res = gfs.run("import", tree, "--exclude", "*.tmp", "--exclude", "/cache", "--json")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {"keep.jpg", "a/cache/y.jpg", "a/notes.txt"}
+
+    db.fs.files.delete_many({})
+    db.fs.chunks.delete_many({})
+    res = gfs.run("import", tree, "--include", "*.jpg", "--exclude", "cache", "--json")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {"keep.jpg"}
+
+
+def test_delete_and_dry_run(gfs, db, tree):
+    for n in ("a.txt", "b.txt", "sub/c.txt", "keep.log"):
+        write(tree / n, n.encode())
+    assert gfs.run("import", tree, "--prefix", "p").rc == 0
+    db.fs.files.insert_one({"_id": 7, "filename": "other/outside.txt", "length": 0,
+                            "chunkSize": CHUNK, "uploadDate": __import__("datetime").datetime.utcnow()})
+    os.unlink(tree / "b.txt")
+    os.unlink(tree / "keep.log")
+    shutil.rmtree(tree / "sub")
+    write(tree / "new.txt", b"new")
+    write(tree / "a.txt", b"changed a", mtime_ns=1_000_000_000_000_000_000)
+    before = sorted(str(d["_id"]) for d in db.fs.files.find())
+    chunks_before = db.fs.chunks.count_documents({})
+
+    res = gfs.run("import", tree, "--prefix", "p", "--delete", "--exclude", "*.log", "--dry-run")
+    assert res.rc == 0, res
+    assert res.text.splitlines() == ["would replace p/a.txt", "would upload p/new.txt",
+                                     "would delete p/b.txt", "would delete p/sub/c.txt"]
+    assert sorted(str(d["_id"]) for d in db.fs.files.find()) == before
+    assert db.fs.chunks.count_documents({}) == chunks_before
+    assert db["fs.gridfsctl_locks"].count_documents({}) == 0
+
+    res = gfs.run("import", tree, "--prefix", "p", "--delete", "--exclude", "*.log", "--json")
+    assert res.rc == 0, res
+    s = summary(res)
+    assert (s["uploaded"], s["replaced"], s["deleted"]) == (1, 1, 2)
+    # Excluded names are protected from --delete; names outside the prefix are untouched.
+    assert set(stored(db)) == {"p/a.txt", "p/new.txt", "p/keep.log", "other/outside.txt"}
+    assert orphan_chunks(db) == []
+
+
+def test_lock_refuses_second_import(gfs, db, tree):
+    write(tree / "f", b"x")
+    locks = db["fs.gridfsctl_locks"]
+    now = __import__("datetime").datetime.utcnow()
+    later = now + __import__("datetime").timedelta(minutes=5)
+    locks.insert_one({"_id": "import", "owner": "elsewhere/1", "host": "elsewhere", "pid": 4242,
+                      "acquired": now, "expires": later})
+    res = gfs.run("import", tree)
+    assert res.rc == 6, res
+    assert "held by pid 4242 on elsewhere" in res.err
+    assert db.fs.files.count_documents({}) == 0
+
+    # An expired lock is taken over.
+    earlier = now - __import__("datetime").timedelta(minutes=5)
+    locks.update_one({"_id": "import"}, {"$set": {"expires": earlier}})
+    res = gfs.run("import", tree)
+    assert res.rc == 0, res
+    assert locks.count_documents({}) == 0
+
+
+def test_lock_with_live_import(gfs, db, tree):
+    """A real second import while the first holds the lock (stopped with SIGSTOP)."""
+    for i in range(20):
+        write(tree / f"f{i}", os.urandom(50_000))
+    locks = db["fs.gridfsctl_locks"]
+    first = gfs.popen("import", tree, "--batch-size", "64K", "-j", "1",
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: locks.count_documents({}) == 1 or first.poll() is not None, what="the lock")
+        first.send_signal(signal.SIGSTOP)
+        if locks.count_documents({}) == 1:
+            res = gfs.run("import", tree)
+            assert res.rc == 6, res
+            assert "is held by pid %d" % first.pid in res.err
+    finally:
+        first.send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert locks.count_documents({}) == 0
+
+
+def make_big_tree(root, files=120, size=120_000):
+    for i in range(files):
+        write(os.path.join(root, f"{i % 7:02x}", f"{i:04d}.bin"), os.urandom(size + i))
+    write(os.path.join(root, "multi.bin"), os.urandom(5 * CHUNK + 17))
+
+
+def test_kill9_then_rerun_completes(gfs, db, bucket, tree):
+    make_big_tree(tree)
+    proc = gfs.popen("import", tree, "--batch-size", "64K", "-j", "2",
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: db.fs.chunks.estimated_document_count() > 0 or proc.poll() is not None,
+                 what="chunks in the database")
+        proc.kill()
+    finally:
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    orphans = orphan_chunks(db)
+    print("orphans after kill:", len(orphans), "markers:", db["fs.gridfsctl_uploads"].count_documents({}))
+    res = gfs.run("import", tree, "--json", timeout=300)
+    assert res.rc == 0, res
+    s = summary(res)
+    if orphans:
+        assert s["recovered"] >= 1
+        assert "unfinished upload" in res.err
+    assert s["failed"] == 0
+    assert_matches_tree(db, bucket, tree)
+    assert db["fs.gridfsctl_locks"].count_documents({}) == 0
+    s = summary(gfs.run("import", tree, "--json"))
+    assert s["skipped"] == s["scanned"] == 121
+
+
+def test_sigint_stops_cleanly(gfs, db, bucket, tree):
+    make_big_tree(tree)
+    proc = gfs.popen("import", tree, "--batch-size", "64K", "-j", "2", "--json",
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: db.fs.files.estimated_document_count() > 0 or proc.poll() is not None,
+             what="files in the database")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the import finished before the signal arrived")
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err
+    s = json.loads(out.decode().splitlines()[-1])
+    assert s["uploaded"] == db.fs.files.count_documents({})
+    # Files in flight were finished: nothing left half-written.
+    assert orphan_chunks(db) == []
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+    assert db["fs.gridfsctl_locks"].count_documents({}) == 0
+    res = gfs.run("import", tree, "--json", timeout=300)
+    assert res.rc == 0, res
+    assert summary(res)["skipped"] == s["uploaded"]
+    assert_matches_tree(db, bucket, tree)
+
+
+def test_usage_and_errors(gfs, tree):
+    res = gfs.run("import")
+    assert res.rc == 2 and "a directory is required" in res.err
+    res = gfs.run("import", tree, tree)
+    assert res.rc == 2
+    res = gfs.run("import", tree, "--jobs", "0")
+    assert res.rc == 2 and "--jobs" in res.err
+    res = gfs.run("import", tree / "missing")
+    assert res.rc == 5 and "missing" in res.err
+    res = gfs.run("import", "--help")
+    assert res.rc == 0
+    for opt in ("--prefix", "--exclude", "--include", "--checksum", "--delete", "--dry-run",
+                "--jobs", "--keep-revisions", "--follow-symlinks", "--json"):
+        assert opt in res.text
+    res = gfs.run("_options", "import", db=False)
+    assert "--exclude=" in res.text.split() and "--delete" in res.text.split()
+
+
+def test_backend_down(gfs, tree):
+    write(tree / "f", b"x")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = gfs.run("import", tree, "--uri", f"mongodb://127.0.0.1:{port}/?serverSelectionTimeoutMS=300")
+    assert res.rc == 3, res
+    assert res.err.count("\n") == 1

@@ -63,7 +63,7 @@ def main():
     ap.add_argument("--tree", default="/tmp/posters-52k")
     ap.add_argument("--port", type=int, default=27310)
     ap.add_argument("--datadir", default="/tmp/h-mirror/bench")
-    ap.add_argument("--storage", default="sqlite")
+    ap.add_argument("--storage", default="postgresql")
     ap.add_argument("--out", default="/tmp/h-mirror/bench-out")
     ap.add_argument("--bin", default=os.path.join(ROOT, "gridfsctl"))
     ap.add_argument("--jobs", type=int, default=4)

@@ -14,6 +14,7 @@ import resource
 import signal
 import stat as statmod
 import subprocess
+import time
 
 import pytest
 from bson import Binary
@@ -474,3 +475,29 @@ def test_usage_and_busy(gfs, bucket, tmp_path):
 def test_unreachable_backend(gfs, tmp_path):
     r = gfs.run("mirror", tmp_path / "d", env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300"})
     assert r.rc == 3, r
+
+
+def test_interrupt_removes_partial_file(gfs, bucket, tmp_path):
+    """SIGINT while a big file is being written: it is abandoned, its temp file removed, exit 130."""
+    store(bucket, "i/a", b"small, written first")
+    store(bucket, "i/zz-big", os.urandom(40 * 1024 * 1024))
+    dst = tmp_path / "d"
+    p = gfs.popen("mirror", dst, "--prefix", "i", "--jobs", "1", "--delete",
+                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and p.poll() is None:
+            temps = [n for n in (os.listdir(dst) if dst.exists() else []) if n.startswith(".gridfsctl-mirror-")]
+            if any(os.path.getsize(dst / n) > 1024 * 1024 for n in temps if (dst / n).exists()):
+                break
+            time.sleep(0.005)  # polling a condition, not waiting for it to happen
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    if p.returncode == 0:
+        pytest.skip("the mirror finished before the signal arrived")
+    assert p.returncode == 130, err
+    assert (dst / "a").exists() and not (dst / "zz-big").exists()
+    no_temp_files(dst)

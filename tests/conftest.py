@@ -7,7 +7,6 @@ did with an independent client: pymongo and its gridfs module.
 import hashlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -19,7 +18,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
-STORAGE = os.environ.get("GRIDFSCTL_TEST_STORAGE", "sqlite")
+STORAGE = os.environ.get("GRIDFSCTL_TEST_STORAGE", "postgresql")
 
 # Sanitizer failures get exit codes of their own, so they can never pass for
 # one of gridfsctl's documented exit statuses.
@@ -51,6 +50,10 @@ class Backend:
     def stop(self):
         subprocess.run([os.path.join(ROOT, "scripts", "backend"), "stop", self.datadir], check=True)
 
+    def purge(self):
+        """Stops the backend and removes its data (a PostgreSQL cluster may live outside datadir)."""
+        subprocess.run([os.path.join(ROOT, "scripts", "backend"), "purge", self.datadir], check=True)
+
     def client(self):
         return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=5000)
 
@@ -58,12 +61,10 @@ class Backend:
 @pytest.fixture(scope="session")
 def backend(tmp_path_factory):
     datadir = str(tmp_path_factory.mktemp("backend"))
-    if STORAGE == "postgresql":
-        shutil.chown(datadir, "postgres") if os.geteuid() == 0 else None
     b = Backend(datadir, free_port(), STORAGE)
     b.start()
     yield b
-    b.stop()
+    b.purge()
 
 
 @pytest.fixture

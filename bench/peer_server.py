@@ -20,6 +20,9 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     request_queue_size = 1024
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        pass  # clients hanging up when a benchmark ends are not news
+
 
 def make_handler(bucket, prefix):
     class Handler(http.server.BaseHTTPRequestHandler):

@@ -6,7 +6,7 @@ on the same poster tree and the same backend.
     flock /tmp/gridfsctl-bench.lock bench/serve_bench.py [--tree /tmp/posters-5k]
           [--conns 2,10,100,1000] [--duration 10] [--out bench/out/serve.json]
 
-Needs wrk, nginx and ab (apt-get install wrk nginx-light apache2-utils).
+Needs wrk, nginx and ab (apt-get install wrk nginx apache2-utils).
 wrk runs a Lua script (bench/random_urls.lua) asking for random files of the
 tree over keep-alive connections. For every server and concurrency it
 reports requests/s, p50/p99 latency, errors (socket errors, timeouts and
@@ -186,7 +186,7 @@ def main():
     a = ap.parse_args()
     for tool in ("wrk", "nginx", "ab"):
         if not shutil.which(tool):
-            raise SystemExit(f"{tool} not found: apt-get install wrk nginx-light apache2-utils")
+            raise SystemExit(f"{tool} not found: apt-get install wrk nginx apache2-utils")
     raise_nofile()
     tree = os.path.abspath(a.tree)
     workdir = os.path.join(a.workdir, os.path.basename(tree))
@@ -215,7 +215,9 @@ def main():
     try:
         for name in servers:
             t0 = time.monotonic()
-            procs[name] = subprocess.Popen(cmds[name], env=env, preexec_fn=raise_nofile)
+            logf = open(os.path.join(workdir, f"{name}.log"), "wb")
+            procs[name] = subprocess.Popen(cmds[name], env=env, preexec_fn=raise_nofile,
+                                           stdout=logf, stderr=logf)
             wait_http(f"http://127.0.0.1:{PORTS[name]}/{urllib.parse.quote(paths[0])}", procs[name])
             results["commands"][name] = " ".join(cmds[name])
             log(f"bench: {name} ready in {time.monotonic() - t0:.1f}s")

@@ -29,6 +29,7 @@
 #define STREAM_BUFFER_BYTES (1024 * 1024)  /* read ahead of a streaming client */
 #define STREAM_BLOCK 65536
 #define NBUCKETS 13
+#define MAX_DAEMONS 64
 
 static const double latency_bounds[NBUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1, 0.25, 0.5, 1, 2.5, 5};
@@ -93,8 +94,8 @@ struct httpserve {
 	struct httpserve_config cfg;
 	char *prefix;
 	gfs_conn *conn;
-	struct MHD_Daemon *d;
-	MHD_socket listen_fd;
+	struct MHD_Daemon *d[MAX_DAEMONS];
+	unsigned nd;
 	bool quiesced;
 	gfs_index *index;
 	http_cache *cache;
@@ -1082,8 +1083,10 @@ on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	struct req *r = xcalloc(1, sizeof *r);
 	r->srv = srv;
 	r->conn = conn;
-	r->uri = xstrdup(uri);
-	r->start_ms = gfs_now_ms();
+	if (srv->cfg.access_log) {
+		r->uri = xstrdup(uri);
+		r->start_ms = gfs_now_ms();
+	}
 	atomic_fetch_add(&srv->active, 1);
 	return r;
 }
@@ -1559,52 +1562,94 @@ stop_threads(struct httpserve *srv)
 	}
 }
 
-static bool
-start_daemon(struct httpserve *srv, gfs_error *err)
+/* Starts one libmicrohttpd daemon: listening on ss (or the inherited socket), with pool threads. */
+static struct MHD_Daemon *
+start_one(struct httpserve *srv, const struct sockaddr_storage *ss, unsigned pool, unsigned limit)
 {
 	const struct httpserve_config *c = &srv->cfg;
-	struct sockaddr_storage ss;
-	memset(&ss, 0, sizeof ss);
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-	if (c->listen_fd < 0) {
-		if (!resolve(c->host, c->port, &ss, err))
-			return false;
-		if (ss.ss_family == AF_INET6)
-			flags |= MHD_USE_IPv6;
-	}
+#ifdef SERVE_TURBO
+	flags |= MHD_USE_TURBO;
+#endif
+	if (c->listen_fd < 0 && ss->ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
 	struct MHD_OptionItem opts[20];
 	int n = 0;
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, srv};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, c->max_connections, NULL};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, limit, NULL};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s, NULL};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->conn_memory, NULL};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL};
-	if (c->threads > 1)
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, c->threads, NULL};
+	if (pool > 1)
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, pool, NULL};
 	if (c->listen_fd >= 0) {
 		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, c->listen_fd, NULL};
 	} else {
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)ss};
 		if (c->reuse_port)
 			opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL};
 	}
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-	srv->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
-	                          MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
-	if (!srv->d) {
-		if (c->listen_fd >= 0)
-			gfs_error_set(err, GFS_ELOCAL, "cannot serve on the inherited socket (fd %d)", c->listen_fd);
-		else
-			gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u (in use, or not an address of this host?)",
-			              c->host, c->port);
+	return MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
+	                        MHD_OPTION_END);
+}
+
+static void
+set_port(struct sockaddr_storage *ss, unsigned port)
+{
+	if (ss->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+	else
+		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+}
+
+/*
+ * With a socket of our own and SO_REUSEPORT, one single-threaded daemon per
+ * event thread, each with its own listening socket on the same port: the
+ * kernel spreads connections over them evenly, where threads sharing one
+ * socket race to accept and can pile connections onto one thread. An
+ * inherited socket can only be shared: then one daemon with a thread pool.
+ */
+static bool
+start_daemons(struct httpserve *srv, gfs_error *err)
+{
+	const struct httpserve_config *c = &srv->cfg;
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	if (c->listen_fd < 0 && !resolve(c->host, c->port, &ss, err))
 		return false;
+	bool per_socket = c->listen_fd < 0 && c->reuse_port && c->threads > 1 &&
+	                  !getenv("GRIDFSCTL_SERVE_POOL");
+	unsigned count = per_socket ? c->threads : 1;
+	if (count > MAX_DAEMONS)
+		count = MAX_DAEMONS;
+	unsigned limit = c->max_connections / count ? c->max_connections / count : 1;
+	for (srv->nd = 0; srv->nd < count; srv->nd++) {
+		struct MHD_Daemon *d = start_one(srv, &ss, per_socket ? 1 : c->threads, limit);
+		if (!d)
+			break;
+		srv->d[srv->nd] = d;
+		if (srv->nd == 0 && c->listen_fd < 0 && c->port == 0) {
+			/* Port 0: the others join the port the first one got. */
+			const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+			if (di)
+				set_port(&ss, di->port);
+		}
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_LISTEN_FD);
-	srv->listen_fd = di ? di->listen_fd : MHD_INVALID_SOCKET;
-	return true;
+	if (srv->nd == count)
+		return true;
+	for (unsigned i = 0; i < srv->nd; i++)
+		MHD_stop_daemon(srv->d[i]);
+	srv->nd = 0;
+	if (c->listen_fd >= 0)
+		gfs_error_set(err, GFS_ELOCAL, "cannot serve on the inherited socket (fd %d)", c->listen_fd);
+	else
+		gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u (in use, or not an address of this host?)",
+		              c->host, c->port);
+	return false;
 }
 
 httpserve *
@@ -1618,7 +1663,6 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	srv->index = gfs_index_new(srv->prefix);
 	srv->cache = http_cache_new(cfg->cache_size, free_meta_cb);
 	srv->inflight = strmap_new(256);
-	srv->listen_fd = MHD_INVALID_SOCKET;
 	if (srv->cfg.stream_threshold > cfg->cache_size / 8)
 		srv->cfg.stream_threshold = cfg->cache_size / 8;
 	pthread_mutex_init(&srv->jobs_mu, NULL);
@@ -1659,7 +1703,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		free_server(srv);
 		return NULL;
 	}
-	if (!start_daemon(srv, err)) {
+	if (!start_daemons(srv, err)) {
 		stop_threads(srv);
 		free_server(srv);
 		return NULL;
@@ -1670,7 +1714,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 unsigned
 httpserve_port(httpserve *srv)
 {
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d[0], MHD_DAEMON_INFO_BIND_PORT);
 	return di ? di->port : srv->cfg.port;
 }
 
@@ -1692,9 +1736,11 @@ httpserve_quiesce(httpserve *srv)
 	if (srv->quiesced)
 		return;
 	srv->quiesced = true;
-	MHD_socket fd = MHD_quiesce_daemon(srv->d);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	for (unsigned i = 0; i < srv->nd; i++) {
+		MHD_socket fd = MHD_quiesce_daemon(srv->d[i]);
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
 }
 
 bool
@@ -1725,7 +1771,8 @@ httpserve_stop(httpserve *srv)
 		return;
 	/* Workers answer what is queued with 503 and resume every waiting connection first. */
 	stop_threads(srv);
-	MHD_stop_daemon(srv->d);
+	for (unsigned i = 0; i < srv->nd; i++)
+		MHD_stop_daemon(srv->d[i]);
 	if (srv->access_log)
 		fflush(srv->access_log);
 	free_server(srv);

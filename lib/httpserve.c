@@ -136,6 +136,7 @@ struct httpserve {
 	atomic_uint_fast64_t emfile_events, queue_full, coalesced;
 	atomic_long open_connections;
 	atomic_uint_fast64_t preloaded;
+	atomic_int_fast64_t poll_us, reload_us, poll_interval_ms;
 };
 
 static void
@@ -1275,13 +1276,18 @@ serve_metrics(struct req *r)
 	        "# TYPE " P "fetches_in_flight gauge\n" P "fetches_in_flight %zu\n"
 	        "# TYPE " P "backend_up gauge\n" P "backend_up %d\n"
 	        "# TYPE " P "index_files gauge\n" P "index_files %zu\n"
-	        "# TYPE " P "index_age_seconds gauge\n" P "index_age_seconds %.3f\n",
+	        "# TYPE " P "index_age_seconds gauge\n" P "index_age_seconds %.3f\n"
+	        "# TYPE " P "index_poll_seconds gauge\n" P "index_poll_seconds %.3f\n"
+	        "# TYPE " P "index_reload_seconds gauge\n" P "index_reload_seconds %.3f\n"
+	        "# TYPE " P "index_poll_interval_seconds gauge\n" P "index_poll_interval_seconds %.3f\n",
 	        atomic_load(&srv->open_connections), count_fds(), (unsigned long long)rl.rlim_cur,
 	        (unsigned long long)atomic_load(&srv->emfile_events),
 	        (unsigned long long)atomic_load(&srv->queue_full),
 	        (unsigned long long)atomic_load(&srv->coalesced), queued, inflight,
 	        atomic_load(&srv->backend_down) ? 0 : 1, gfs_index_count(srv->index),
-	        gfs_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - gfs_index_fresh_ms(srv->index)) / 1e3 : -1.0);
+	        gfs_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - gfs_index_fresh_ms(srv->index)) / 1e3 : -1.0,
+	        (double)atomic_load(&srv->poll_us) / 1e6, (double)atomic_load(&srv->reload_us) / 1e6,
+	        (double)atomic_load(&srv->poll_interval_ms) / 1e3);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -1332,36 +1338,68 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- index upkeep ---------------------------------------------------- */
 
+/* Both of the poller's query kinds give way to the backend as it slows down. */
+#define POLL_DUTY 5      /* a poll waits at least 5 times as long as the last one took */
+#define RELOAD_DUTY 10   /* a reload, 10 times */
+
+static void
+deadline_in(struct timespec *ts, int64_t ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+static int64_t
+max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+/*
+ * Keeps the index fresh and tells whether the backend answers. On a server
+ * that must scan the files collection for any query (FerretDB does), a poll
+ * costs as much as the collection is large, so the intervals stretch to
+ * keep polling under a fifth of the backend's time.
+ */
 static void *
 poller_main(void *arg)
 {
 	struct httpserve *srv = arg;
 	gfs_session *ses = gfs_session_pop(srv->conn);
 	int64_t last_full = gfs_index_loaded(srv->index) ? gfs_now_ms() : 0;
+	int64_t wait_ms = srv->cfg.poll_ms;
 	pthread_mutex_lock(&srv->poll_mu);
 	while (!srv->poll_stop) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += srv->cfg.poll_ms / 1000;
-		ts.tv_nsec += (long)(srv->cfg.poll_ms % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		deadline_in(&ts, wait_ms);
 		pthread_cond_timedwait(&srv->poll_cv, &srv->poll_mu, &ts);
 		if (srv->poll_stop)
 			break;
 		pthread_mutex_unlock(&srv->poll_mu);
 		gfs_error err;
 		gfs_error_clear(&err);
-		bool full = !gfs_index_loaded(srv->index) || gfs_now_ms() - last_full >= srv->cfg.reload_ms;
+		int64_t reload_every = max64(srv->cfg.reload_ms,
+		                             RELOAD_DUTY * atomic_load(&srv->reload_us) / 1000);
+		bool full = !gfs_index_loaded(srv->index) || gfs_now_ms() - last_full >= reload_every;
+		int64_t t0 = mono_us();
 		bool ok = full ? gfs_index_load(srv->index, ses, &err) : gfs_index_poll(srv->index, ses, &err);
+		int64_t took = mono_us() - t0;
+		atomic_store(full ? &srv->reload_us : &srv->poll_us, took);
 		if (ok && full)
 			last_full = gfs_now_ms();
+		wait_ms = max64(srv->cfg.poll_ms, POLL_DUTY * took / 1000);
+		atomic_store(&srv->poll_interval_ms, wait_ms);
 		if (ok && atomic_exchange(&srv->backend_down, false))
 			logf_(srv, "backend reachable again");
 		else if (!ok && !atomic_exchange(&srv->backend_down, true))
 			logf_(srv, "backend unreachable, answering 503 for files not in the cache: %s", err.msg);
+		if (!ok)
+			wait_ms = srv->cfg.poll_ms; /* a failure is fast or timed out: retry at the normal pace */
 		if (srv->cfg.access_log) {
 			pthread_mutex_lock(&srv->log_mu);
 			fflush(srv->access_log);
@@ -1684,7 +1722,11 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	gfs_session *ses = gfs_session_pop(conn);
 	gfs_error lerr;
 	gfs_error_clear(&lerr);
-	if (!gfs_index_load(srv->index, ses, &lerr)) {
+	int64_t t0 = mono_us();
+	bool loaded = gfs_index_load(srv->index, ses, &lerr);
+	atomic_store(&srv->reload_us, mono_us() - t0);
+	atomic_store(&srv->poll_interval_ms, cfg->poll_ms);
+	if (!loaded) {
 		atomic_store(&srv->backend_down, true);
 		logf_(srv, "cannot load the index yet (will retry): %s", lerr.msg);
 	}

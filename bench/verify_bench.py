@@ -66,8 +66,11 @@ def main():
     ap.add_argument("--pid", type=int, help="backend pid, to sample its peak RSS")
     ap.add_argument("--limit", type=int, default=0,
                     help="pyloop: only the first N files (when one query per file is too slow)")
-    ap.add_argument("rest", nargs="*")
-    a = ap.parse_args()
+    # gridfsctl verify arguments follow "--"
+    argv = sys.argv[1:]
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    a.rest = rest
     db = pymongo.MongoClient(a.uri)[a.db]
     peak = [0]
     done = threading.Event()

@@ -19,7 +19,7 @@ if [ "$n" -eq 0 ]; then
 fi
 pid=$(cat "$dir/ferretdb.pid")
 b="python3 $top/bench/verify_bench.py $uri bench"
-run() { echo "+ $*" | sed "s|$top/||g"; "$@"; }
+run() { echo "+ $*" | sed "s|$top/||g"; "$@" || echo "(failed: $?)"; }
 run $b verify --pid "$pid" --bin "${GRIDFSCTL:-$top/gridfsctl}"
 run $b verify --pid "$pid" --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --threads 2
 run $b raw --pid "$pid"

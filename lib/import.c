@@ -1081,6 +1081,8 @@ process(struct worker *w, struct job *j)
 		job_free(j);
 		return;
 	}
+	/* O_NONBLOCK only kept a FIFO swapped in since the walk from hanging the open. */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	if (j->old_sha[0] && before.st_size == j->st.st_size) {
 		char hex[65];
 		if (!hash_file(w, fd, hex)) {

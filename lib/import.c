@@ -417,15 +417,16 @@ idlist_free(struct idlist *l)
 }
 
 /*
- * A new revision that is complete: the older revisions of its name beyond
- * keep - 1 are to go. The one just written is never among them, whatever
- * the clocks say.
+ * A new revision that is complete: the revisions of its name older than it,
+ * beyond keep - 1 of them, are to go. The one just written, and any newer
+ * one, is never among them.
  */
 struct newrev {
 	const char *name;
 	bson_oid_t id;
 	int keep;
 	int others;           /* older revisions kept so far, while scanning */
+	bool passed;          /* the scan has reached the new revision itself */
 };
 
 static int
@@ -449,6 +450,7 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 		bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
 		BSON_APPEND_UTF8(&arr, k, revs[i].name);
 		revs[i].others = 0;
+		revs[i].passed = false;
 	}
 	bson_append_array_end(&in, &arr);
 	bson_append_document_end(&filter, &in);
@@ -474,7 +476,12 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 		struct newrev *r = bsearch(&key, revs, n, sizeof *revs, cmp_newrev);
 		if (!r)
 			continue;
-		if (BSON_ITER_HOLDS_OID(&idit) && bson_oid_equal(bson_iter_oid(&idit), &r->id))
+		if (BSON_ITER_HOLDS_OID(&idit) && bson_oid_equal(bson_iter_oid(&idit), &r->id)) {
+			r->passed = true;
+			continue;
+		}
+		/* Sorted newest first: what comes before ours is newer (a concurrent put) and stays. */
+		if (!r->passed)
 			continue;
 		if (r->others < r->keep - 1) {
 			r->others++;

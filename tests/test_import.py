@@ -137,9 +137,12 @@ def test_hidden_and_temp_kept_on_request(gfs, db, tree):
     write(tree / ".hidden" / "x", b"1")
     write(tree / "f.part", b"2")
     write(tree / "plain", b"3")
-    res = gfs.run("import", tree, "--hidden", "--keep-temp", "--json")
+    res = gfs.run("import", tree, "--hidden", "--keep-temp", "--type", "application/x-test", "--json")
     assert res.rc == 0, res
-    assert set(stored(db)) == {".hidden/x", "f.part", "plain"}
+    docs = stored(db)
+    assert set(docs) == {".hidden/x", "f.part", "plain"}
+    assert all(d["contentType"] == d["metadata"]["contentType"] == "application/x-test"
+               for d in docs.values())
 
 
 def test_non_utf8_name_and_collision(gfs, db, bucket, tree):
@@ -205,6 +208,10 @@ def test_checksum_ignores_touch(gfs, db, tree):
     write(tree / "f", b"same content", mtime_ns=1_400_000_000_000_000_000)
     assert gfs.run("import", tree).rc == 0
     os.utime(tree / "f", ns=(1_400_000_005_000_000_000,) * 2)
+    res = gfs.run("import", tree, "--checksum", "--dry-run")
+    assert res.rc == 0 and res.text == "", res
+    res = gfs.run("import", tree, "--dry-run")
+    assert res.rc == 0 and res.text == "would replace f\n", res
     s = summary(gfs.run("import", tree, "--checksum", "--json"))
     assert (s["skipped"], s["replaced"]) == (1, 0)
     s = summary(gfs.run("import", tree, "--json"))

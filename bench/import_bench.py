@@ -78,7 +78,7 @@ def run_timed(argv):
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         sys.exit(f"failed ({rc}): {' '.join(argv)}")
-    return secs, ru.ru_maxrss / 1024, out
+    return secs, ru.ru_maxrss / 1024, out, ru.ru_utime + ru.ru_stime
 
 
 def tree_size(tree):
@@ -134,13 +134,14 @@ def main():
 
     base = results["gridfsctl import"][0]
     print(f"tree {a.tree}: {nfiles} files, {nbytes / 1e6:.1f} MB, storage {a.storage}")
-    print("| run | wall s | files/s | MB/s | peak RSS MiB | gridfsctl import speed-up |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, (secs, rss, _) in results.items():
+    print("| run | wall s | files/s | MB/s | peak RSS MiB | client CPU s | time / gridfsctl import |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, (secs, rss, _, cpu) in results.items():
         print(f"| {name} | {secs:.1f} | {nfiles / secs:.0f} | {nbytes / 1e6 / secs:.1f} | {rss:.0f} | "
-              f"{secs / base:.2f}x |")
+              f"{cpu:.1f} | {secs / base:.2f}x |")
         print(json.dumps({"run": name, "tree": a.tree, "files": nfiles, "bytes": nbytes,
-                          "seconds": round(secs, 2), "rss_mib": round(rss, 1)}), file=sys.stderr)
+                          "seconds": round(secs, 2), "rss_mib": round(rss, 1), "cpu_s": round(cpu, 2)}),
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

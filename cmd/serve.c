@@ -22,7 +22,7 @@ const char serve_help[] =
     "  --stream-threshold SIZE larger files are streamed, not cached (default 4M)\n"
     "  --max-connections N     connection limit (default 10000)\n"
     "  --timeout SECS          close idle connections after SECS (default 30)\n"
-    "  --max-header-size SIZE  per-connection buffer that bounds request headers (default 32K)\n"
+    "  --max-header-size SIZE  per-connection buffer that bounds request headers (default 16K)\n"
     "  --cache-control VALUE   Cache-Control header (default \"public, max-age=60\"; \"\" for none)\n"
     "  --access-log FILE|-     write a combined-format access log to FILE or stderr\n"
     "  --poll SECS             look for new uploads every SECS (default 2)\n"
@@ -282,7 +282,7 @@ cmd_serve(int argc, char **argv)
 	c->queue_max = 1024;
 	c->max_connections = 10000;
 	c->timeout_s = 30;
-	c->conn_memory = 32 * 1024;
+	c->conn_memory = 16 * 1024;
 	c->cache_control = "public, max-age=60";
 	c->poll_ms = 2000;
 	c->reload_ms = 60000;

@@ -1606,9 +1606,6 @@ start_one(struct httpserve *srv, const struct sockaddr_storage *ss, unsigned poo
 {
 	const struct httpserve_config *c = &srv->cfg;
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-#ifdef SERVE_TURBO
-	flags |= MHD_USE_TURBO;
-#endif
 	if (c->listen_fd < 0 && ss->ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	struct MHD_OptionItem opts[20];
@@ -1659,8 +1656,7 @@ start_daemons(struct httpserve *srv, gfs_error *err)
 	memset(&ss, 0, sizeof ss);
 	if (c->listen_fd < 0 && !resolve(c->host, c->port, &ss, err))
 		return false;
-	bool per_socket = c->listen_fd < 0 && c->reuse_port && c->threads > 1 &&
-	                  !getenv("GRIDFSCTL_SERVE_POOL");
+	bool per_socket = c->listen_fd < 0 && c->reuse_port && c->threads > 1;
 	unsigned count = per_socket ? c->threads : 1;
 	if (count > MAX_DAEMONS)
 		count = MAX_DAEMONS;

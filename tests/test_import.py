@@ -458,3 +458,17 @@ def test_backend_down(gfs, tree):
     res = gfs.run("import", tree, "--uri", f"mongodb://127.0.0.1:{port}/?serverSelectionTimeoutMS=300")
     assert res.rc == 3, res
     assert res.err.count("\n") == 1
+
+
+def test_over_long_name(gfs, db, tree):
+    deep = tree
+    for i in range(5):
+        deep = deep / (chr(ord("a") + i) * 250)
+    write(deep / "f.txt", b"too deep for a name")
+    write(tree / "short.txt", b"fine")
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 1, res
+    assert "name too long (1260 bytes, at most 1024)" in res.err
+    s = summary(res)
+    assert (s["uploaded"], s["failed"]) == (1, 1)
+    assert set(stored(db)) == {"short.txt"}

@@ -25,9 +25,10 @@ const char mirror_help[] =
     "  -j, --jobs N       files read in parallel (default 4)\n"
     "  -c, --checksum     compare content by sha256, not size and mtime\n"
     "      --no-fsync     do not fsync files and directories (faster, not crash-safe)\n"
+    "      --read MODE    auto (default), scan (one pass over all chunks) or each (a query per file)\n"
     "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
 
-enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON };
+enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ };
 
 const struct option mirror_options[] = {
 	{"prefix", required_argument, NULL, 'p'},
@@ -37,6 +38,7 @@ const struct option mirror_options[] = {
 	{"checksum", no_argument, NULL, 'c'},
 	{"no-fsync", no_argument, NULL, OPT_NO_FSYNC},
 	{"json", no_argument, NULL, OPT_JSON},
+	{"read", required_argument, NULL, OPT_READ},
 	{NULL, 0, NULL, 0},
 };
 
@@ -44,7 +46,8 @@ const struct option mirror_options[] = {
 #define MAX_JOBS 64
 
 /* Per-item result, kept so a dry run can list actions in name order. */
-enum { RES_PENDING, RES_SKIP, RES_WRITE, RES_ATTRS, RES_FAILED };
+enum { RES_PENDING, RES_SKIP, RES_TODO, RES_WRITE, RES_ATTRS, RES_FAILED };
+enum read_mode { READ_AUTO, READ_SCAN, READ_EACH };
 
 struct mirror {
 	/* options */
@@ -57,6 +60,10 @@ struct mirror {
 	struct gfs_mirror_opts opts;
 	int rootfd;
 	unsigned char *results;
+	size_t *todo;          /* indexes of the files to write */
+	size_t ntodo;
+	enum read_mode read_mode;
+	int phase;
 
 	atomic_size_t next;
 	atomic_size_t written, attrs, skipped, failed, deleted, rmdirs, cleaned, done;
@@ -89,6 +96,18 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 'c': m->checksum = true; return 0;
 	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
 	case OPT_JSON: m->json = true; return 0;
+	case OPT_READ:
+		if (strcmp(arg, "auto") == 0)
+			m->read_mode = READ_AUTO;
+		else if (strcmp(arg, "scan") == 0)
+			m->read_mode = READ_SCAN;
+		else if (strcmp(arg, "each") == 0)
+			m->read_mode = READ_EACH;
+		else {
+			usage_error("--read must be auto, scan or each");
+			return -1;
+		}
+		return 0;
 	case 'j':
 		if (!parse_int(arg, 1, MAX_JOBS, &m->jobs)) {
 			usage_error("--jobs needs a number from 1 to %d", MAX_JOBS);
@@ -121,40 +140,107 @@ on_refused(const char *name, const gfs_error *why, void *ctx)
 
 /* ---- the workers ----------------------------------------------------- */
 
+/*
+ * The run has phases, each spread over the worker threads: compare every
+ * file with the disk (fixing mode and mtime in place where only those
+ * differ), then write what differs, either file by file or, when most of
+ * the bucket is to be written, from one sorted pass over all chunks.
+ */
+enum phase { PHASE_DECIDE, PHASE_WRITE, PHASE_SCAN };
+
 static void
-handle_item(struct mirror *m, gfs_mirror_dir *d, gfs_session *s, size_t i)
+count_failure(struct mirror *m, size_t i, const gfs_error *err)
+{
+	m->results[i] = RES_FAILED;
+	if (err->code == GFS_ECANCELED && interrupted)
+		return;
+	atomic_fetch_add(&m->failed, 1);
+	if (err->code == GFS_EBACKEND)
+		atomic_store(&m->backend_down, true);
+	report(err->msg);
+}
+
+static void
+count_done(struct mirror *m, size_t i)
+{
+	atomic_fetch_add(&m->done_bytes, (uint64_t)m->plan.items[i].file.length);
+	atomic_fetch_add(&m->done, 1);
+}
+
+static void
+decide_item(struct mirror *m, gfs_mirror_dir *d, gfs_session *s, size_t i)
 {
 	const struct gfs_mirror_item *it = &m->plan.items[i];
 	enum gfs_mirror_action action;
 	gfs_error err;
 	gfs_error_clear(&err);
 	bool ok = gfs_mirror_decide(d, s, it, &action, &err);
-	if (ok && !m->dry_run)
+	if (ok && action == GFS_MIRROR_ATTRS && !m->dry_run)
 		ok = gfs_mirror_apply(d, s, it, action, &err);
 	if (!ok) {
-		m->results[i] = RES_FAILED;
-		if (err.code == GFS_ECANCELED && interrupted)
-			return;
-		atomic_fetch_add(&m->failed, 1);
-		if (err.code == GFS_EBACKEND)
-			atomic_store(&m->backend_down, true);
-		report(err.msg);
+		count_failure(m, i, &err);
+		count_done(m, i);
 		return;
 	}
 	switch (action) {
 	case GFS_MIRROR_SKIP:
 		m->results[i] = RES_SKIP;
 		atomic_fetch_add(&m->skipped, 1);
-		break;
-	case GFS_MIRROR_WRITE:
-		m->results[i] = RES_WRITE;
-		atomic_fetch_add(&m->written, 1);
-		atomic_fetch_add(&m->bytes, (uint64_t)it->file.length);
+		count_done(m, i);
 		break;
 	case GFS_MIRROR_ATTRS:
 		m->results[i] = RES_ATTRS;
 		atomic_fetch_add(&m->attrs, 1);
+		count_done(m, i);
 		break;
+	case GFS_MIRROR_WRITE:
+		m->results[i] = RES_TODO;
+		if (m->dry_run) {
+			atomic_fetch_add(&m->written, 1);
+			atomic_fetch_add(&m->bytes, (uint64_t)it->file.length);
+			count_done(m, i);
+		}
+		break;
+	}
+}
+
+/* A file written (err NULL) or given up on, by either way of writing. */
+static void
+write_done(size_t i, const gfs_error *err, void *ctx)
+{
+	struct mirror *m = ctx;
+	if (err) {
+		count_failure(m, i, err);
+	} else {
+		m->results[i] = RES_WRITE;
+		atomic_fetch_add(&m->written, 1);
+		atomic_fetch_add(&m->bytes, (uint64_t)m->plan.items[i].file.length);
+	}
+	count_done(m, i);
+}
+
+static void
+write_item(struct mirror *m, gfs_mirror_dir *d, gfs_session *s, size_t i)
+{
+	if (m->results[i] != RES_TODO)
+		return;
+	gfs_error err;
+	gfs_error_clear(&err);
+	bool ok = gfs_mirror_apply(d, s, &m->plan.items[i], GFS_MIRROR_WRITE, &err);
+	write_done(i, ok ? NULL : &err, m);
+}
+
+static void
+scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
+{
+	gfs_error err;
+	gfs_error_clear(&err);
+	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, write_done, m, &err) &&
+	    !(err.code == GFS_ECANCELED && interrupted)) {
+		atomic_fetch_add(&m->failed, 1);
+		if (err.code == GFS_EBACKEND)
+			atomic_store(&m->backend_down, true);
+		report(err.msg);
 	}
 }
 
@@ -164,13 +250,16 @@ worker(void *arg)
 	struct mirror *m = arg;
 	gfs_session *s = gfs_session_pop(m->conn);
 	gfs_mirror_dir *d = gfs_mirror_dir_new(m->rootfd, &m->opts);
-	while (!interrupted && !atomic_load(&m->backend_down)) {
+	if (m->phase == PHASE_SCAN)
+		scan_all(m, d, s);
+	while (m->phase != PHASE_SCAN && !interrupted && !atomic_load(&m->backend_down)) {
 		size_t i = atomic_fetch_add(&m->next, 1);
 		if (i >= m->plan.count)
 			break;
-		handle_item(m, d, s, i);
-		atomic_fetch_add(&m->done_bytes, (uint64_t)m->plan.items[i].file.length);
-		atomic_fetch_add(&m->done, 1);
+		if (m->phase == PHASE_DECIDE)
+			decide_item(m, d, s, i);
+		else
+			write_item(m, d, s, i);
 	}
 	gfs_error err;
 	if (!gfs_mirror_dir_close(d, &err)) {
@@ -191,17 +280,15 @@ draw_progress(struct mirror *m, struct progress *p)
 	progress_update(p, atomic_load(&m->done), atomic_load(&m->done_bytes));
 }
 
-/* Runs the workers; the calling thread keeps the progress line moving meanwhile. */
+/* Runs one phase on n threads; the calling thread keeps the progress line moving. */
 static void
-run_workers(struct mirror *m)
+run_phase(struct mirror *m, enum phase phase, long n, struct progress *p)
 {
-	long n = m->jobs;
-	if ((size_t)n > m->plan.count)
-		n = m->plan.count ? (long)m->plan.count : 1;
+	m->phase = phase;
+	atomic_store(&m->next, 0);
 	pthread_t *tids = calloc((size_t)n, sizeof *tids);
 	if (!tids)
 		abort();
-	struct progress *p = progress_start("mirror", m->plan.count, m->plan.total_bytes);
 	m->running = 0;
 	for (long i = 0; i < n; i++) {
 		pthread_mutex_lock(&m->lock);
@@ -215,8 +302,10 @@ run_workers(struct mirror *m)
 			break;
 		}
 	}
-	if (n == 0)
+	if (n == 0) {
+		m->running = 1;
 		worker(m); /* no thread could start: do the work here */
+	}
 	pthread_mutex_lock(&m->lock);
 	while (m->running > 0) {
 		struct timespec ts;
@@ -235,6 +324,44 @@ run_workers(struct mirror *m)
 	for (long i = 0; i < n; i++)
 		pthread_join(tids[i], NULL);
 	free(tids);
+}
+
+static bool
+stopped(struct mirror *m)
+{
+	return interrupted || atomic_load(&m->backend_down);
+}
+
+static bool
+want_scan(struct mirror *m)
+{
+	if (m->read_mode != READ_AUTO)
+		return m->read_mode == READ_SCAN;
+	gfs_session *s = gfs_session_pop(m->conn);
+	bool scan = gfs_mirror_prefer_scan(s, m->ntodo);
+	gfs_session_push(s);
+	return scan;
+}
+
+static void
+run_workers(struct mirror *m)
+{
+	long jobs = m->jobs;
+	if ((size_t)jobs > m->plan.count)
+		jobs = m->plan.count ? (long)m->plan.count : 1;
+	struct progress *p = progress_start("mirror", m->plan.count, m->plan.total_bytes);
+	run_phase(m, PHASE_DECIDE, jobs, p);
+	m->todo = calloc(m->plan.count + 1, sizeof *m->todo);
+	if (!m->todo)
+		abort();
+	for (size_t i = 0; i < m->plan.count; i++)
+		if (m->results[i] == RES_TODO)
+			m->todo[m->ntodo++] = i;
+	if (!m->dry_run && m->ntodo > 0 && !stopped(m) && want_scan(m))
+		run_phase(m, PHASE_SCAN, 1, p);
+	/* File by file: everything, or what the scan saw no chunk of. */
+	if (!m->dry_run && m->ntodo > 0 && !stopped(m))
+		run_phase(m, PHASE_WRITE, jobs, p);
 	draw_progress(m, p);
 	progress_done(p);
 }
@@ -277,7 +404,7 @@ print_planned_actions(struct mirror *m)
 {
 	for (size_t i = 0; i < m->plan.count; i++) {
 		const struct gfs_mirror_item *it = &m->plan.items[i];
-		if (m->results[i] == RES_WRITE)
+		if (m->results[i] == RES_TODO)
 			print_action(m, "write", it->rel, it->rel_len, it);
 		else if (m->results[i] == RES_ATTRS)
 			print_action(m, "attrs", it->rel, it->rel_len, it);
@@ -477,6 +604,7 @@ mirror_run(struct mirror *m)
 		print_summary(m, now_s() - started);
 	rc = exit_status(m);
 	free(m->results);
+	free(m->todo);
 	gfs_mirror_plan_free(&m->plan);
 	gfs_conn_close(m->conn);
 	return rc;

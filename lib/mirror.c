@@ -14,6 +14,7 @@
 #include "mirror.h"
 #include "names.h"
 #include "safepath.h"
+#include "strmap.h"
 
 /* ---- names ----------------------------------------------------------- */
 
@@ -615,47 +616,75 @@ set_attrs(int fd, const struct gfs_mirror_item *it, mode_t create_mode, gfs_erro
 	return true;
 }
 
+/* A temporary file beside the target, ready for the content. */
+struct temp {
+	int pfd;            /* the target's directory (owned by the gfs_mirror_dir) */
+	int fd;
+	char name[64];
+};
+
 static bool
-write_file(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, gfs_error *err)
+temp_open(gfs_mirror_dir *d, const struct gfs_mirror_item *it, struct temp *t, gfs_error *err)
 {
 	size_t dl;
-	const char *leaf = leaf_of(it, &dl);
-	int pfd = dir_get(d, it->rel, dl, true, err);
-	if (pfd < 0) {
+	leaf_of(it, &dl);
+	t->fd = -1;
+	t->pfd = dir_get(d, it->rel, dl, true, err);
+	if (t->pfd < 0) {
 		prefix_name(err, it);
 		return false;
 	}
-	char tmp[64];
-	int fd = -1;
-	for (int tries = 0; tries < 16 && fd < 0; tries++) {
-		gfs_mirror_temp_name(tmp);
-		fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd < 0 && errno != EEXIST)
+	for (int tries = 0; tries < 16 && t->fd < 0; tries++) {
+		gfs_mirror_temp_name(t->name);
+		t->fd = openat(t->pfd, t->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (t->fd < 0 && errno != EEXIST)
 			break;
 	}
-	if (fd < 0)
+	if (t->fd < 0)
 		return local_error(err, it, "cannot create a temporary file", errno);
+	return true;
+}
 
-	struct write_ctx w = {.fd = fd, .stop = d->opts->stop};
+/*
+ * With ok, gives the temporary file its mode and mtime, syncs it and renames
+ * it over the target; otherwise (or when any of that fails) removes it.
+ */
+static bool
+temp_finish(gfs_mirror_dir *d, const struct gfs_mirror_item *it, struct temp *t, bool ok,
+            gfs_error *err)
+{
+	size_t dl;
+	const char *leaf = leaf_of(it, &dl);
+	if (ok)
+		ok = set_attrs(t->fd, it, d->opts->create_mode, err);
+	if (ok && d->opts->fsync && fsync(t->fd) < 0)
+		ok = local_error(err, it, "fsync", errno);
+	if (close(t->fd) < 0 && ok)
+		ok = local_error(err, it, "close", errno);
+	t->fd = -1;
+	if (ok && renameat(t->pfd, t->name, t->pfd, leaf) < 0)
+		ok = local_error(err, it, "rename into place", errno);
+	if (!ok) {
+		unlinkat(t->pfd, t->name, 0);
+		return false;
+	}
+	d->dirty = true;
+	return true;
+}
+
+static bool
+write_file(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, gfs_error *err)
+{
+	struct temp t;
+	if (!temp_open(d, it, &t, err))
+		return false;
+	struct write_ctx w = {.fd = t.fd, .stop = d->opts->stop};
 	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
 	if (!ok && w.error)
 		local_error(err, it, "write", w.error);
 	else if (!ok && err->code == GFS_ECANCELED)
 		gfs_error_set(err, GFS_ECANCELED, "%s: interrupted", item_name(it));
-	if (ok)
-		ok = set_attrs(fd, it, d->opts->create_mode, err);
-	if (ok && d->opts->fsync && fsync(fd) < 0)
-		ok = local_error(err, it, "fsync", errno);
-	if (close(fd) < 0 && ok)
-		ok = local_error(err, it, "close", errno);
-	if (ok && renameat(pfd, tmp, pfd, leaf) < 0)
-		ok = local_error(err, it, "rename into place", errno);
-	if (!ok) {
-		unlinkat(pfd, tmp, 0);
-		return false;
-	}
-	d->dirty = true;
-	return true;
+	return temp_finish(d, it, &t, ok, err);
 }
 
 /* Fixes mode and mtime in place; the content is already right. */
@@ -694,6 +723,266 @@ gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item
 	case GFS_MIRROR_SKIP: return true;
 	}
 	return true;
+}
+
+/* ---- one pass over all chunks -------------------------------------- */
+
+/* A scan is chosen when at least this fraction (1/N) of all files is to be written. */
+#define SCAN_ABOVE 4
+
+bool
+gfs_mirror_prefer_scan(gfs_session *s, size_t nwrite)
+{
+	bson_error_t berr;
+	int64_t all = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
+	return nwrite > 0 && all > 0 && (int64_t)nwrite * SCAN_ABOVE >= all;
+}
+
+struct scan_entry {
+	char *key;
+	size_t idx;
+	bool seen;
+};
+
+struct scan {
+	gfs_mirror_dir *d;
+	const gfs_mirror_plan *plan;
+	strmap *map;
+	gfs_mirror_done_fn done;
+	void *ctx;
+	/* The file whose chunks are streaming past. */
+	char *cur_key;
+	struct scan_entry *cur;     /* NULL: a file we do not want */
+	const struct gfs_mirror_item *it;
+	bool failed;
+	struct temp t;
+	int64_t next, expected;
+	gfs_sha256 *h;
+};
+
+/* A map key for an _id of any type: the type, then its text. */
+static char *
+id_key(const bson_value_t *id)
+{
+	char *text = gfs_id_string(id);
+	char *key = bson_strdup_printf("%d:%s", (int)id->value_type, text);
+	free(text);
+	return key;
+}
+
+static void
+scan_fail(struct scan *sc, const gfs_error *err)
+{
+	if (sc->t.fd >= 0) {
+		close(sc->t.fd);
+		unlinkat(sc->t.pfd, sc->t.name, 0);
+		sc->t.fd = -1;
+	}
+	if (sc->h) {
+		char hex[65];
+		gfs_sha256_final(sc->h, hex);
+		sc->h = NULL;
+	}
+	sc->failed = true;
+	if (err)
+		sc->done(sc->cur->idx, err, sc->ctx);
+}
+
+/* The last chunk of the current file went by: check the whole, then rename. */
+static void
+scan_end_file(struct scan *sc)
+{
+	if (!sc->cur || sc->failed)
+		return;
+	gfs_error err;
+	const char *name = item_name(sc->it);
+	if (sc->next < sc->expected) {
+		gfs_error_set(&err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name,
+		              (long long)sc->next);
+		scan_fail(sc, &err);
+		return;
+	}
+	char hex[65];
+	gfs_sha256_final(sc->h, hex);
+	sc->h = NULL;
+	if (sc->it->file.sha256[0] && strcmp(hex, sc->it->file.sha256) != 0) {
+		gfs_error_set(&err, GFS_ECHECKSUM, "%s: content sha256 %s does not match stored %s",
+		              name, hex, sc->it->file.sha256);
+		scan_fail(sc, &err);
+		return;
+	}
+	bool ok = temp_finish(sc->d, sc->it, &sc->t, true, &err);
+	sc->done(sc->cur->idx, ok ? NULL : &err, sc->ctx);
+}
+
+static void
+scan_begin_file(struct scan *sc, const bson_value_t *files_id)
+{
+	free(sc->cur_key);
+	sc->cur_key = id_key(files_id);
+	sc->cur = strmap_get(sc->map, sc->cur_key);
+	sc->failed = false;
+	if (!sc->cur)
+		return;
+	if (sc->cur->seen) {
+		/* Its chunks came in two runs: the sort is broken; the first run decided. */
+		sc->cur = NULL;
+		return;
+	}
+	sc->cur->seen = true;
+	sc->it = &sc->plan->items[sc->cur->idx];
+	sc->next = 0;
+	sc->expected = gfs_chunk_count(sc->it->file.length, sc->it->file.chunk_size);
+	gfs_error err;
+	if (!temp_open(sc->d, sc->it, &sc->t, &err)) {
+		scan_fail(sc, &err);
+		return;
+	}
+	sc->h = gfs_sha256_new();
+}
+
+/* The checks of gfs_read(), for one chunk of the current file. */
+static bool
+scan_check(struct scan *sc, const bson_t *doc, const uint8_t **data, uint32_t *len,
+           gfs_error *err)
+{
+	const char *name = item_name(sc->it);
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "n") || !BSON_ITER_HOLDS_NUMBER(&it)) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: chunk without a valid n", name);
+		return false;
+	}
+	int64_t n = bson_iter_as_int64(&it);
+	if (n < sc->next || n >= sc->expected) {
+		gfs_error_set(err, GFS_EEXTRACHUNK, "%s: extra chunk n=%lld (expected %lld chunks)",
+		              name, (long long)n, (long long)sc->expected);
+		return false;
+	}
+	if (n > sc->next) {
+		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name,
+		              (long long)sc->next);
+		return false;
+	}
+	bson_subtype_t sub;
+	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", name,
+		              (long long)n);
+		return false;
+	}
+	bson_iter_binary(&it, &sub, len, data);
+	int32_t want = gfs_chunk_expected_len(sc->it->file.length, sc->it->file.chunk_size, n);
+	if ((int64_t)*len != want) {
+		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk n=%lld has %u bytes, expected %d", name,
+		              (long long)n, *len, want);
+		return false;
+	}
+	sc->next++;
+	return true;
+}
+
+static void
+scan_chunk(struct scan *sc, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "files_id"))
+		return;
+	const bson_value_t *fid = bson_iter_value(&it);
+	bool same = sc->cur_key != NULL;
+	if (same) {
+		char *key = id_key(fid);
+		same = strcmp(key, sc->cur_key) == 0;
+		bson_free(key);
+	}
+	if (!same) {
+		scan_end_file(sc);
+		scan_begin_file(sc, fid);
+	}
+	if (!sc->cur || sc->failed)
+		return;
+	const uint8_t *data;
+	uint32_t len;
+	gfs_error err;
+	if (!scan_check(sc, doc, &data, &len, &err)) {
+		scan_fail(sc, &err);
+		return;
+	}
+	gfs_sha256_update(sc->h, data, len);
+	struct write_ctx w = {.fd = sc->t.fd};
+	if (!write_chunk(data, len, &w)) {
+		local_error(&err, sc->it, "write", w.error);
+		scan_fail(sc, &err);
+	}
+}
+
+static void
+free_entry(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	(void)ctx;
+	struct scan_entry *e = value;
+	bson_free(e->key);
+}
+
+static int32_t
+scan_batch_size(const gfs_mirror_plan *plan, const size_t *idx, size_t n)
+{
+	int32_t max = 1;
+	for (size_t i = 0; i < n; i++)
+		if (plan->items[idx[i]].file.chunk_size > max)
+			max = plan->items[idx[i]].file.chunk_size;
+	return gfs_chunk_batch_size(max);
+}
+
+bool
+gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
+                const size_t *idx, size_t n, gfs_mirror_done_fn done, void *ctx,
+                gfs_error *err)
+{
+	struct scan_entry *entries = calloc(n ? n : 1, sizeof *entries);
+	if (!entries)
+		abort();
+	struct scan sc = {.d = d, .plan = plan, .map = strmap_new(n), .done = done, .ctx = ctx};
+	sc.t.fd = -1;
+	for (size_t i = 0; i < n; i++) {
+		entries[i].key = id_key(&plan->items[idx[i]].file.id);
+		entries[i].idx = idx[i];
+		strmap_put(sc.map, entries[i].key, &entries[i]);
+	}
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "files_id", 1);
+	BSON_APPEND_INT32(&sort, "n", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", scan_batch_size(plan, idx, n));
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+
+	bool ok = true;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (d->opts->stop && *d->opts->stop) {
+			gfs_error_set(err, GFS_ECANCELED, "interrupted");
+			ok = false;
+			break;
+		}
+		scan_chunk(&sc, doc);
+	}
+	bson_error_t berr;
+	if (ok && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "read chunks");
+		ok = false;
+	}
+	mongoc_cursor_destroy(cur);
+	if (ok)
+		scan_end_file(&sc);
+	else if (sc.cur && !sc.failed)
+		scan_fail(&sc, NULL); /* unfinished: its temporary file goes, no verdict */
+	free(sc.cur_key);
+	strmap_each(sc.map, free_entry, NULL);
+	strmap_free(sc.map);
+	free(entries);
+	return ok;
 }
 
 /* ---- sweeping -------------------------------------------------------- */

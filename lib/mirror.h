@@ -114,6 +114,30 @@ bool gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirro
 bool gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
                       enum gfs_mirror_action action, gfs_error *err);
 
+/*
+ * Reading many files at once. Fetching each file's chunks is one query per
+ * file; when most of the bucket is to be written, one cursor over all chunks
+ * sorted by files_id and n reads everything in a single pass instead (and
+ * reads the chunks of files it does not want, which is why it only pays when
+ * most are wanted). gfs_mirror_prefer_scan() makes that call.
+ */
+bool gfs_mirror_prefer_scan(gfs_session *s, size_t nwrite);
+
+/* Told about each file the scan finished: err is NULL when it was written. */
+typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
+
+/*
+ * Writes the plan items idx[0..n) from one sorted pass over the chunks,
+ * with the same checks as gfs_read() and the same temporary-file-and-rename
+ * as gfs_mirror_apply(). Items the pass saw no chunk of (empty files, files
+ * whose chunks are all gone) are not reported: the caller writes those one
+ * by one, which also reports what is missing. False when the cursor failed
+ * or a stop was requested; files finished until then stay reported.
+ */
+bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
+                     const size_t *idx, size_t n, gfs_mirror_done_fn done, void *ctx,
+                     gfs_error *err);
+
 /* What the sweep does (or, in a dry run, would do) with one local entry. */
 enum gfs_mirror_sweep_kind {
 	GFS_MIRROR_CLEAN,   /* a temporary file left by an earlier run */

@@ -119,12 +119,17 @@ def no_temp_files(root):
 # ---- round trips ------------------------------------------------------------
 
 
-def test_round_trip_and_second_run_writes_nothing(gfs, bucket, tmp_path):
+READS = ["scan", "each"]  # one sorted pass over all chunks, or a query per file
+
+
+@pytest.mark.parametrize("read", READS)
+def test_round_trip_and_second_run_writes_nothing(gfs, bucket, tmp_path, read):
     src = tmp_path / "src"
     files = make_tree(src)
     load_tree(bucket, src, prefix="posters")
+    store(bucket, "elsewhere/not-mirrored", os.urandom(CHUNK + 1))
     dst = tmp_path / "dst"
-    r = gfs.run("mirror", dst, "--prefix", "posters/", "--json")
+    r = gfs.run("mirror", dst, "--prefix", "posters/", "--json", "--read", read)
     assert r.rc == 0, r
     s = summary(r)
     assert s["written"] == len(files) and s["failed"] == 0
@@ -297,6 +302,8 @@ def corrupt(db, fid, how):
     chunk = db.fs.chunks.find_one({"files_id": fid, "n": 1})
     if how == "missing":
         db.fs.chunks.delete_one({"_id": chunk["_id"]})
+    elif how == "all-gone":
+        db.fs.chunks.delete_many({"files_id": fid})
     elif how == "short":
         db.fs.chunks.update_one({"_id": chunk["_id"]}, {"$set": {"data": Binary(bytes(chunk["data"])[:-5])}})
     elif how == "flipped":
@@ -305,8 +312,9 @@ def corrupt(db, fid, how):
         db.fs.chunks.update_one({"_id": chunk["_id"]}, {"$set": {"data": Binary(bytes(data))}})
 
 
-@pytest.mark.parametrize("how", ["missing", "short", "flipped"])
-def test_damaged_file_keeps_old_local_copy(gfs, bucket, db, tmp_path, how):
+@pytest.mark.parametrize("read", READS)
+@pytest.mark.parametrize("how", ["missing", "all-gone", "short", "flipped"])
+def test_damaged_file_keeps_old_local_copy(gfs, bucket, db, tmp_path, how, read):
     old = os.urandom(2 * CHUNK + 10)
     store(bucket, "dmg/f.bin", old, mtime_ns=1_300_000_000_000_000_000)
     store(bucket, "dmg/ok.txt", b"ok")
@@ -317,7 +325,7 @@ def test_damaged_file_keeps_old_local_copy(gfs, bucket, db, tmp_path, how):
     fid = store(bucket, "dmg/f.bin", new, mtime_ns=1_310_000_000_000_000_000)
     store(bucket, "dmg/later.txt", b"written after the damaged one")
     corrupt(db, fid, how)
-    r = gfs.run("mirror", dst, "--prefix", "dmg", "--delete", "--json")
+    r = gfs.run("mirror", dst, "--prefix", "dmg", "--delete", "--json", "--read", read)
     assert r.rc == 1, r
     assert "dmg/f.bin" in r.err
     assert (dst / "f.bin").read_bytes() == old
@@ -330,7 +338,8 @@ def test_damaged_file_keeps_old_local_copy(gfs, bucket, db, tmp_path, how):
     no_temp_files(dst)
 
 
-def test_write_error_removes_temp_and_continues(gfs, bucket, tmp_path):
+@pytest.mark.parametrize("read", READS)
+def test_write_error_removes_temp_and_continues(gfs, bucket, tmp_path, read):
     """A file-size limit makes writes fail with EFBIG, as a full disk would fail them."""
     store(bucket, "w/big", os.urandom(300_000))
     store(bucket, "w/small", b"small")
@@ -341,7 +350,7 @@ def test_write_error_removes_temp_and_continues(gfs, bucket, tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 
-    argv = [gfs_bin(), "mirror", str(dst), "--prefix", "w", "--db", gfs.dbname, "--jobs", "1"]
+    argv = [gfs_bin(), "mirror", str(dst), "--prefix", "w", "--db", gfs.dbname, "--jobs", "1", "--read", read]
     p = subprocess.run(argv, env=gfs.env, capture_output=True, preexec_fn=limit, timeout=120)
     err = p.stderr.decode()
     assert p.returncode == 1, err
@@ -477,12 +486,13 @@ def test_unreachable_backend(gfs, tmp_path):
     assert r.rc == 3, r
 
 
-def test_interrupt_removes_partial_file(gfs, bucket, tmp_path):
+@pytest.mark.parametrize("read", READS)
+def test_interrupt_removes_partial_file(gfs, bucket, tmp_path, read):
     """SIGINT while a big file is being written: it is abandoned, its temp file removed, exit 130."""
     store(bucket, "i/a", b"small, written first")
     store(bucket, "i/zz-big", os.urandom(40 * 1024 * 1024))
     dst = tmp_path / "d"
-    p = gfs.popen("mirror", dst, "--prefix", "i", "--jobs", "1", "--delete",
+    p = gfs.popen("mirror", dst, "--prefix", "i", "--jobs", "1", "--delete", "--read", read,
                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     try:

@@ -513,3 +513,16 @@ def test_one_fetch_per_file_and_bounded_queue(bucket, serve):
     assert q.metrics()["gridfsctl_serve_queue_full_total"] == len(busy)
     for i in range(40):  # and each is served once asked again
         assert wait_for(lambda: q.get(f"/many/{i}.bin")[0] == 200, 10, "a retry")
+
+
+def test_damaged_file_is_500_not_wrong_bytes(bucket, db, serve):
+    oid = put(bucket, "bad.bin", b"A" * 1000)
+    put(bucket, "short.bin", b"B" * 1000)
+    db.fs.chunks.update_one({"files_id": oid, "n": 0}, {"$set": {"data": b"C" * 1000}})
+    short = db.fs.files.find_one({"filename": "short.bin"})["_id"]
+    db.fs.chunks.delete_many({"files_id": short})
+    s = serve()
+    assert s.get("/bad.bin")[0] == 500      # sha256 mismatch: never sent as if good
+    assert s.get("/short.bin")[0] == 500    # missing chunk
+    err = s.stderr()
+    assert "bad.bin" in err and "short.bin" in err

@@ -201,13 +201,13 @@ def main():
 
     cache = total + total // 4 + (64 << 20)
     cmds = {
-        # Polling relaxed (--poll 30): the servers share one backend with the peer,
+        # Polling relaxed (--poll 30 --reload 600): the servers share one backend with the peer,
         # and on FerretDB every poll reads the whole files collection.
         "serve": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters", "--preload",
-                  "--cache-size", str(cache), "--poll", "30", "--listen",
+                  "--cache-size", str(cache), "--poll", "30", "--reload", "600", "--listen",
                   f"127.0.0.1:{PORTS['serve']}", "-q"],
         "cold": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters",
-                 "--cache-size", "1M", "--poll", "30", "--listen", f"127.0.0.1:{PORTS['cold']}", "-q"],
+                 "--cache-size", "1M", "--poll", "30", "--reload", "600", "--listen", f"127.0.0.1:{PORTS['cold']}", "-q"],
         "nginx": ["nginx", "-c", nginx_conf(workdir, tree, PORTS["nginx"]), "-g", "daemon off;"],
         "peer": [sys.executable, os.path.join(ROOT, "bench", "peer_server.py"), "--uri", uri,
                  "--db", "bench", "--port", str(PORTS["peer"]), "--prefix", "posters"],

@@ -526,3 +526,21 @@ def test_damaged_file_is_500_not_wrong_bytes(bucket, db, serve):
     assert s.get("/short.bin")[0] == 500    # missing chunk
     err = s.stderr()
     assert "bad.bin" in err and "short.bin" in err
+
+
+def test_starts_without_backend(tmp_path, serve, db):
+    b = Backend(str(tmp_path / "late-backend"), pick_port(BACKEND_PORTS), "sqlite")
+    os.makedirs(b.datadir)
+    s = serve(env={"GRIDFSCTL_URI": b.uri})  # nothing listens there yet
+    assert s.get("/_health")[0] == 503
+    assert s.get("/late.txt")[0] == 503
+    b.start()
+    try:
+        client = b.client()
+        import gridfs
+        put(gridfs.GridFSBucket(client[db.name]), "late.txt", b"late")
+        client.close()
+        wait_for(lambda: s.get("/late.txt")[0] == 200, 60, "the index to load")
+        assert s.get("/late.txt")[2] == b"late" and s.get("/_health")[0] == 200
+    finally:
+        b.stop()

@@ -115,10 +115,12 @@ holder_gone(const bson_t *held, const struct identity *me)
 	    strcmp(doc_str(held, "bootId"), me->boot) != 0)
 		return false;
 	long pid = (long)doc_int(held, "pid");
-	if (pid <= 0)
+	long long held_start = doc_int(held, "startTime");
+	/* Without /proc we cannot tell a live holder from a dead one: wait for the expiry. */
+	if (pid <= 0 || held_start < 0 || me->start < 0)
 		return false;
 	long long start = process_start(pid);
-	return start < 0 || start != doc_int(held, "startTime");
+	return start < 0 || start != held_start;
 }
 
 static void

@@ -105,11 +105,9 @@ logfile_rotate(struct logfile *lf)
 	return true;
 }
 
-bool
-logfile_write(struct logfile *lf, const char *data, size_t len)
+static bool
+write_all(struct logfile *lf, const char *data, size_t len)
 {
-	if (lf->max && lf->size > 0 && lf->size + len > lf->max && !logfile_rotate(lf))
-		return false;
 	while (len > 0) {
 		ssize_t n = write(lf->fd, data, len);
 		if (n < 0) {
@@ -120,6 +118,38 @@ logfile_write(struct logfile *lf, const char *data, size_t len)
 		data += n;
 		len -= (size_t)n;
 		lf->size += (uint64_t)n;
+	}
+	return true;
+}
+
+/*
+ * data holds whole lines (the caller writes many at once). Lines are never
+ * split across files: the file is rotated before a line would take it past
+ * max, and only a single line longer than max can make a file bigger.
+ */
+bool
+logfile_write(struct logfile *lf, const char *data, size_t len)
+{
+	while (len > 0) {
+		size_t n = len;
+		if (lf->max && lf->size + len > lf->max) {
+			uint64_t room = lf->max > lf->size ? lf->max - lf->size : 0;
+			const char *nl = room ? memrchr(data, '\n', room < len ? (size_t)room : len) : NULL;
+			if (nl) {
+				n = (size_t)(nl - data) + 1;
+			} else if (lf->size > 0) {
+				if (!logfile_rotate(lf))
+					return false;
+				continue;
+			} else {
+				nl = memchr(data, '\n', len);
+				n = nl ? (size_t)(nl - data) + 1 : len;
+			}
+		}
+		if (!write_all(lf, data, n))
+			return false;
+		data += n;
+		len -= n;
 	}
 	return true;
 }

@@ -16,7 +16,7 @@ struct logfile {
 
 /* Opens (creating, appending) path. Returns NULL with errno set. */
 struct logfile *logfile_open(const char *path, uint64_t max, int backups);
-/* Appends one record, rotating first if it would pass max. False with errno set. */
+/* Appends whole lines, rotating between lines so that no file passes max. False with errno set. */
 bool logfile_write(struct logfile *lf, const char *data, size_t len);
 /* Rotates now. */
 bool logfile_rotate(struct logfile *lf);

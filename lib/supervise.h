@@ -63,10 +63,17 @@ int sv_count_recent(const double *times, size_t n, double now, double window);
 
 struct sv_patterns {
 	regex_t *re;
+	char **lit;     /* a substring every match contains (or NULL): skips most regexec calls */
 	size_t n;
 };
 bool sv_patterns_compile(struct sv_patterns *p, char *const *patterns, size_t n, char *err,
                          size_t errlen);
+/*
+ * The longest run of plain characters that every match of the extended
+ * regex must contain, matched case-insensitively (malloc'd), or NULL when
+ * none of at least 3 characters can be proven.
+ */
+char *sv_required_literal(const char *re);
 /* The index of the first pattern matching line, or -1. */
 int sv_patterns_match(const struct sv_patterns *p, const char *line);
 void sv_patterns_free(struct sv_patterns *p);

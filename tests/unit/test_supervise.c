@@ -267,6 +267,51 @@ patterns(void **state)
 }
 
 static void
+expect_literal(const char *re, const char *want)
+{
+	char *got = sv_required_literal(re);
+	if (!want) {
+		if (got)
+			fail_msg("'%s': expected no literal, got '%s'", re, got);
+		return;
+	}
+	if (!got || strcmp(got, want) != 0)
+		fail_msg("'%s': expected '%s', got '%s'", re, want, got ? got : "(null)");
+	free(got);
+}
+
+static void
+required_literals(void **state)
+{
+	(void)state;
+	expect_literal("Too many open files", "Too many open files");
+	expect_literal("can ?not open file", "not open file");
+	expect_literal("errno[ :=]+24([^0-9]|$)", "errno");
+	expect_literal("EMFILE", "EMFILE");
+	expect_literal("a|bcdef", NULL);           /* top-level alternative */
+	expect_literal("(x|y)abcd", "abcd");
+	expect_literal("ab+cde", "cde");           /* b repeats: 'abcde' need not occur */
+	expect_literal("abcd*e", "abc");
+	expect_literal("abc{0,2}de", NULL);        /* "ab" and "de": too short */
+	expect_literal("abc{0,2}defg", "defg");
+	expect_literal("fo.bar", "bar");
+	expect_literal("x[[:alpha:]xyz]yzw", "yzw");
+	expect_literal("[]abcd]efg", "efg");
+	expect_literal("\\(abc\\)defg", "defg");
+	expect_literal("^start", "start");
+	expect_literal("ab", NULL);
+	/* The prefilter never hides a match. */
+	struct sv_patterns p;
+	char *pats[] = {"can ?not open file", "x[[:alpha:]xyz]yzw"};
+	char err[200];
+	assert_true(sv_patterns_compile(&p, pats, 2, err, sizeof err));
+	assert_int_equal(sv_patterns_match(&p, "CANNOT OPEN FILE"), 0);
+	assert_int_equal(sv_patterns_match(&p, "xqyzw"), 1);
+	assert_int_equal(sv_patterns_match(&p, "x yzw"), -1);
+	sv_patterns_free(&p);
+}
+
+static void
 limits_text(void **state)
 {
 	(void)state;
@@ -363,6 +408,25 @@ rotation(void **state)
 	assert_int_equal(st.st_size, 80);
 	assert_int_equal(stat(p2, &st), 0);
 	assert_int_not_equal(stat(p3, &st), 0);
+	/* Many lines in one write are split between files at line ends. */
+	char many[400];
+	for (int i = 0; i < 10; i++)
+		memcpy(many + i * 40, line, 40);
+	lf = logfile_open(path, 100, 2);
+	assert_non_null(lf);
+	assert_true(logfile_write(lf, many, sizeof many));
+	logfile_close(lf);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, 80);
+	assert_int_equal(stat(p1, &st), 0);
+	assert_int_equal(st.st_size, 80);
+	/* A single line longer than max still goes whole into a file of its own. */
+	lf = logfile_open(path, 30, 1);
+	assert_true(logfile_write(lf, line, 40));
+	assert_true(logfile_write(lf, line, 40));
+	logfile_close(lf);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, 40);
 	unlink(path);
 	unlink(p1);
 	unlink(p2);
@@ -380,6 +444,7 @@ main(void)
 		cmocka_unit_test(config_errors),
 		cmocka_unit_test(backoff_and_window),
 		cmocka_unit_test(patterns),
+		cmocka_unit_test(required_literals),
 		cmocka_unit_test(limits_text),
 		cmocka_unit_test(trend_and_decision),
 		cmocka_unit_test(rotation),

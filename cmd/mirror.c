@@ -235,7 +235,7 @@ scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
 {
 	gfs_error err;
 	gfs_error_clear(&err);
-	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, write_done, m, &err) &&
+	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, (int)m->jobs, write_done, m, &err) &&
 	    !(err.code == GFS_ECANCELED && interrupted)) {
 		atomic_fetch_add(&m->failed, 1);
 		if (err.code == GFS_EBACKEND)

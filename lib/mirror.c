@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -738,6 +739,192 @@ gfs_mirror_prefer_scan(gfs_session *s, size_t nwrite)
 	return nwrite > 0 && all > 0 && (int64_t)nwrite * SCAN_ABOVE >= all;
 }
 
+/*
+ * Finishing a file (fsync, rename) costs a disk flush each; the one scan
+ * thread hands complete files to a few finisher threads so that flushes
+ * overlap with each other and with reading. Each finisher fsyncs a
+ * directory once when it moves on to another, as gfs_mirror_dir does.
+ */
+struct finish_job {
+	size_t idx;
+	int fd;             /* the complete temporary file, mode and mtime set */
+	int dirfd;          /* its directory: our own descriptor */
+	char tmp[64];
+};
+
+struct finisher {
+	pthread_mutex_t lock;
+	pthread_cond_t more, room;
+	struct finish_job *q;   /* a ring of cap jobs */
+	size_t cap, head, count;
+	bool closing;
+	const gfs_mirror_plan *plan;
+	gfs_mirror_done_fn done;
+	void *ctx;
+	pthread_t *tids;
+	int n;
+	gfs_error dir_err;      /* the first directory fsync that failed */
+	bool dir_failed;
+};
+
+static bool
+fin_pop(struct finisher *f, struct finish_job *job)
+{
+	pthread_mutex_lock(&f->lock);
+	while (f->count == 0 && !f->closing)
+		pthread_cond_wait(&f->more, &f->lock);
+	bool got = f->count > 0;
+	if (got) {
+		*job = f->q[f->head];
+		f->head = (f->head + 1) % f->cap;
+		f->count--;
+		pthread_cond_signal(&f->room);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return got;
+}
+
+static void
+fin_push(struct finisher *f, const struct finish_job *job)
+{
+	pthread_mutex_lock(&f->lock);
+	while (f->count == f->cap)
+		pthread_cond_wait(&f->room, &f->lock);
+	f->q[(f->head + f->count) % f->cap] = *job;
+	f->count++;
+	pthread_cond_signal(&f->more);
+	pthread_mutex_unlock(&f->lock);
+}
+
+struct fin_dir {
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	bool dirty;
+};
+
+static void
+fin_dir_sync(struct finisher *f, struct fin_dir *fd)
+{
+	if (fd->fd < 0)
+		return;
+	if (fd->dirty && fsync(fd->fd) < 0) {
+		pthread_mutex_lock(&f->lock);
+		if (!f->dir_failed)
+			gfs_error_set(&f->dir_err, GFS_ELOCAL, "fsync of a directory: %s", strerror(errno));
+		f->dir_failed = true;
+		pthread_mutex_unlock(&f->lock);
+	}
+	close(fd->fd);
+	fd->fd = -1;
+	fd->dirty = false;
+}
+
+/* Keeps job's directory as the current one (syncing the previous), or closes it. */
+static void
+fin_dir_note(struct finisher *f, struct fin_dir *cur, int dirfd, bool renamed)
+{
+	struct stat st;
+	if (fstat(dirfd, &st) < 0) {
+		close(dirfd);
+		return;
+	}
+	if (cur->fd >= 0 && st.st_dev == cur->dev && st.st_ino == cur->ino) {
+		close(dirfd);
+	} else {
+		fin_dir_sync(f, cur);
+		cur->fd = dirfd;
+		cur->dev = st.st_dev;
+		cur->ino = st.st_ino;
+	}
+	cur->dirty |= renamed;
+}
+
+static void *
+fin_thread(void *arg)
+{
+	struct finisher *f = arg;
+	struct fin_dir cur = {.fd = -1};
+	struct finish_job job;
+	while (fin_pop(f, &job)) {
+		const struct gfs_mirror_item *it = &f->plan->items[job.idx];
+		size_t dl;
+		const char *leaf = leaf_of(it, &dl);
+		gfs_error err;
+		bool ok = true;
+		if (fsync(job.fd) < 0)
+			ok = local_error(&err, it, "fsync", errno);
+		if (close(job.fd) < 0 && ok)
+			ok = local_error(&err, it, "close", errno);
+		if (ok && renameat(job.dirfd, job.tmp, job.dirfd, leaf) < 0)
+			ok = local_error(&err, it, "rename into place", errno);
+		if (!ok)
+			unlinkat(job.dirfd, job.tmp, 0);
+		fin_dir_note(f, &cur, job.dirfd, ok);
+		f->done(job.idx, ok ? NULL : &err, f->ctx);
+	}
+	fin_dir_sync(f, &cur);
+	return NULL;
+}
+
+static struct finisher *
+fin_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn done, void *ctx)
+{
+	struct finisher *f = calloc(1, sizeof *f);
+	if (!f)
+		abort();
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->more, NULL);
+	pthread_cond_init(&f->room, NULL);
+	f->cap = (size_t)n * 4;
+	f->q = calloc(f->cap, sizeof *f->q);
+	f->tids = calloc((size_t)n, sizeof *f->tids);
+	if (!f->q || !f->tids)
+		abort();
+	f->plan = plan;
+	f->done = done;
+	f->ctx = ctx;
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&f->tids[i], NULL, fin_thread, f) != 0)
+			break;
+		f->n++;
+	}
+	if (f->n == 0) {
+		free(f->q);
+		free(f->tids);
+		pthread_mutex_destroy(&f->lock);
+		pthread_cond_destroy(&f->more);
+		pthread_cond_destroy(&f->room);
+		free(f);
+		return NULL; /* finish inline instead */
+	}
+	return f;
+}
+
+/* Finishes what is queued, stops the threads; false with err when a directory fsync failed. */
+static bool
+fin_stop(struct finisher *f, gfs_error *err)
+{
+	if (!f)
+		return true;
+	pthread_mutex_lock(&f->lock);
+	f->closing = true;
+	pthread_cond_broadcast(&f->more);
+	pthread_mutex_unlock(&f->lock);
+	for (int i = 0; i < f->n; i++)
+		pthread_join(f->tids[i], NULL);
+	bool ok = !f->dir_failed;
+	if (!ok)
+		*err = f->dir_err;
+	free(f->q);
+	free(f->tids);
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->more);
+	pthread_cond_destroy(&f->room);
+	free(f);
+	return ok;
+}
+
 struct scan_entry {
 	char *key;
 	size_t idx;
@@ -758,6 +945,7 @@ struct scan {
 	struct temp t;
 	int64_t next, expected;
 	gfs_sha256 *h;
+	struct finisher *fin;   /* NULL: finish each file on the scan thread */
 };
 
 /* A map key for an _id of any type: the type, then its text. */
@@ -811,8 +999,26 @@ scan_end_file(struct scan *sc)
 		scan_fail(sc, &err);
 		return;
 	}
-	bool ok = temp_finish(sc->d, sc->it, &sc->t, true, &err);
-	sc->done(sc->cur->idx, ok ? NULL : &err, sc->ctx);
+	if (!sc->fin) {
+		bool ok = temp_finish(sc->d, sc->it, &sc->t, true, &err);
+		sc->done(sc->cur->idx, ok ? NULL : &err, sc->ctx);
+		return;
+	}
+	struct finish_job job = {.idx = sc->cur->idx, .fd = sc->t.fd};
+	memcpy(job.tmp, sc->t.name, sizeof job.tmp);
+	job.dirfd = fcntl(sc->t.pfd, F_DUPFD_CLOEXEC, 0);
+	if (job.dirfd < 0) {
+		local_error(&err, sc->it, "duplicate a descriptor", errno);
+		scan_fail(sc, &err);
+		return;
+	}
+	if (!set_attrs(sc->t.fd, sc->it, sc->d->opts->create_mode, &err)) {
+		close(job.dirfd);
+		scan_fail(sc, &err);
+		return;
+	}
+	sc->t.fd = -1; /* the finisher owns it now */
+	fin_push(sc->fin, &job);
 }
 
 static void
@@ -935,7 +1141,7 @@ scan_batch_size(const gfs_mirror_plan *plan, const size_t *idx, size_t n)
 
 bool
 gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
-                const size_t *idx, size_t n, gfs_mirror_done_fn done, void *ctx,
+                const size_t *idx, size_t n, int finishers, gfs_mirror_done_fn done, void *ctx,
                 gfs_error *err)
 {
 	struct scan_entry *entries = calloc(n ? n : 1, sizeof *entries);
@@ -943,6 +1149,8 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 		abort();
 	struct scan sc = {.d = d, .plan = plan, .map = strmap_new(n), .done = done, .ctx = ctx};
 	sc.t.fd = -1;
+	if (finishers > 0 && d->opts->fsync)
+		sc.fin = fin_start(plan, finishers, done, ctx);
 	for (size_t i = 0; i < n; i++) {
 		entries[i].key = id_key(&plan->items[idx[i]].file.id);
 		entries[i].idx = idx[i];
@@ -978,6 +1186,11 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 		scan_end_file(&sc);
 	else if (sc.cur && !sc.failed)
 		scan_fail(&sc, NULL); /* unfinished: its temporary file goes, no verdict */
+	gfs_error ferr;
+	if (!fin_stop(sc.fin, &ferr) && ok) {
+		*err = ferr;
+		ok = false;
+	}
 	free(sc.cur_key);
 	strmap_each(sc.map, free_entry, NULL);
 	strmap_free(sc.map);

@@ -131,12 +131,15 @@ typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
  * with the same checks as gfs_read() and the same temporary-file-and-rename
  * as gfs_mirror_apply(). Items the pass saw no chunk of (empty files, files
  * whose chunks are all gone) are not reported: the caller writes those one
- * by one, which also reports what is missing. False when the cursor failed
- * or a stop was requested; files finished until then stay reported.
+ * by one, which also reports what is missing. With fsync, finishers
+ * threads (0: none) fsync and rename complete files while the pass goes
+ * on; done is then called from them. False when the cursor failed, a stop
+ * was requested or a directory fsync failed; files finished until then stay
+ * reported.
  */
 bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
-                     const size_t *idx, size_t n, gfs_mirror_done_fn done, void *ctx,
-                     gfs_error *err);
+                     const size_t *idx, size_t n, int finishers, gfs_mirror_done_fn done,
+                     void *ctx, gfs_error *err);
 
 /* What the sweep does (or, in a dry run, would do) with one local entry. */
 enum gfs_mirror_sweep_kind {

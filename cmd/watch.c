@@ -237,7 +237,8 @@ act(struct watch_cli *w, const struct pending *p)
 	if (!gfs_watch_remove(w->s, &w->o, p->rel, is_dir, &removed, &err)) {
 		warnx_("%s: %s", p->rel, err.msg);
 		w->failures++;
-	} else if (removed) {
+	} else if (removed || is_dir) {
+		/* A folder's files may have gone one by one already; its own removal is still news. */
 		char *name = gfs_prefix_join(w->o.prefix, p->rel);
 		report(w, is_dir ? "removed-folder" : "removed", name, -1);
 		free(name);
@@ -288,7 +289,11 @@ process_due(struct watch_cli *w, bool all)
 		free(d.v[i]);
 	}
 	free(d.v);
-	return d.next < 0 ? -1 : d.next - mono_ms();
+	if (d.next < 0)
+		return -1;
+	/* Acting took time: a path may have settled meanwhile, and must not wait for the next event. */
+	int64_t wait = d.next - mono_ms();
+	return wait > 0 ? wait : 0;
 }
 
 static void

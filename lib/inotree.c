@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "inotree.h"
@@ -114,6 +115,16 @@ emit(gfs_inotree *t, enum gfs_inotree_kind kind, const char *rel)
 	t->fn(&ev, t->fn_ctx);
 }
 
+/* Some filesystems (XFS without ftype, network filesystems) leave d_type unknown. */
+static unsigned char
+type_at(DIR *d, const char *name)
+{
+	struct stat st;
+	if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return DT_UNKNOWN;
+	return S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+}
+
 /* Adds a watch on rel and below; reports files found when report is set. */
 static void
 add_tree(gfs_inotree *t, const char *rel, bool report)
@@ -138,10 +149,13 @@ add_tree(gfs_inotree *t, const char *rel, bool report)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		char *child = join(rel, de->d_name);
-		if (de->d_type == DT_DIR) {
+		unsigned char type = de->d_type;
+		if (type == DT_UNKNOWN)
+			type = type_at(d, de->d_name);
+		if (type == DT_DIR) {
 			if (dir_selected(t, child))
 				add_tree(t, child, report);
-		} else if (de->d_type == DT_REG && report && file_selected(t, child)) {
+		} else if (type == DT_REG && report && file_selected(t, child)) {
 			emit(t, GFS_INO_CHANGED, child);
 		}
 		free(child);

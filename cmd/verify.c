@@ -80,7 +80,7 @@ struct rec {
 	int64_t length;
 	char sha256[65];          /* content hash, "" when not all chunks were read */
 	char *content_type;
-	bool intact, verified;
+	bool intact, verified, data_whole;
 	bool latest;              /* the newest revision of its name */
 	bool replaced;            /* re-uploaded from disk: the damaged revision may go */
 	bool disk_same;           /* equal to the disk copy */
@@ -280,6 +280,7 @@ on_file(const gfs_verify_file *v, void *ctx)
 	rc->content_type = v->file->content_type ? strdup(v->file->content_type) : NULL;
 	rc->intact = v->intact;
 	rc->verified = v->verified;
+	rc->data_whole = v->data_whole;
 }
 
 static void
@@ -482,7 +483,8 @@ gridfs_only(struct run *r, const struct rec *rc)
 static void
 both(struct run *r, gfs_session *s, struct rec *rc, const struct dfile *d)
 {
-	if (!rc->intact) {
+	/* Extra chunks alone do not make the content differ; the repair drops them. */
+	if (!rc->intact && !rc->data_whole) {
 		r->damaged++;
 		combined_line(r, '!', rc->name);
 		if (!r->o->repair)

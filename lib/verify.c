@@ -563,7 +563,8 @@ verdict(struct verify *v, struct slot *sl)
 		         (long long)c->first_extra_n, (long long)c->extras, (long long)c->expected);
 		report(v, &p);
 	}
-	res.intact = !c->failed && hash_ok && !c->extras;
+	res.data_whole = !c->failed && hash_ok;
+	res.intact = res.data_whole && !c->extras;
 	if (v->o->on_file)
 		v->o->on_file(&res, v->o->ctx);
 }

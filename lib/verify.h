@@ -53,6 +53,7 @@ typedef struct gfs_verify_file {
 	const gfs_file *file;
 	bool intact;                /* all chunks present and sized, hash matches when stored */
 	bool verified;              /* a stored hash was compared and matched */
+	bool data_whole;            /* as intact, but extra chunks aside (a repair can drop them) */
 	char sha256[65];            /* the content's sha256 when all chunks were read, else "" */
 } gfs_verify_file;
 

@@ -292,3 +292,18 @@ def test_help_and_options(gfs):
     r = gfs.run("_options", "verify", db=False)
     assert {"--prefix=", "--against=", "--repair", "--dry-run", "--json", "--sample=",
             "--combined="} <= set(r.text.split())
+
+
+def test_against_extra_chunk_is_not_a_difference(gfs, db, bucket, tmp_path):
+    tree = tmp_path / "t"
+    write_tree(str(tree), {"x.jpg": data(1500)})
+    fid = put(bucket, "x.jpg", data(1500))
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 2, "data": bson.Binary(b"e")})
+    comb = tmp_path / "c.txt"
+    r = gfs.run("verify", "--against", tree, "--combined", comb)
+    assert r.rc == 1 and kinds(r) == ["EXTRA-CHUNK"], r
+    assert comb.read_text() == "= x.jpg\n"
+    r = gfs.run("verify", "--against", tree, "--repair")
+    assert r.rc == 0 and "REPAIRED remove-extra-chunks x.jpg" in r.text, r
+    assert db["fs.files"].count_documents({"_id": fid}) == 1
+    assert db["fs.chunks"].count_documents({"files_id": fid}) == 2

@@ -1265,6 +1265,18 @@ walk_failed(gfs_import *imp, const gfs_walk_entry *e, bool incomplete)
 	pthread_mutex_unlock(&imp->mu);
 }
 
+/* A path that is there but cannot be stored keeps its stored copy safe from --delete. */
+static void
+mark_seen(gfs_import *imp, const gfs_walk_entry *e)
+{
+	bool escaped, created;
+	char *rel_name = gfs_name_from_bytes(e->rel, e->rel_len, &escaped);
+	char *name = gfs_prefix_join(imp->prefix, rel_name);
+	table_get(&imp->table, name, &created)->seen = true;
+	free(rel_name);
+	free(name);
+}
+
 static bool
 on_walk(const gfs_walk_entry *e, void *ctx)
 {
@@ -1274,7 +1286,7 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	switch (e->kind) {
 	case GFS_WALK_SYMLINK: return true;
 	case GFS_WALK_ERROR: walk_failed(imp, e, true); return true;
-	case GFS_WALK_SPECIAL: walk_failed(imp, e, false); return true;
+	case GFS_WALK_SPECIAL: mark_seen(imp, e); walk_failed(imp, e, false); return true;
 	case GFS_WALK_FILE: break;
 	}
 	pthread_mutex_lock(&imp->mu);

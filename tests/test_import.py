@@ -234,6 +234,17 @@ def test_special_file_and_symlink_loop(gfs, db, bucket, tree):
     assert summary(res)["failed"] == 1
     assert set(stored(db)) == {"ok/good.txt", "target.txt"}
 
+    # A stored file whose path became a FIFO is reported, and not deleted by --delete.
+    os.unlink(tree / "target.txt")
+    os.mkfifo(tree / "target.txt")
+    res = gfs.run("import", tree, "--delete", "--json")
+    assert res.rc == 1, res
+    assert "target.txt: not a regular file (FIFO)" in res.err
+    assert summary(res)["deleted"] == 0
+    assert set(stored(db)) == {"ok/good.txt", "target.txt"}
+    os.unlink(tree / "target.txt")
+    write(tree / "target.txt", b"target")
+
     # Followed: the file link is stored, the loops are reported, not walked.
     res = gfs.run("import", tree, "-L", "--json", timeout=60)
     assert res.rc == 1, res

@@ -483,3 +483,25 @@ def test_over_long_name(gfs, db, tree):
     s = summary(res)
     assert (s["uploaded"], s["failed"]) == (1, 1)
     assert set(stored(db)) == {"short.txt"}
+
+
+def test_readers_never_see_partial_files(gfs, db, tree):
+    """While an import runs, every files document found has all its chunks already."""
+    make_big_tree(tree)
+    proc = gfs.popen("import", tree, "--batch-size", "64K", "-j", "2",
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    checks = 0
+    try:
+        while proc.poll() is None or checks == 0:
+            files = list(db.fs.files.find({}, {"length": 1, "chunkSize": 1}))
+            have = {}
+            for c in db.fs.chunks.find({}, {"files_id": 1, "n": 1}, batch_size=1000):
+                have.setdefault(c["files_id"], set()).add(c["n"])
+            for f in files:
+                count = (f["length"] + f["chunkSize"] - 1) // f["chunkSize"]
+                assert have.get(f["_id"], set()) >= set(range(count)), f
+            checks += 1
+    finally:
+        proc.wait(timeout=120)
+        proc.stderr.close()
+    assert proc.returncode == 0

@@ -1005,25 +1005,27 @@ on_exit_status(struct instance *in, int status)
 	struct sv *s = in->sv;
 	const struct sv_program *c = &in->prog->cfg;
 	double ran = now_s() - in->started_at;
-	in->exiting = true;
-	handle_output(in, true);
 	ep_close(s, &in->pidfd);
-	ep_close(s, &in->outfd);
-	if (in->linelen) /* a last line without newline */
-		handle_output(in, true);
-	in->exiting = false;
 	pid_t pid = in->pid;
 	in->pid = 0;
 	in->t_kill = in->t_health = in->t_fd = in->t_running = 0;
 	describe_status(status, in->last_exit, sizeof in->last_exit);
 	event(s, "%s: pid %d %s after %.1f s", in->name, (int)pid, in->last_exit, ran);
 	kill_checker(in);
-	enum after after = in->after;
-	in->after = AFTER_POLICY;
 	bool was_stopping = in->state == ST_STOPPING;
 
-	if (!was_stopping && WIFEXITED(status) && WEXITSTATUS(status) == 0 && adopt_orphan(in))
+	/* A daemon left behind keeps the output pipe: it is still this program. */
+	if (!was_stopping && !s->stopping && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+	    adopt_orphan(in))
 		return;
+	in->exiting = true;
+	handle_output(in, true);
+	ep_close(s, &in->outfd);
+	if (in->linelen) /* a last line without newline */
+		handle_output(in, true);
+	in->exiting = false;
+	enum after after = in->after; /* read after the drain, whose last lines may change it */
+	in->after = AFTER_POLICY;
 	if (s->stopping || in->prog->removing || after == AFTER_STOP) {
 		in->state = ST_STOPPED;
 		return;
@@ -1172,7 +1174,8 @@ handle_output(struct instance *in, bool drain_all)
 		}
 		return;
 	}
-	for (int rounds = 0; drain_all || rounds < 16; rounds++) {
+	/* Bounded even when draining: a process left behind may write forever. */
+	for (int rounds = 0; rounds < (drain_all ? 256 : 16); rounds++) {
 		ssize_t n = read(in->outfd, in->line + in->linelen, sizeof in->line - 1 - in->linelen);
 		if (n < 0 && errno == EINTR)
 			continue;

@@ -17,7 +17,7 @@ const struct command commands[] = {
 	{"mirror", "mirror DIR [--prefix P] [--delete]", "write the bucket back to a disk tree", mirror_help, cmd_mirror, mirror_options},
 	{"watch", "watch DIR [--prefix P]", "keep the bucket in sync with a directory", watch_help, cmd_watch, watch_options},
 	{"serve", "serve [--listen ADDR:PORT] [--prefix P]", "serve files over HTTP", serve_help, cmd_serve, serve_options},
-	{"supervise", "supervise -c FILE | supervise -- CMD ARGS...", "run and restart backends and servers", supervise_help, cmd_supervise, supervise_options},
+	{"supervise", "supervise -c FILE | [options] -- CMD ARGS... | status|restart NAME|reload|stop", "keep backends and servers running, watching their descriptors", supervise_help, cmd_supervise, supervise_options},
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -114,11 +114,14 @@ def nginx_conf(workdir, tree, port):
     d = os.path.join(workdir, "nginx")
     os.makedirs(d, exist_ok=True)
     conf = os.path.join(d, "nginx.conf")
+    # Descriptors: cached open files plus connections must fit the hard limit.
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    cached = max(1000, min(60000, nofile - 3000))
     with open(conf, "w") as f:
         f.write(f"""worker_processes 2;
 pid {d}/nginx.pid;
 error_log {d}/error.log;
-worker_rlimit_nofile 65536;
+worker_rlimit_nofile {nofile};
 events {{ worker_connections 8192; }}
 http {{
     access_log off;
@@ -126,7 +129,7 @@ http {{
     tcp_nopush on;
     keepalive_requests 1000000;
     keepalive_timeout 65;
-    open_file_cache max=60000 inactive=60s;
+    open_file_cache max={cached} inactive=60s;
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;

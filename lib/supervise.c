@@ -861,13 +861,19 @@ start_instance(struct instance *in)
 	event(s, "%s: started pid %d%s: %s", in->name, (int)pid, lim, c->command);
 }
 
+/*
+ * Signals the program's process group, and the main process through its
+ * pidfd only when it has left that group: a second SIGTERM is "stop now"
+ * to many programs (and kills a Python one that is already exiting).
+ */
 static void
 signal_group(struct instance *in, int sig)
 {
-	if (in->pidfd >= 0)
-		sys_pidfd_send_signal(in->pidfd, sig);
+	bool in_group = in->pgid > 0 && getpgid(in->pid) == in->pgid;
 	if (in->pgid > 0)
 		kill(-in->pgid, sig);
+	if (!in_group && in->pidfd >= 0)
+		sys_pidfd_send_signal(in->pidfd, sig);
 }
 
 static void

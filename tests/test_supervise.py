@@ -559,6 +559,65 @@ def test_listen_socket_is_passed_and_held(sup, workdir):
     assert s.stop() == 0
 
 
+GRACEFUL_SERVER = """
+import os, select, signal, socket
+s = socket.socket(fileno=3)
+s.setblocking(False)  # two instances wait on one socket: a lost race must not block
+r, w = os.pipe()
+os.set_blocking(w, False)
+signal.set_wakeup_fd(w)
+signal.signal(signal.SIGTERM, lambda *a: None)
+print("serving", flush=True)
+while True:
+    ready = select.select([s, r], [], [])[0]
+    if r in ready:
+        break  # stop accepting; nothing is in flight in this single thread
+    try:
+        c, _ = s.accept()
+    except BlockingIOError:
+        continue
+    c.setblocking(True)
+    req = b""
+    while b"\\r\\n\\r\\n" not in req:
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        req += chunk
+    c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nok")
+    c.close()
+"""
+
+
+@pytest.mark.skipif(not shutil.which("ab"), reason="ab (apache2-utils) not installed")
+def test_held_socket_rolling_restart_under_load_loses_nothing(sup, workdir):
+    # The supervisor's half of the serve test below, with a server that stops gracefully.
+    port = port_in(18400, 18450)
+    script = write_config(workdir, GRACEFUL_SERVER, "graceful.py")
+    cfg = write_config(workdir, f"""
+[program:web]
+command = {PY} {script}
+listen = 127.0.0.1:{port}
+instances = 2
+startsecs = 0
+""")
+    # startsecs 0: the second instance is stopped before the first one's replacement
+    # accepts, so for a moment nobody does; the held socket queues those connections.
+    s = sup(["-c", cfg])
+    s.wait_event(r"\[web:1\] serving", lines=s.output)
+    s.wait_event(r"\[web:0\] serving", lines=s.output)
+    ab = subprocess.Popen(["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    n = len(s.events)
+    assert s.ctl("restart", "web").returncode == 0
+    s.wait_event(r"web:1: started pid", after=n, timeout=30)
+    assert ab.poll() is None, "the load ended before the restart: make it longer"
+    out, _ = ab.communicate(timeout=120)
+    assert re.search(r"Complete requests:\s+10000\b", out), out
+    assert re.search(r"Failed requests:\s+0\b", out), out
+    assert s.count(r"web:[01]: pid \d+ exited with code 0") == 2, "\n".join(s.events)
+    assert s.stop() == 0
+
+
 def test_http_health_check(sup, workdir):
     port = port_in(18450, 18499)
     cfg = write_config(workdir, f"""

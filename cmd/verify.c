@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lib/magic.h"
 #include "../lib/names.h"
 #include "../lib/verify.h"
+#include "../lib/walk.h"
 #include "cmd.h"
 
 enum {
@@ -337,29 +338,25 @@ struct dfile {
 
 static struct dfile *walk_files;
 static size_t walk_n, walk_cap;
-static size_t walk_root_len;
-static const char *walk_prefix;
 
-/* The same selection as import's defaults: no hidden or temporary names. */
+struct walk_ctx {
+	struct run *r;
+	const char *root;
+	const char *prefix;
+};
+
+/* The walk import does with its defaults, so that the two agree on what the tree holds. */
 static bool
-skipped_name(const char *base)
+walk_one(const gfs_walk_entry *e, void *ctx)
 {
-	size_t n = strlen(base);
-	if (base[0] == '.')
-		return true;
-	if (n > 5 && strcmp(base + n - 5, ".part") == 0)
-		return true;
-	return n > 0 && base[n - 1] == '~';
-}
-
-static int
-walk_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	const char *base = path + ftw->base;
-	if (ftw->level > 0 && skipped_name(base))
-		return type == FTW_D ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
-	if (type != FTW_F || !S_ISREG(st->st_mode))
-		return FTW_CONTINUE;
+	struct walk_ctx *w = ctx;
+	if (e->kind == GFS_WALK_ERROR) {
+		w->r->extra_problems++;
+		emit_problem(w->r, "DISK-ERROR", e->rel, NULL, e->reason ? e->reason : "cannot read", NULL);
+		return !stop_flag;
+	}
+	if (e->kind != GFS_WALK_FILE)
+		return !stop_flag;
 	if (walk_n == walk_cap) {
 		walk_cap = walk_cap ? walk_cap * 2 : 1024;
 		walk_files = realloc(walk_files, walk_cap * sizeof *walk_files);
@@ -367,17 +364,17 @@ walk_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
 			abort();
 	}
 	struct dfile *d = &walk_files[walk_n++];
-	const char *rel = path + walk_root_len;
-	while (*rel == '/')
-		rel++;
-	d->rel_len = strlen(rel);
-	d->rel = strdup(rel);
-	char *uname = gfs_name_from_bytes(rel, d->rel_len, &d->escaped);
-	d->name = gfs_prefix_join(walk_prefix, uname);
+	d->rel_len = e->rel_len;
+	d->rel = malloc(e->rel_len + 1);
+	if (!d->rel)
+		abort();
+	memcpy(d->rel, e->rel, e->rel_len + 1);
+	char *uname = gfs_name_from_bytes(e->rel, e->rel_len, &d->escaped);
+	d->name = gfs_prefix_join(w->prefix, uname);
 	free(uname);
-	d->path = strdup(path);
-	d->st = *st;
-	return FTW_CONTINUE;
+	d->path = bson_strdup_printf("%s/%s", w->root, e->rel);
+	d->st = *e->st;
+	return !stop_flag;
 }
 
 static int
@@ -432,15 +429,29 @@ upload(gfs_session *s, const struct dfile *d, const char *content_type, gfs_erro
 		gfs_error_set(err, GFS_ELOCAL, "%s: %s", d->path, strerror(errno));
 		return false;
 	}
+	/* A new file gets its type as import would give it; a replacement keeps the old one. */
+	char *sniffed = NULL;
+	if (!content_type) {
+		uint8_t head[4096];
+		ssize_t n = pread(fd, head, sizeof head, 0);
+		gfs_error merr;
+		gfs_magic *m = gfs_magic_open(&merr);
+		if (m && n >= 0)
+			sniffed = strdup(gfs_magic_type(m, head, (size_t)n));
+		gfs_magic_close(m);
+		content_type = sniffed;
+	}
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		gfs_error_set(err, GFS_ELOCAL, "%s: %s", d->path, strerror(errno));
 		close(fd);
+		free(sniffed);
 		return false;
 	}
 	int64_t mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	int64_t mtime_ms = mtime_ns >= 0 ? mtime_ns / 1000000 : -((-mtime_ns + 999999) / 1000000);
 	bson_t meta = BSON_INITIALIZER;
-	BSON_APPEND_DATE_TIME(&meta, "mtime", mtime_ns / 1000000);
+	BSON_APPEND_DATE_TIME(&meta, "mtime", mtime_ms);
 	BSON_APPEND_INT64(&meta, "mtimeNs", mtime_ns);
 	BSON_APPEND_INT64(&meta, "size", (int64_t)st.st_size);
 	BSON_APPEND_INT32(&meta, "mode", (int32_t)(st.st_mode & 07777));
@@ -451,6 +462,7 @@ upload(gfs_session *s, const struct dfile *d, const char *content_type, gfs_erro
 	bool ok = gfs_put(s, &po, gfs_source_fd, &fd, NULL, err);
 	close(fd);
 	bson_destroy(&meta);
+	free(sniffed);
 	return ok;
 }
 
@@ -529,14 +541,19 @@ both(struct run *r, gfs_session *s, struct rec *rc, const struct dfile *d)
 static int
 compare_disk(struct run *r, gfs_session *s)
 {
-	walk_root_len = strlen(r->o->against);
-	walk_prefix = r->o->norm_prefix;
-	if (nftw(r->o->against, walk_one, 32, FTW_PHYS | FTW_ACTIONRETVAL) != 0) {
-		warn_("%s", r->o->against);
+	struct walk_ctx w = {.r = r, .root = r->o->against, .prefix = r->o->norm_prefix};
+	gfs_walk_opts wo = {0};
+	gfs_error err = {0};
+	if (!gfs_walk(r->o->against, &wo, walk_one, &w, &err)) {
+		if (err.code == GFS_ECANCELED)
+			return EXIT_INTERRUPTED;
+		warnx_("%s", err.msg);
 		return EXIT_LOCAL;
 	}
-	qsort(walk_files, walk_n, sizeof *walk_files, cmp_dfile);
-	qsort(r->recs, r->nrecs, sizeof *r->recs, cmp_rec);
+	if (walk_n)
+		qsort(walk_files, walk_n, sizeof *walk_files, cmp_dfile);
+	if (r->nrecs)
+		qsort(r->recs, r->nrecs, sizeof *r->recs, cmp_rec);
 	for (size_t i = 0; i < r->nrecs; i++)
 		r->recs[i]->latest = i == 0 || strcmp(r->recs[i - 1]->name, r->recs[i]->name) != 0;
 

@@ -307,3 +307,22 @@ def test_against_extra_chunk_is_not_a_difference(gfs, db, bucket, tmp_path):
     assert r.rc == 0 and "REPAIRED remove-extra-chunks x.jpg" in r.text, r
     assert db["fs.files"].count_documents({"_id": fid}) == 1
     assert db["fs.chunks"].count_documents({"files_id": fid}) == 2
+
+
+def test_against_upload_like_import(gfs, db, bucket, tmp_path):
+    tree = tmp_path / "t"
+    tree.mkdir()
+    jpeg = bytes.fromhex("ffd8ffe000104a46494600010100000100010000") + data(3000) + b"\xff\xd9"
+    raw = b"caf\xe9.jpg"
+    with open(os.path.join(bytes(tree), raw), "wb") as f:
+        f.write(jpeg)
+    (tree / ".hidden.jpg").write_bytes(b"not imported by default")
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--repair")
+    assert r.rc == 0, r
+    assert "MISSING-IN-GRIDFS p/caf%E9.jpg" in r.text and "hidden" not in r.text
+    doc = db["fs.files"].find_one({"filename": "p/caf%E9.jpg"})
+    assert doc["metadata"]["rawName"] == raw
+    assert doc["contentType"] == "image/jpeg"
+    assert doc["metadata"]["sha256"] == hashlib.sha256(jpeg).hexdigest()
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "-q")
+    assert r.rc == 0 and r.text == "", r

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lib/import.h"
+#include "../lib/lock.h"
 #include "../lib/magic.h"
 #include "../lib/names.h"
 #include "../lib/verify.h"
@@ -30,7 +32,11 @@ enum {
 	OPT_SAMPLE,
 	OPT_THREADS,
 	OPT_STRATEGY,
+	OPT_GRACE,
 };
+
+/* Orphan chunks younger than this may belong to an upload in progress. */
+#define DEFAULT_GRACE_S 3600
 
 const char verify_help[] =
     "  -p, --prefix P      check only files whose names start with P (orphan chunks\n"
@@ -42,6 +48,8 @@ const char verify_help[] =
     "                      GridFS, '* path' differs, '! path' damaged in GridFS\n"
     "  --repair            remove orphan chunks, incomplete uploads and extra chunks; with\n"
     "                      --against re-upload missing or damaged files from disk\n"
+    "  --grace SECONDS     with --repair, leave orphan chunks younger than this\n"
+    "                      (default 3600: they may be an upload in progress)\n"
     "  -n, --dry-run       with --repair, show what would be done and do nothing\n"
     "  --json              one JSON object per problem and repair, then a summary object\n"
     "  --sample N%         check a random N percent of the files\n"
@@ -59,6 +67,7 @@ const struct option verify_options[] = {
 	{"sample", required_argument, NULL, OPT_SAMPLE},
 	{"threads", required_argument, NULL, OPT_THREADS},
 	{"strategy", required_argument, NULL, OPT_STRATEGY},
+	{"grace", required_argument, NULL, OPT_GRACE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -70,6 +79,7 @@ struct vopts {
 	bool repair, dry_run, json;
 	double sample;
 	long threads;
+	long grace;
 	enum gfs_verify_strategy strategy;
 };
 
@@ -96,6 +106,7 @@ struct prob {
 	int tie;                  /* 0 not yet tied to a verdict, 1 tied, -1 no file (orphan, bad doc) */
 	struct rec *rec;          /* the file's record, when one was kept */
 	bool data_intact;
+	int64_t count;            /* ORPHAN-CHUNKS: how many */
 	size_t n_extra;
 	bson_value_t *extra;
 };
@@ -144,6 +155,12 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_THREADS:
 		if (!parse_int(arg, 1, 16, &o->threads)) {
 			usage_error("--threads wants a number from 1 to 16, not '%s'", arg);
+			return -1;
+		}
+		return 0;
+	case OPT_GRACE:
+		if (!parse_int(arg, 0, 100L * 365 * 86400, &o->grace)) {
+			usage_error("--grace wants seconds (0 or more), not '%s'", arg);
 			return -1;
 		}
 		return 0;
@@ -238,6 +255,7 @@ on_problem(const gfs_verify_problem *p, void *ctx)
 	}
 	q->name = p->filename ? strdup(p->filename) : NULL;
 	q->data_intact = p->data_intact;
+	q->count = p->count;
 	if (p->n_extra_ids) {
 		q->extra = calloc(p->n_extra_ids, sizeof *q->extra);
 		if (!q->extra)
@@ -632,18 +650,40 @@ repair_file(struct run *r, gfs_session *s, struct prob *q, struct rec *rc)
 }
 
 static void
+repair_orphans(struct run *r, gfs_session *s, struct prob *q)
+{
+	gfs_error err = {0};
+	int64_t n = 0, before = r->o->grace ? gfs_now_ms() - r->o->grace * 1000 : 0;
+	char detail[200];
+	if (r->o->dry_run) {
+		snprintf(detail, sizeof detail, "%lld chunk(s) of no file, those older than %lds; "
+		         "their data would be gone", (long long)q->count, r->o->grace);
+		emit_repair(r, "remove-orphans", NULL, &q->id, detail, true);
+		return;
+	}
+	if (!gfs_verify_remove_chunks(s, &q->id, before, &n, &err)) {
+		emit_repair(r, "remove-orphans", NULL, &q->id, err.msg, false);
+		return;
+	}
+	if (n < q->count) {
+		snprintf(detail, sizeof detail, "removed %lld of %lld chunk(s); the rest are younger than "
+		         "%lds and may be an upload in progress (see --grace)", (long long)n,
+		         (long long)q->count, r->o->grace);
+		emit_repair(r, "remove-orphans", NULL, &q->id, detail, false);
+		return;
+	}
+	snprintf(detail, sizeof detail, "removed %lld chunk(s) of no file; their data is gone "
+	         "(it could not be read through GridFS)", (long long)n);
+	emit_repair(r, "remove-orphans", NULL, &q->id, detail, true);
+}
+
+static void
 repair(struct run *r, gfs_session *s)
 {
 	for (size_t i = 0; i < r->nprobs && !stop_flag; i++) {
 		struct prob *q = &r->probs[i];
-		gfs_error err = {0};
 		if (q->kind == GFS_VK_ORPHAN_CHUNKS && q->has_id) {
-			int64_t n = 0;
-			bool ok = r->o->dry_run || gfs_verify_remove_chunks(s, &q->id, &n, &err);
-			char detail[160];
-			snprintf(detail, sizeof detail,
-			         "chunks of no file; their data is not recoverable through GridFS and is gone");
-			emit_repair(r, "remove-orphans", NULL, &q->id, ok ? detail : err.msg, ok);
+			repair_orphans(r, s, q);
 			continue;
 		}
 		if (q->tie < 0 || !q->has_id) {
@@ -746,7 +786,7 @@ now_s(void)
 int
 cmd_verify(int argc, char **argv)
 {
-	struct vopts o = {.strategy = GFS_VERIFY_AUTO};
+	struct vopts o = {.strategy = GFS_VERIFY_AUTO, .grace = DEFAULT_GRACE_S};
 	int first = parse_options(argc, argv, "p:n", verify_options, on_opt, &o);
 	if (first < 0)
 		return EXIT_USAGE;
@@ -792,6 +832,21 @@ cmd_verify(int argc, char **argv)
 			fclose(r.combined);
 		free(o.norm_prefix);
 		return EXIT_USAGE;
+	}
+	/*
+	 * A repair must not race an import: what looks orphaned or incomplete
+	 * may be its work in progress. Import holds this lock while it writes.
+	 */
+	gfs_lock *lock = NULL;
+	if (o.repair && !o.dry_run) {
+		gfs_error lerr = {0};
+		if (!(lock = gfs_lock_acquire(conn, GFS_IMPORT_LOCK, GFS_LOCK_DEFAULT_TTL, &lerr))) {
+			if (r.combined && r.combined != stdout)
+				fclose(r.combined);
+			free(o.norm_prefix);
+			gfs_conn_close(conn);
+			return fail(&lerr);
+		}
 	}
 	/* A second ^C kills at once, even while the driver waits on the backend. */
 	struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESETHAND};
@@ -843,6 +898,8 @@ cmd_verify(int argc, char **argv)
 		warn_("%s", o.combined);
 		rc = EXIT_LOCAL;
 	}
+	if (lock)
+		gfs_lock_release(lock);
 	free_walk();
 	free_run(&r);
 	free(o.norm_prefix);

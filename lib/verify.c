@@ -1019,11 +1019,26 @@ delete_many(mongoc_collection_t *coll, const bson_t *filter, int64_t *deleted, c
 }
 
 bool
-gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t *deleted,
-                         gfs_error *err)
+gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t before_ms,
+                         int64_t *deleted, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER;
 	BSON_APPEND_VALUE(&filter, "files_id", files_id);
+	if (before_ms > 0) {
+		/* The smallest ObjectId of that second: its timestamp, then zeros. */
+		uint8_t raw[12] = {0};
+		uint32_t secs = (uint32_t)(before_ms / 1000);
+		raw[0] = (uint8_t)(secs >> 24);
+		raw[1] = (uint8_t)(secs >> 16);
+		raw[2] = (uint8_t)(secs >> 8);
+		raw[3] = (uint8_t)secs;
+		bson_oid_t oid;
+		bson_oid_init_from_data(&oid, raw);
+		bson_t range;
+		BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &range);
+		BSON_APPEND_OID(&range, "$lt", &oid);
+		bson_append_document_end(&filter, &range);
+	}
 	bool ok = delete_many(s->chunks, &filter, deleted, "delete chunks", err);
 	bson_destroy(&filter);
 	return ok;

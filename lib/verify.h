@@ -103,9 +103,13 @@ bool gfs_verify(gfs_conn *conn, const gfs_verify_opts *opts, gfs_verify_stats *s
 
 /* ---- repairs --------------------------------------------------------- */
 
-/* Deletes every chunk with this files_id; *deleted gets how many. */
-bool gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t *deleted,
-                              gfs_error *err);
+/*
+ * Deletes the chunks with this files_id whose ObjectId _id was made before
+ * before_ms (ms since the epoch; 0: all chunks, whatever their _id); so that
+ * chunks of an upload still in progress are spared. *deleted gets how many.
+ */
+bool gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t before_ms,
+                              int64_t *deleted, gfs_error *err);
 /* Deletes chunk documents by their own _id. */
 bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n,
                                  int64_t *deleted, gfs_error *err);

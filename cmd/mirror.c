@@ -25,7 +25,7 @@ const char mirror_help[] =
     "  -j, --jobs N       files read in parallel (default 4)\n"
     "  -c, --checksum     compare content by sha256, not size and mtime\n"
     "      --no-fsync     do not fsync files and directories (faster, not crash-safe)\n"
-    "      --read MODE    auto (default), scan (one pass over all chunks) or each (a query per file)\n"
+    "      --read MODE    each (default: a query per file), scan (one pass over all chunks) or auto\n"
     "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
 
 enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ };
@@ -613,7 +613,7 @@ mirror_run(struct mirror *m)
 int
 cmd_mirror(int argc, char **argv)
 {
-	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1};
+	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = READ_EACH};
 	int first = parse_options(argc, argv, "p:nj:c", mirror_options, on_opt, &m);
 	if (first < 0)
 		return EXIT_USAGE;

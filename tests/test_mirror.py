@@ -122,7 +122,7 @@ def no_temp_files(root):
 READS = ["scan", "each"]  # one sorted pass over all chunks, or a query per file
 
 
-@pytest.mark.parametrize("read", READS)
+@pytest.mark.parametrize("read", READS + ["auto"])
 def test_round_trip_and_second_run_writes_nothing(gfs, bucket, tmp_path, read):
     src = tmp_path / "src"
     files = make_tree(src)

@@ -468,6 +468,9 @@ def test_usage_and_busy(gfs, bucket, tmp_path):
     r = gfs.run("_options", "mirror", db=False)
     assert r.rc == 0 and b"--dry-run" in r.out and b"--prefix=" in r.out
     store(bucket, "b/a", b"a")
+    (tmp_path / "afile").write_bytes(b"")
+    r = gfs.run("mirror", tmp_path / "afile", "--prefix", "b")
+    assert r.rc == 5 and "afile" in r.err, r
     dst = tmp_path / "d"
     dst.mkdir()
     fd = os.open(dst, os.O_RDONLY | os.O_DIRECTORY)

@@ -123,9 +123,9 @@ def bench_pattern(sup, d, rounds):
     with open(script, "w") as f:
         f.write(f"import socket,os,time\ns=socket.socket(socket.AF_UNIX,socket.SOCK_DGRAM)\n"
                 f"s.sendto(('%d %.6f' % (os.getpid(), time.time())).encode(), {sock_path!r})\n"
-                f"open({fifo!r}).read(1)\nt=time.time()\n"
-                f"print('bench: restart me', flush=True)\n"
-                f"s.sendto(('hit %.6f' % t).encode(), {sock_path!r})\ntime.sleep(100000)\n")
+                f"open({fifo!r}).read(1)\n"
+                f"s.sendto(('hit %.6f' % time.time()).encode(), {sock_path!r})\n"
+                f"print('bench: restart me', flush=True)\ntime.sleep(100000)\n")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(sock_path)
     s.settimeout(30)

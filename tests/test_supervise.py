@@ -739,7 +739,9 @@ stop_grace = 2s
     s.wait_event(r"serve: started pid", after=i)
     while not http_ok(port, timeout=0.5) and time.monotonic() - t0 < 5:
         threading.Event().wait(0.02)
-    assert time.monotonic() - t0 < 2.0
+    took = time.monotonic() - t0
+    print(f"EMFILE seen -> answering again: {took:.3f} s")
+    assert took < 2.0
     assert s.stop() == 0
 
 

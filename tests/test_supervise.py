@@ -717,6 +717,9 @@ listen = 127.0.0.1:{port}
 nofile = 64
 fd_raise = no
 stop_grace = 2s
+; the flood's queued connections can exhaust the first replacement too: its
+; successor (with a doubled nofile) should not wait the default 1 s
+backoff_initial = 300ms
 """)
     s = sup(["-c", cfg])
     s.wait_event(r"serve: started pid")

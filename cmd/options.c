@@ -368,38 +368,11 @@ print_json(FILE *out, const bson_t *doc)
 bool
 parse_int(const char *s, long min, long max, long *out)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max)
-		return false;
-	*out = v;
-	return true;
+	return gfs_parse_long(s, min, max, out);
 }
 
 bool
 parse_size(const char *s, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return false;
-	uint64_t mult = 1;
-	switch (*end) {
-	case '\0': break;
-	case 'k': case 'K': mult = 1ULL << 10; end++; break;
-	case 'm': case 'M': mult = 1ULL << 20; end++; break;
-	case 'g': case 'G': mult = 1ULL << 30; end++; break;
-	case 't': case 'T': mult = 1ULL << 40; end++; break;
-	default: return false;
-	}
-	if (*end == 'i' && mult > 1)
-		end++;
-	if ((*end == 'B' || *end == 'b') && end[1] == '\0')
-		end++;
-	if (*end || v > UINT64_MAX / mult)
-		return false;
-	*out = v * mult;
-	return true;
+	return gfs_parse_size(s, out);
 }

@@ -12,14 +12,6 @@ struct progress {
 	double started, last_draw;
 };
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void
 human_bytes(double b, char *buf, size_t len)
 {
@@ -35,7 +27,7 @@ human_bytes(double b, char *buf, size_t len)
 static void
 draw(struct progress *p, bool final)
 {
-	double elapsed = now_s() - p->started;
+	double elapsed = gfs_mono_seconds() - p->started;
 	double rate = elapsed > 0 ? (double)p->bytes / elapsed : 0;
 	char done[32], total[32], speed[32], eta[32] = "";
 	human_bytes((double)p->bytes, done, sizeof done);
@@ -70,7 +62,7 @@ draw(struct progress *p, bool final)
 	if (final)
 		fputc('\n', stderr);
 	fflush(stderr);
-	p->last_draw = now_s();
+	p->last_draw = gfs_mono_seconds();
 }
 
 struct progress *
@@ -84,7 +76,7 @@ progress_start(const char *what, uint64_t total_items, uint64_t total_bytes)
 	p->what = what;
 	p->total_items = total_items;
 	p->total_bytes = total_bytes;
-	p->started = p->last_draw = now_s();
+	p->started = p->last_draw = gfs_mono_seconds();
 	return p;
 }
 
@@ -104,7 +96,7 @@ progress_update(struct progress *p, uint64_t items, uint64_t bytes)
 		return;
 	p->items = items;
 	p->bytes = bytes;
-	if (now_s() - p->last_draw >= 0.2)
+	if (gfs_mono_seconds() - p->last_draw >= 0.2)
 		draw(p, false);
 }
 

@@ -775,14 +775,6 @@ free_run(struct run *r)
 	free(r->probs);
 }
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int
 cmd_verify(int argc, char **argv)
 {
@@ -866,7 +858,7 @@ cmd_verify(int argc, char **argv)
 		.ctx = &r,
 		.stop = &stop_flag,
 	};
-	double t0 = now_s();
+	double t0 = gfs_mono_seconds();
 	gfs_error err = {0};
 	bool ok = gfs_verify(conn, &vo, &r.st, &err);
 	progress_done(r.prog);
@@ -883,7 +875,7 @@ cmd_verify(int argc, char **argv)
 		gfs_session_push(s);
 	}
 	bool interrupted = stop_flag || rc == EXIT_INTERRUPTED;
-	double secs = now_s() - t0;
+	double secs = gfs_mono_seconds() - t0;
 	uint64_t problems = r.st.problems + r.extra_problems;
 	if (problems || !G.quiet || o.json)
 		summary(&r, secs, interrupted);

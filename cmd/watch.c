@@ -108,9 +108,7 @@ on_opt(int opt, const char *arg, void *ctx)
 static int64_t
 mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(gfs_mono_seconds() * 1000);
 }
 
 static void

@@ -13,6 +13,8 @@
 
 #include <mongoc/mongoc.h>
 
+#include "util.h"
+
 #define GFS_DEFAULT_CHUNK_SIZE (255 * 1024)
 #define GFS_DEFAULT_URI "mongodb://127.0.0.1:27017"
 #define GFS_DEFAULT_DB "test"
@@ -213,11 +215,5 @@ gfs_sha256 *gfs_sha256_new(void);
 void gfs_sha256_update(gfs_sha256 *h, const void *data, size_t len);
 /* Writes 64 hex digits and a NUL into hex, and frees h. */
 void gfs_sha256_final(gfs_sha256 *h, char hex[65]);
-
-/* ---- time ------------------------------------------------------------ */
-
-int64_t gfs_now_ms(void);
-/* Formats ms since the epoch as ISO 8601 UTC with milliseconds. */
-void gfs_iso8601(int64_t ms, char buf[32]);
 
 #endif

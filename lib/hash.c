@@ -1,6 +1,5 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "gfs.h"
 
@@ -42,23 +41,4 @@ gfs_sha256_final(gfs_sha256 *h, char hex[65])
 	hex[64] = '\0';
 	EVP_MD_CTX_free(h->ctx);
 	free(h);
-}
-
-int64_t
-gfs_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void
-gfs_iso8601(int64_t ms, char buf[32])
-{
-	time_t secs = (time_t)(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
-	int frac = (int)(ms - (int64_t)secs * 1000);
-	struct tm tm;
-	gmtime_r(&secs, &tm);
-	size_t n = strftime(buf, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, 32 - n, ".%03dZ", frac);
 }

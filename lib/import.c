@@ -221,14 +221,6 @@ struct gfs_import {
 	double started;
 };
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Calls the event callback; the caller holds imp->mu. */
 static void
 emit_locked(gfs_import *imp, enum gfs_import_event_kind kind, const char *path, const char *name,
@@ -236,7 +228,7 @@ emit_locked(gfs_import *imp, enum gfs_import_event_kind kind, const char *path, 
 {
 	if (!imp->o.on_event)
 		return;
-	imp->st.seconds = now_s() - imp->started;
+	imp->st.seconds = gfs_mono_seconds() - imp->started;
 	gfs_import_event ev = {kind, imp->o.dry_run, path, name, reason, &imp->st};
 	imp->o.on_event(&ev, imp->o.ctx);
 }
@@ -1457,7 +1449,7 @@ prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 bool
 gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 {
-	imp->started = now_s();
+	imp->started = gfs_mono_seconds();
 	gfs_error_clear(err);
 	gfs_session *s = gfs_session_pop(imp->conn);
 	bool ok = prepare(imp, s, err);
@@ -1501,7 +1493,7 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 	gfs_lock_release(imp->lock);
 	imp->lock = NULL;
 	gfs_session_push(s);
-	imp->st.seconds = now_s() - imp->started;
+	imp->st.seconds = gfs_mono_seconds() - imp->started;
 	*stats = imp->st;
 	return ok;
 }

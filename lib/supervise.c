@@ -130,14 +130,6 @@ struct sv {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void
 event(struct sv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -838,7 +830,7 @@ start_instance(struct instance *in)
 	if (in->pidfd >= 0)
 		ep_add(s, in->pidfd, &in->w_pid, W_PIDFD, in);
 	in->linelen = 0;
-	in->started_at = now_s();
+	in->started_at = gfs_mono_seconds();
 	in->state = c->startsecs > 0 ? ST_STARTING : ST_RUNNING;
 	in->t_running = c->startsecs > 0 ? in->started_at + c->startsecs : 0;
 	in->after = AFTER_POLICY;
@@ -909,7 +901,7 @@ stop_instance(struct instance *in, enum after after, const char *why)
 	event(s, "%s: stopping pid %d with %s (%s), SIGKILL after %.1f s", in->name, (int)in->pid,
 	      sv_signal_name(c->stop_signal), why, c->stop_grace_ms / 1000.0);
 	signal_group(in, c->stop_signal);
-	in->t_kill = now_s() + c->stop_grace_ms / 1000.0;
+	in->t_kill = gfs_mono_seconds() + c->stop_grace_ms / 1000.0;
 }
 
 static void
@@ -917,7 +909,7 @@ schedule_restart(struct instance *in, const char *why)
 {
 	struct sv *s = in->sv;
 	const struct sv_program *c = &in->prog->cfg;
-	double t = now_s();
+	double t = gfs_mono_seconds();
 	int k = sv_count_recent(in->restart_times, in->nring < RESTART_RING ? in->nring : RESTART_RING,
 	                        t, c->restart_window_s);
 	if (k >= c->max_restarts) {
@@ -1010,7 +1002,7 @@ on_exit_status(struct instance *in, int status)
 {
 	struct sv *s = in->sv;
 	const struct sv_program *c = &in->prog->cfg;
-	double ran = now_s() - in->started_at;
+	double ran = gfs_mono_seconds() - in->started_at;
 	ep_close(s, &in->pidfd);
 	pid_t pid = in->pid;
 	in->pid = 0;
@@ -1111,7 +1103,7 @@ restart_for_pattern(struct instance *in, const char *line, int which)
 		return;
 	bool emfile = sv_line_is_emfile(line);
 	event(s, "%s: output matched restart_on '%s': %.300s", in->name, c->patterns[which], line);
-	double up = now_s() - in->started_at;
+	double up = gfs_mono_seconds() - in->started_at;
 	in->emfile_cause = emfile;
 	if (emfile && in->last_emfile && up < EMFILE_RECUR_S) {
 		/* The previous restart was for this too: the limit is too low, not a leak. */
@@ -1325,7 +1317,7 @@ start_check(struct instance *in)
 {
 	struct sv *s = in->sv;
 	const struct sv_program *c = &in->prog->cfg;
-	in->t_health = now_s() + c->health_interval_ms / 1000.0;
+	in->t_health = gfs_mono_seconds() + c->health_interval_ms / 1000.0;
 	if (in->checker > 0)
 		return; /* the last one is still running: its deadline handles it */
 	int pfd[2];
@@ -1355,7 +1347,7 @@ start_check(struct instance *in)
 	in->checker_pidfd = sys_pidfd_open(pid);
 	if (in->checker_pidfd >= 0)
 		ep_add(s, in->checker_pidfd, &in->w_chk, W_CHECKER, in);
-	in->t_check_deadline = now_s() + c->health_timeout_ms / 1000.0;
+	in->t_check_deadline = gfs_mono_seconds() + c->health_timeout_ms / 1000.0;
 }
 
 static void
@@ -1412,7 +1404,7 @@ sample_fds(struct instance *in)
 {
 	struct sv *s = in->sv;
 	const struct sv_program *c = &in->prog->cfg;
-	double t = now_s();
+	double t = gfs_mono_seconds();
 	in->t_fd = t + c->fd_interval_ms / 1000.0;
 	struct fdw_counts fc;
 	long soft, hard;
@@ -1507,7 +1499,7 @@ on_timer(struct sv *s)
 {
 	uint64_t ticks;
 	(void)!read(s->timerfd, &ticks, sizeof ticks);
-	double t = now_s() + 0.0005;
+	double t = gfs_mono_seconds() + 0.0005;
 	for (struct program *p = s->progs; p; p = p->next)
 		for (int i = 0; i < p->ninst; i++) {
 			struct instance *in = &p->inst[i];
@@ -1767,7 +1759,7 @@ status_json(struct sv *s)
 	BSON_APPEND_BOOL(&doc, "ok", true);
 	BSON_APPEND_INT32(&doc, "pid", getpid());
 	BSON_APPEND_ARRAY_BEGIN(&doc, "instances", &arr);
-	double t = now_s();
+	double t = gfs_mono_seconds();
 	int k = 0;
 	for (struct program *p = s->progs; p; p = p->next)
 		for (int i = 0; i < p->ninst; i++) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "svconfig.h"
+#include "util.h"
 
 /*
  * What running out of descriptors looks like in the logs of the programs we
@@ -284,48 +285,12 @@ parse_bool(const char *s, bool *out)
 }
 
 static bool
-parse_long(const char *s, long min, long max, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
-static bool
 parse_int_range(const char *s, int min, int max, int *out)
 {
 	long v;
-	if (!parse_long(s, min, max, &v))
+	if (!gfs_parse_long(s, min, max, &v))
 		return false;
 	*out = (int)v;
-	return true;
-}
-
-static bool
-parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return false;
-	uint64_t mult = 1;
-	switch (toupper((unsigned char)*end)) {
-	case '\0': break;
-	case 'K': mult = 1ULL << 10; end++; break;
-	case 'M': mult = 1ULL << 20; end++; break;
-	case 'G': mult = 1ULL << 30; end++; break;
-	default: return false;
-	}
-	if (toupper((unsigned char)*end) == 'B')
-		end++;
-	if (*end || v > UINT64_MAX / mult)
-		return false;
-	*out = v * mult;
 	return true;
 }
 
@@ -515,7 +480,7 @@ sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, 
 	if (strcmp(key, "user") == 0)
 		return replace(&p->user, v), true;
 	if (strcmp(key, "nofile") == 0 || strcmp(key, "nofile_hard") == 0) {
-		if (!parse_long(v, 0, 1L << 30, &n)) {
+		if (!gfs_parse_long(v, 0, 1L << 30, &n)) {
 			seterr(err, errlen, "%s: expected a number of descriptors, got '%s'", key, v);
 			return false;
 		}
@@ -571,7 +536,7 @@ sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, 
 	if (strcmp(key, "log") == 0)
 		return replace(&p->log, v), true;
 	if (strcmp(key, "log_max") == 0) {
-		if (!parse_bytes(v, &p->log_max)) {
+		if (!gfs_parse_size(v, &p->log_max)) {
 			seterr(err, errlen, "log_max: expected a size like 10M, got '%s'", v);
 			return false;
 		}

@@ -593,9 +593,7 @@ progress(struct verify *v, bool force)
 {
 	if (!v->o->on_progress)
 		return;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	double now = gfs_mono_seconds();
 	if (!force && now - v->last_progress < 0.1)
 		return;
 	v->last_progress = now;

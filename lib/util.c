@@ -1,0 +1,73 @@
+/* Small things every part needs: clocks and number parsing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util.h"
+
+int64_t
+gfs_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void
+gfs_iso8601(int64_t ms, char buf[32])
+{
+	time_t secs = (time_t)(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
+	int frac = (int)(ms - (int64_t)secs * 1000);
+	struct tm tm;
+	gmtime_r(&secs, &tm);
+	size_t n = strftime(buf, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, 32 - n, ".%03dZ", frac);
+}
+
+double
+gfs_mono_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+bool
+gfs_parse_long(const char *s, long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+bool
+gfs_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return false;
+	uint64_t mult = 1;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': mult = 1ULL << 10; end++; break;
+	case 'm': case 'M': mult = 1ULL << 20; end++; break;
+	case 'g': case 'G': mult = 1ULL << 30; end++; break;
+	case 't': case 'T': mult = 1ULL << 40; end++; break;
+	default: return false;
+	}
+	if (*end == 'i' && mult > 1)
+		end++;
+	if ((*end == 'B' || *end == 'b') && end[1] == '\0')
+		end++;
+	if (*end || v > UINT64_MAX / mult)
+		return false;
+	*out = v * mult;
+	return true;
+}

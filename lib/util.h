@@ -1,0 +1,18 @@
+/* Clocks and number parsing, for every part of the library (no driver headers). */
+#ifndef GFS_UTIL_H
+#define GFS_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int64_t gfs_now_ms(void);
+/* A monotonic clock in seconds, for durations and deadlines. */
+double gfs_mono_seconds(void);
+/* A whole number in [min, max], nothing else in s. */
+bool gfs_parse_long(const char *s, long min, long max, long *out);
+/* A size: digits with an optional K, M, G or T (powers of 1024), optional "i" and "B". */
+bool gfs_parse_size(const char *s, uint64_t *out);
+/* Formats ms since the epoch as ISO 8601 UTC with milliseconds. */
+void gfs_iso8601(int64_t ms, char buf[32]);
+
+#endif

@@ -86,6 +86,7 @@ void file_to_json(const gfs_file *f, bson_t *out);
 int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out);
 bool one_target(int nargs, const char *id_hex);
 int parse_rev_option(const char *arg, long *rev);
+void add_glob(const char ***list, size_t *n, const char *arg);
 
 /* Parses sizes like "512", "64K", "1G". */
 bool parse_size(const char *s, uint64_t *out);

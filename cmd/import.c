@@ -57,15 +57,6 @@ struct import_cli {
 	struct progress *progress;
 };
 
-static void
-add_glob(const char ***list, size_t *n, const char *arg)
-{
-	*list = realloc(*list, (*n + 1) * sizeof **list);
-	if (!*list)
-		abort();
-	(*list)[(*n)++] = arg;
-}
-
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {

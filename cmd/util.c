@@ -70,3 +70,13 @@ parse_rev_option(const char *arg, long *rev)
 	usage_error("--rev takes an integer, not '%s'", arg);
 	return -1;
 }
+
+/* Appends a repeatable option's argument (--include, --exclude) to its list. */
+void
+add_glob(const char ***list, size_t *n, const char *arg)
+{
+	*list = realloc(*list, (*n + 1) * sizeof **list);
+	if (!*list)
+		abort();
+	(*list)[(*n)++] = arg;
+}

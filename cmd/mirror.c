@@ -64,6 +64,7 @@ struct mirror {
 	size_t ntodo;
 	enum read_mode read_mode;
 	int phase;
+	gfs_mirror_finisher *fin;  /* fsync and rename for the per-file writers */
 
 	atomic_size_t next;
 	atomic_size_t written, attrs, skipped, failed, deleted, rmdirs, cleaned, done;
@@ -226,6 +227,11 @@ write_item(struct mirror *m, gfs_mirror_dir *d, gfs_session *s, size_t i)
 		return;
 	gfs_error err;
 	gfs_error_clear(&err);
+	if (m->fin) {
+		if (!gfs_mirror_write_queued(d, s, i, m->fin, &err))
+			write_done(i, &err, m);
+		return;
+	}
 	bool ok = gfs_mirror_apply(d, s, &m->plan.items[i], GFS_MIRROR_WRITE, &err);
 	write_done(i, ok ? NULL : &err, m);
 }
@@ -359,9 +365,21 @@ run_workers(struct mirror *m)
 			m->todo[m->ntodo++] = i;
 	if (!m->dry_run && m->ntodo > 0 && !stopped(m) && want_scan(m))
 		run_phase(m, PHASE_SCAN, 1, p);
-	/* File by file: everything, or what the scan saw no chunk of. */
-	if (!m->dry_run && m->ntodo > 0 && !stopped(m))
+	/*
+	 * File by file: everything, or what the scan saw no chunk of. With
+	 * fsync, finisher threads take the flushes off the readers.
+	 */
+	if (!m->dry_run && m->ntodo > 0 && !stopped(m)) {
+		if (m->opts.fsync)
+			m->fin = gfs_mirror_finisher_start(&m->plan, (int)m->jobs, write_done, m);
 		run_phase(m, PHASE_WRITE, jobs, p);
+		gfs_error err;
+		if (!gfs_mirror_finisher_stop(m->fin, &err)) {
+			atomic_fetch_add(&m->failed, 1);
+			report(err.msg);
+		}
+		m->fin = NULL;
+	}
 	draw_progress(m, p);
 	progress_done(p);
 }

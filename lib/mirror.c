@@ -752,7 +752,7 @@ struct finish_job {
 	char tmp[64];
 };
 
-struct finisher {
+struct gfs_mirror_finisher {
 	pthread_mutex_t lock;
 	pthread_cond_t more, room;
 	struct finish_job *q;   /* a ring of cap jobs */
@@ -768,7 +768,7 @@ struct finisher {
 };
 
 static bool
-fin_pop(struct finisher *f, struct finish_job *job)
+fin_pop(struct gfs_mirror_finisher *f, struct finish_job *job)
 {
 	pthread_mutex_lock(&f->lock);
 	while (f->count == 0 && !f->closing)
@@ -785,7 +785,7 @@ fin_pop(struct finisher *f, struct finish_job *job)
 }
 
 static void
-fin_push(struct finisher *f, const struct finish_job *job)
+fin_push(struct gfs_mirror_finisher *f, const struct finish_job *job)
 {
 	pthread_mutex_lock(&f->lock);
 	while (f->count == f->cap)
@@ -804,7 +804,7 @@ struct fin_dir {
 };
 
 static void
-fin_dir_sync(struct finisher *f, struct fin_dir *fd)
+fin_dir_sync(struct gfs_mirror_finisher *f, struct fin_dir *fd)
 {
 	if (fd->fd < 0)
 		return;
@@ -822,7 +822,7 @@ fin_dir_sync(struct finisher *f, struct fin_dir *fd)
 
 /* Keeps job's directory as the current one (syncing the previous), or closes it. */
 static void
-fin_dir_note(struct finisher *f, struct fin_dir *cur, int dirfd, bool renamed)
+fin_dir_note(struct gfs_mirror_finisher *f, struct fin_dir *cur, int dirfd, bool renamed)
 {
 	struct stat st;
 	if (fstat(dirfd, &st) < 0) {
@@ -843,7 +843,7 @@ fin_dir_note(struct finisher *f, struct fin_dir *cur, int dirfd, bool renamed)
 static void *
 fin_thread(void *arg)
 {
-	struct finisher *f = arg;
+	struct gfs_mirror_finisher *f = arg;
 	struct fin_dir cur = {.fd = -1};
 	struct finish_job job;
 	while (fin_pop(f, &job)) {
@@ -867,10 +867,10 @@ fin_thread(void *arg)
 	return NULL;
 }
 
-static struct finisher *
+static struct gfs_mirror_finisher *
 fin_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn done, void *ctx)
 {
-	struct finisher *f = calloc(1, sizeof *f);
+	struct gfs_mirror_finisher *f = calloc(1, sizeof *f);
 	if (!f)
 		abort();
 	pthread_mutex_init(&f->lock, NULL);
@@ -903,7 +903,7 @@ fin_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn done, void *ctx
 
 /* Finishes what is queued, stops the threads; false with err when a directory fsync failed. */
 static bool
-fin_stop(struct finisher *f, gfs_error *err)
+fin_stop(struct gfs_mirror_finisher *f, gfs_error *err)
 {
 	if (!f)
 		return true;
@@ -923,6 +923,60 @@ fin_stop(struct finisher *f, gfs_error *err)
 	pthread_cond_destroy(&f->room);
 	free(f);
 	return ok;
+}
+
+/*
+ * Sets mode and mtime on a complete temporary file and queues it for fsync
+ * and rename. On failure the temporary file is still the caller's.
+ */
+static bool
+fin_hand_off(struct gfs_mirror_finisher *f, gfs_mirror_dir *d, const struct gfs_mirror_item *it,
+             size_t idx, struct temp *t, gfs_error *err)
+{
+	struct finish_job job = {.idx = idx, .fd = t->fd};
+	memcpy(job.tmp, t->name, sizeof job.tmp);
+	if (!set_attrs(t->fd, it, d->opts->create_mode, err))
+		return false;
+	job.dirfd = fcntl(t->pfd, F_DUPFD_CLOEXEC, 0);
+	if (job.dirfd < 0)
+		return local_error(err, it, "duplicate a descriptor", errno);
+	t->fd = -1; /* the finisher owns it now */
+	fin_push(f, &job);
+	return true;
+}
+
+gfs_mirror_finisher *
+gfs_mirror_finisher_start(const gfs_mirror_plan *plan, int threads, gfs_mirror_done_fn done,
+                          void *ctx)
+{
+	return threads > 0 ? fin_start(plan, threads, done, ctx) : NULL;
+}
+
+bool
+gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err)
+{
+	return fin_stop(f, err);
+}
+
+bool
+gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
+                        gfs_mirror_finisher *f, gfs_error *err)
+{
+	const struct gfs_mirror_item *it = &f->plan->items[idx];
+	struct temp t;
+	if (!temp_open(d, it, &t, err))
+		return false;
+	struct write_ctx w = {.fd = t.fd, .stop = d->opts->stop};
+	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
+	if (!ok && w.error)
+		local_error(err, it, "write", w.error);
+	else if (!ok && err->code == GFS_ECANCELED)
+		gfs_error_set(err, GFS_ECANCELED, "%s: interrupted", item_name(it));
+	if (ok && fin_hand_off(f, d, it, idx, &t, err))
+		return true;
+	close(t.fd);
+	unlinkat(t.pfd, t.name, 0);
+	return false;
 }
 
 struct scan_entry {
@@ -945,7 +999,7 @@ struct scan {
 	struct temp t;
 	int64_t next, expected;
 	gfs_sha256 *h;
-	struct finisher *fin;   /* NULL: finish each file on the scan thread */
+	struct gfs_mirror_finisher *fin;   /* NULL: finish each file on the scan thread */
 };
 
 /* A map key for an _id of any type: the type, then its text. */
@@ -1004,21 +1058,8 @@ scan_end_file(struct scan *sc)
 		sc->done(sc->cur->idx, ok ? NULL : &err, sc->ctx);
 		return;
 	}
-	struct finish_job job = {.idx = sc->cur->idx, .fd = sc->t.fd};
-	memcpy(job.tmp, sc->t.name, sizeof job.tmp);
-	job.dirfd = fcntl(sc->t.pfd, F_DUPFD_CLOEXEC, 0);
-	if (job.dirfd < 0) {
-		local_error(&err, sc->it, "duplicate a descriptor", errno);
+	if (!fin_hand_off(sc->fin, sc->d, sc->it, sc->cur->idx, &sc->t, &err))
 		scan_fail(sc, &err);
-		return;
-	}
-	if (!set_attrs(sc->t.fd, sc->it, sc->d->opts->create_mode, &err)) {
-		close(job.dirfd);
-		scan_fail(sc, &err);
-		return;
-	}
-	sc->t.fd = -1; /* the finisher owns it now */
-	fin_push(sc->fin, &job);
 }
 
 static void

@@ -141,6 +141,26 @@ bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *p
                      const size_t *idx, size_t n, int finishers, gfs_mirror_done_fn done,
                      void *ctx, gfs_error *err);
 
+/*
+ * Finisher threads: they fsync complete temporary files, rename them into
+ * place and fsync each directory once when they move on, so that readers
+ * never wait on the disk. done is called from them. NULL when threads <= 0
+ * or none could start: write synchronously then.
+ */
+typedef struct gfs_mirror_finisher gfs_mirror_finisher;
+gfs_mirror_finisher *gfs_mirror_finisher_start(const gfs_mirror_plan *plan, int threads,
+                                               gfs_mirror_done_fn done, void *ctx);
+/* Finishes what is queued and stops; false with err when a directory fsync failed. */
+bool gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err);
+
+/*
+ * Like gfs_mirror_apply() with GFS_MIRROR_WRITE for plan item idx, but the
+ * complete file goes to f, which reports it through done. False (nothing
+ * queued, nothing left behind) when reading or writing failed first.
+ */
+bool gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
+                             gfs_mirror_finisher *f, gfs_error *err);
+
 /* What the sweep does (or, in a dry run, would do) with one local entry. */
 enum gfs_mirror_sweep_kind {
 	GFS_MIRROR_CLEAN,   /* a temporary file left by an earlier run */

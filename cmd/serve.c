@@ -357,7 +357,7 @@ cmd_serve(int argc, char **argv)
 		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");
 	httpserve_quiesce(srv);
 	if (!httpserve_drain(srv, o.drain_ms))
-		warnx_("requests still in progress after the drain timeout; closing them");
+		warnx_("requests or connections still open after the drain timeout; closing them");
 	httpserve_stop(srv);
 	gfs_conn_close(conn);
 	if (log && log != stderr)

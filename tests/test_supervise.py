@@ -750,10 +750,6 @@ backoff_initial = 300ms
 
 @needs_serve
 @pytest.mark.skipif(not shutil.which("ab"), reason="ab (apache2-utils) not installed")
-@pytest.mark.xfail(strict=False, reason=(
-    "gridfsctl serve's SIGTERM drain waits only for requests in progress: a connection it has "
-    "accepted but whose request has not arrived yet is closed unanswered (seen as 2-14 failed "
-    "of 10000); the supervisor side (held socket, one instance at a time) loses none"))
 def test_two_serve_instances_on_a_held_socket_survive_a_restart_under_load(
         sup, workdir, backend, db, bucket):
     bucket.upload_from_stream("hello.txt", b"hello world\n" * 100)

@@ -315,12 +315,7 @@ run_phase(struct mirror *m, enum phase phase, long n, struct progress *p)
 	pthread_mutex_lock(&m->lock);
 	while (m->running > 0) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		gfs_deadline_in(&ts, 200);
 		pthread_cond_timedwait(&m->cond, &m->lock, &ts);
 		pthread_mutex_unlock(&m->lock);
 		draw_progress(m, p);
@@ -539,14 +534,6 @@ catch_signals(void)
 	sigaction(SIGTERM, &sa, NULL);
 }
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static bool
 load_plan(struct mirror *m, gfs_error *err)
 {
@@ -585,7 +572,7 @@ exit_status(struct mirror *m)
 static int
 mirror_run(struct mirror *m)
 {
-	double started = now_s();
+	double started = gfs_mono_seconds();
 	m->conn = connect_or_warn();
 	if (!m->conn)
 		return EXIT_USAGE;
@@ -619,7 +606,7 @@ mirror_run(struct mirror *m)
 	if (interrupted)
 		warnx_("interrupted; files finished so far are in place");
 	if (m->json)
-		print_summary(m, now_s() - started);
+		print_summary(m, gfs_mono_seconds() - started);
 	rc = exit_status(m);
 	free(m->results);
 	free(m->todo);

@@ -177,9 +177,7 @@ xcalloc(size_t n, size_t size)
 static int64_t
 mono_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return (int64_t)(gfs_mono_seconds() * 1e6);
 }
 
 /* ---- responses ------------------------------------------------------- */
@@ -546,12 +544,7 @@ stream_push(struct stream *s, const uint8_t *data, size_t len)
 	/* Timed, so that a client that stopped reading cannot hold a worker past shutdown. */
 	while (s->queued >= STREAM_BUFFER_BYTES && !s->cancelled && !atomic_load(s->stopping)) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		gfs_deadline_in(&ts, 200);
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	}
 	bool ok = !s->cancelled && !atomic_load(s->stopping);
@@ -1383,18 +1376,6 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 #define POLL_DUTY 5      /* a poll waits at least 5 times as long as the last one took */
 #define RELOAD_DUTY 10   /* a reload, 10 times */
 
-static void
-deadline_in(struct timespec *ts, int64_t ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
 static int64_t
 max64(int64_t a, int64_t b)
 {
@@ -1417,7 +1398,7 @@ poller_main(void *arg)
 	pthread_mutex_lock(&srv->poll_mu);
 	while (!srv->poll_stop) {
 		struct timespec ts;
-		deadline_in(&ts, wait_ms);
+		gfs_deadline_in(&ts, wait_ms);
 		pthread_cond_timedwait(&srv->poll_cv, &srv->poll_mu, &ts);
 		if (srv->poll_stop)
 			break;
@@ -1826,13 +1807,7 @@ bool
 httpserve_drain(httpserve *srv, int timeout_ms)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
+	gfs_deadline_in(&ts, timeout_ms);
 	atomic_store(&srv->draining, true);
 	pthread_mutex_lock(&srv->active_mu);
 	int rc = 0;

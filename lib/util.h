@@ -4,10 +4,13 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 int64_t gfs_now_ms(void);
 /* A monotonic clock in seconds, for durations and deadlines. */
 double gfs_mono_seconds(void);
+/* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
+void gfs_deadline_in(struct timespec *ts, int64_t ms);
 /* A whole number in [min, max], nothing else in s. */
 bool gfs_parse_long(const char *s, long min, long max, long *out);
 /* A size: digits with an optional K, M, G or T (powers of 1024), optional "i" and "B". */

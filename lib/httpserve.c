@@ -159,19 +159,7 @@ logf_(struct httpserve *srv, const char *fmt, ...)
 static char *
 xstrdup(const char *s)
 {
-	char *p = strdup(s ? s : "");
-	if (!p)
-		abort();
-	return p;
-}
-
-static void *
-xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n, size);
-	if (!p)
-		abort();
-	return p;
+	return gfs_xstrdup(s ? s : "");
 }
 
 static int64_t
@@ -389,7 +377,7 @@ wait_for_job(struct req *r, struct job *proto)
 static enum MHD_Result
 start_fetch(struct req *r, gfs_meta *m)
 {
-	struct job *j = xcalloc(1, sizeof *j);
+	struct job *j = gfs_xcalloc(1, sizeof *j);
 	j->kind = JOB_FETCH;
 	j->meta = gfs_meta_ref(m);
 	size_t n = strlen(m->key) + 3;
@@ -403,7 +391,7 @@ start_fetch(struct req *r, gfs_meta *m)
 static enum MHD_Result
 start_lookup(struct req *r, const char *name, int rev, const char *id_key, const char *key)
 {
-	struct job *j = xcalloc(1, sizeof *j);
+	struct job *j = gfs_xcalloc(1, sizeof *j);
 	j->kind = JOB_LOOKUP;
 	j->key = xstrdup(key);
 	j->name = name ? xstrdup(name) : NULL;
@@ -493,7 +481,7 @@ static enum MHD_Result
 start_stream(struct req *r, gfs_meta *m)
 {
 	struct httpserve *srv = r->srv;
-	struct stream *s = xcalloc(1, sizeof *s);
+	struct stream *s = gfs_xcalloc(1, sizeof *s);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	atomic_init(&s->refs, 2); /* the response's and the producer's */
@@ -502,7 +490,7 @@ start_stream(struct req *r, gfs_meta *m)
 	s->first = r->range ? r->first : 0;
 	s->last = r->range ? r->last : m->length - 1;
 
-	struct job *j = xcalloc(1, sizeof *j);
+	struct job *j = gfs_xcalloc(1, sizeof *j);
 	j->kind = JOB_STREAM;
 	j->meta = gfs_meta_ref(m);
 	j->stream = s;
@@ -1109,7 +1097,7 @@ static void *
 on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
 	struct httpserve *srv = cls;
-	struct req *r = xcalloc(1, sizeof *r);
+	struct req *r = gfs_xcalloc(1, sizeof *r);
 	r->srv = srv;
 	r->conn = conn;
 	if (srv->cfg.access_log) {
@@ -1193,7 +1181,7 @@ on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
 	(void)conn;
 	struct httpserve *srv = cls;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-		struct conn_state *cs = xcalloc(1, sizeof *cs);
+		struct conn_state *cs = gfs_xcalloc(1, sizeof *cs);
 		*socket_ctx = cs;
 		atomic_fetch_add(&srv->open_connections, 1);
 		atomic_fetch_add(&srv->unanswered_connections, 1);
@@ -1458,7 +1446,7 @@ want_meta(gfs_meta *m, void *ctx)
 	    (size_t)m->length + 512 > p->budget)
 		return;
 	p->budget -= (size_t)m->length + 512;
-	struct partial *pt = xcalloc(1, sizeof *pt);
+	struct partial *pt = gfs_xcalloc(1, sizeof *pt);
 	pt->meta = gfs_meta_ref(m);
 	pt->count = count;
 	strmap_put(p->want, m->key, pt);
@@ -1711,7 +1699,7 @@ start_daemons(struct httpserve *srv, gfs_error *err)
 httpserve *
 httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err)
 {
-	struct httpserve *srv = xcalloc(1, sizeof *srv);
+	struct httpserve *srv = gfs_xcalloc(1, sizeof *srv);
 	srv->cfg = *cfg;
 	srv->access_log = cfg->access_log;
 	srv->conn = conn;
@@ -1752,7 +1740,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	if (cfg->preload && gfs_index_loaded(srv->index) && !preload(srv, &lerr))
 		logf_(srv, "preload stopped early: %s", lerr.msg);
 
-	srv->workers = xcalloc(cfg->workers, sizeof *srv->workers);
+	srv->workers = gfs_xcalloc(cfg->workers, sizeof *srv->workers);
 	for (; srv->nworkers < cfg->workers; srv->nworkers++)
 		if (pthread_create(&srv->workers[srv->nworkers], NULL, worker_main, srv) != 0)
 			break;

@@ -17,15 +17,6 @@ struct gfs_index {
 	_Atomic int64_t fresh_ms;
 };
 
-static char *
-xstrdup(const char *s)
-{
-	char *p = strdup(s);
-	if (!p)
-		abort();
-	return p;
-}
-
 /* An entity tag safe to quote: printable ASCII without quotes or backslashes. */
 static bool
 tag_safe(const char *s, size_t max)
@@ -67,7 +58,7 @@ gfs_meta_from_file(const gfs_file *f)
 	if (!m)
 		abort();
 	atomic_init(&m->refs, 1);
-	m->name = f->filename ? xstrdup(f->filename) : NULL;
+	m->name = f->filename ? gfs_xstrdup(f->filename) : NULL;
 	m->key = gfs_id_string(&f->id);
 	if (!m->key)
 		abort();
@@ -76,7 +67,7 @@ gfs_meta_from_file(const gfs_file *f)
 	m->chunk_size = f->chunk_size;
 	m->upload_ms = f->upload_date;
 	memcpy(m->sha256, f->sha256, sizeof m->sha256);
-	m->content_type = xstrdup(f->content_type && *f->content_type ? f->content_type
+	m->content_type = gfs_xstrdup(f->content_type && *f->content_type ? f->content_type
 	                                                               : http_type_by_ext(f->filename));
 	make_etag(m, f->md5);
 	int64_t secs = f->upload_date >= 0 ? f->upload_date / 1000 : 0;
@@ -127,7 +118,7 @@ gfs_index_new(const char *prefix)
 	if (!ix)
 		abort();
 	pthread_rwlock_init(&ix->lock, NULL);
-	ix->prefix = xstrdup(prefix ? prefix : "");
+	ix->prefix = gfs_xstrdup(prefix ? prefix : "");
 	ix->by_name = strmap_new(1024);
 	ix->by_id = strmap_new(1024);
 	return ix;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "strmap.h"
+#include "util.h"
 
 struct node {
 	struct node *next;
@@ -28,23 +29,14 @@ strmap_hash(const char *key)
 	return h;
 }
 
-static void *
-xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n, size);
-	if (!p)
-		abort();
-	return p;
-}
-
 strmap *
 strmap_new(size_t expected)
 {
-	strmap *m = xcalloc(1, sizeof *m);
+	strmap *m = gfs_xcalloc(1, sizeof *m);
 	m->nbuckets = 64;
 	while (m->nbuckets < expected)
 		m->nbuckets *= 2;
-	m->buckets = xcalloc(m->nbuckets, sizeof *m->buckets);
+	m->buckets = gfs_xcalloc(m->nbuckets, sizeof *m->buckets);
 	return m;
 }
 
@@ -91,7 +83,7 @@ static void
 grow(strmap *m)
 {
 	size_t nb = m->nbuckets * 2;
-	struct node **b = xcalloc(nb, sizeof *b);
+	struct node **b = gfs_xcalloc(nb, sizeof *b);
 	for (size_t i = 0; i < m->nbuckets; i++) {
 		struct node *n = m->buckets[i];
 		while (n) {
@@ -117,7 +109,7 @@ strmap_put(strmap *m, const char *key, void *value)
 		(*pp)->value = value;
 		return old;
 	}
-	struct node *n = xcalloc(1, sizeof *n);
+	struct node *n = gfs_xcalloc(1, sizeof *n);
 	n->hash = h;
 	n->key = key;
 	n->value = value;

@@ -27,26 +27,6 @@ const char *const sv_default_patterns[] = {
 	NULL,
 };
 
-static void *
-xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size ? size : 1);
-	if (!p)
-		abort();
-	return p;
-}
-
-static char *
-xstrdup(const char *s)
-{
-	if (!s)
-		return NULL;
-	char *d = strdup(s);
-	if (!d)
-		abort();
-	return d;
-}
-
 static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -62,7 +42,7 @@ list_append(char ***list, size_t *n, const char *s)
 	char **l = realloc(*list, (*n + 2) * sizeof *l);
 	if (!l)
 		abort();
-	l[(*n)++] = xstrdup(s);
+	l[(*n)++] = gfs_xstrdup(s);
 	l[*n] = NULL;
 	*list = l;
 }
@@ -96,7 +76,7 @@ void
 sv_program_defaults(struct sv_program *p, const char *name)
 {
 	memset(p, 0, sizeof *p);
-	p->name = xstrdup(name);
+	p->name = gfs_xstrdup(name);
 	set_default_patterns(p);
 	p->health_interval_ms = 5000;
 	p->health_timeout_ms = 2000;
@@ -141,9 +121,9 @@ list_copy(char **src, size_t n)
 {
 	if (!src)
 		return NULL;
-	char **d = xcalloc(n + 1, sizeof *d);
+	char **d = gfs_xcalloc(n + 1, sizeof *d);
 	for (size_t i = 0; i < n; i++)
-		d[i] = xstrdup(src[i]);
+		d[i] = gfs_xstrdup(src[i]);
 	return d;
 }
 
@@ -151,19 +131,19 @@ void
 sv_program_copy(struct sv_program *dst, const struct sv_program *src)
 {
 	*dst = *src;
-	dst->name = xstrdup(src->name);
+	dst->name = gfs_xstrdup(src->name);
 	size_t argc = 0;
 	while (src->argv && src->argv[argc])
 		argc++;
 	dst->argv = src->argv ? list_copy(src->argv, argc) : NULL;
-	dst->command = xstrdup(src->command);
-	dst->directory = xstrdup(src->directory);
+	dst->command = gfs_xstrdup(src->command);
+	dst->directory = gfs_xstrdup(src->directory);
 	dst->env = list_copy(src->env, src->nenv);
-	dst->user = xstrdup(src->user);
+	dst->user = gfs_xstrdup(src->user);
 	dst->patterns = list_copy(src->patterns, src->npatterns);
-	dst->health = xstrdup(src->health);
-	dst->listen = xstrdup(src->listen);
-	dst->log = xstrdup(src->log);
+	dst->health = gfs_xstrdup(src->health);
+	dst->listen = gfs_xstrdup(src->listen);
+	dst->log = gfs_xstrdup(src->log);
 }
 
 static bool
@@ -450,7 +430,7 @@ static void
 replace(char **slot, const char *value)
 {
 	free(*slot);
-	*slot = *value ? xstrdup(value) : NULL;
+	*slot = *value ? gfs_xstrdup(value) : NULL;
 }
 
 bool
@@ -467,7 +447,7 @@ sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, 
 			free(p->command);
 			p->command = joined;
 		} else {
-			p->command = xstrdup(v);
+			p->command = gfs_xstrdup(v);
 		}
 		sv_argv_free(p->argv);
 		p->argv = sv_split_command(p->command);

@@ -9,6 +9,13 @@
 int64_t gfs_now_ms(void);
 /* A monotonic clock in seconds, for durations and deadlines. */
 double gfs_mono_seconds(void);
+#include <stddef.h>
+
+/* Allocation that cannot fail: out of memory aborts (nothing here can go on without it). */
+void *gfs_xcalloc(size_t n, size_t size);
+/* A copy of s, or NULL for NULL. */
+char *gfs_xstrdup(const char *s);
+
 /* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
 void gfs_deadline_in(struct timespec *ts, int64_t ms);
 /* A whole number in [min, max], nothing else in s. */

@@ -56,7 +56,8 @@ class Server:
     def __init__(self, gfs, tmp_path, *args, env=None, preexec_fn=None, port=None, argv=None,
                  pass_fds=()):
         self.port = port or pick_port(HTTP_PORTS)
-        self.errfile = tmp_path / f"serve-{self.port}.err"
+        # Several servers may share a port (SO_REUSEPORT): each needs a log of its own.
+        self.errfile = tmp_path / f"serve-{self.port}-{len(list(tmp_path.glob(f'serve-{self.port}-*.err')))}.err"
         self.err = open(self.errfile, "wb")
         if argv is None:
             argv = ["serve", "--listen", f"127.0.0.1:{self.port}", "--poll", "0.2", *args]
@@ -67,6 +68,8 @@ class Server:
                                          stdout=subprocess.DEVNULL, stderr=self.err,
                                          pass_fds=pass_fds)
         wait_for(self.answers, 60, "the server to answer")
+        # On a shared port another server may have answered: wait for this one to say it serves.
+        wait_for(lambda: "serving" in self.stderr(), 60, "the server to start serving")
 
     def answers(self):
         assert self.proc.poll() is None, f"server exited: {self.stderr()}"

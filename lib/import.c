@@ -408,6 +408,16 @@ idlist_free(struct idlist *l)
 	memset(l, 0, sizeof *l);
 }
 
+/* Removes the files of ids, IN_BATCH at a time. */
+static bool
+delete_idlist(gfs_session *s, const struct idlist *ids, gfs_error *err)
+{
+	bool ok = true;
+	for (size_t i = 0; ok && i < ids->n; i += IN_BATCH)
+		ok = delete_files(s, ids->v + i, ids->n - i < IN_BATCH ? ids->n - i : IN_BATCH, err);
+	return ok;
+}
+
 /*
  * A new revision that is complete: the revisions of its name older than it,
  * beyond keep - 1 of them, are to go. The one just written, and any newer
@@ -488,8 +498,7 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 	mongoc_cursor_destroy(cur);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
-	for (size_t i = 0; ok && i < old.n; i += IN_BATCH)
-		ok = delete_files(s, old.v + i, old.n - i < IN_BATCH ? old.n - i : IN_BATCH, err);
+	ok = ok && delete_idlist(s, &old, err);
 	idlist_free(&old);
 	return ok;
 }
@@ -1378,8 +1387,7 @@ delete_batch(gfs_import *imp, gfs_session *s, char **names, size_t n, gfs_error 
 		mongoc_cursor_destroy(cur);
 		bson_destroy(&filter);
 		bson_destroy(&opts);
-		for (size_t i = 0; ok && i < ids.n; i += IN_BATCH)
-			ok = delete_files(s, ids.v + i, ids.n - i < IN_BATCH ? ids.n - i : IN_BATCH, err);
+		ok = ok && delete_idlist(s, &ids, err);
 		idlist_free(&ids);
 		if (!ok)
 			return false;

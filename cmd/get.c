@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "../lib/safepath.h"
 
 const char get_help[] =
     "      --id OID      the file with this _id instead of a NAME\n"
@@ -79,17 +80,8 @@ to_fd(const uint8_t *data, size_t len, void *ctx)
 static bool
 safe_relative(const char *name)
 {
-	if (!*name || name[0] == '/')
-		return false;
-	for (const char *p = name; *p;) {
-		size_t n = strcspn(p, "/");
-		if ((n == 2 && strncmp(p, "..", 2) == 0) || n == 0)
-			return false;
-		p += n;
-		if (*p == '/')
-			p++;
-	}
-	return true;
+	gfs_error err;
+	return gfs_safepath_check(name, strlen(name), &err);
 }
 
 static bool

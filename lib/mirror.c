@@ -673,18 +673,27 @@ temp_finish(gfs_mirror_dir *d, const struct gfs_mirror_item *it, struct temp *t,
 	return true;
 }
 
+/* Streams the stored file into the temporary t, checking every chunk and the sha256. */
+static bool
+fill_temp(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, struct temp *t,
+          gfs_error *err)
+{
+	struct write_ctx w = {.fd = t->fd, .stop = d->opts->stop};
+	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
+	if (!ok && w.error)
+		local_error(err, it, "write", w.error);
+	else if (!ok && err->code == GFS_ECANCELED)
+		gfs_error_set(err, GFS_ECANCELED, "%s: interrupted", item_name(it));
+	return ok;
+}
+
 static bool
 write_file(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, gfs_error *err)
 {
 	struct temp t;
 	if (!temp_open(d, it, &t, err))
 		return false;
-	struct write_ctx w = {.fd = t.fd, .stop = d->opts->stop};
-	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
-	if (!ok && w.error)
-		local_error(err, it, "write", w.error);
-	else if (!ok && err->code == GFS_ECANCELED)
-		gfs_error_set(err, GFS_ECANCELED, "%s: interrupted", item_name(it));
+	bool ok = fill_temp(d, s, it, &t, err);
 	return temp_finish(d, it, &t, ok, err);
 }
 
@@ -966,12 +975,7 @@ gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
 	struct temp t;
 	if (!temp_open(d, it, &t, err))
 		return false;
-	struct write_ctx w = {.fd = t.fd, .stop = d->opts->stop};
-	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
-	if (!ok && w.error)
-		local_error(err, it, "write", w.error);
-	else if (!ok && err->code == GFS_ECANCELED)
-		gfs_error_set(err, GFS_ECANCELED, "%s: interrupted", item_name(it));
+	bool ok = fill_temp(d, s, it, &t, err);
 	if (ok && fin_hand_off(f, d, it, idx, &t, err))
 		return true;
 	close(t.fd);

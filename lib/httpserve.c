@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "acceptor.h"
 #include "cache.h"
 #include "httpserve.h"
 #include "httputil.h"
@@ -90,12 +91,22 @@ struct stream {
 	const atomic_bool *stopping;
 };
 
+/* An event thread: one libmicrohttpd daemon, and how many connections it has. */
+struct loop {
+	struct httpserve *srv;
+	struct MHD_Daemon *d;
+	atomic_long conns;
+};
+
 struct httpserve {
 	struct httpserve_config cfg;
 	char *prefix;
 	gfs_conn *conn;
-	struct MHD_Daemon *d[MAX_DAEMONS];
+	struct loop loops[MAX_DAEMONS];
 	unsigned nd;
+	unsigned next_loop;          /* the accepting thread's own: where ties go next */
+	int listen_fd;               /* ours, or the inherited one; -1 once closed */
+	acceptor *acceptor;
 	bool quiesced;
 	gfs_index *index;
 	http_cache *cache;
@@ -1179,16 +1190,20 @@ on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
               enum MHD_ConnectionNotificationCode toe)
 {
 	(void)conn;
-	struct httpserve *srv = cls;
+	struct loop *lp = cls;
+	struct httpserve *srv = lp->srv;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		struct conn_state *cs = gfs_xcalloc(1, sizeof *cs);
 		*socket_ctx = cs;
+		atomic_fetch_add(&lp->conns, 1);
 		atomic_fetch_add(&srv->open_connections, 1);
 		atomic_fetch_add(&srv->unanswered_connections, 1);
 		return;
 	}
 	struct conn_state *cs = *socket_ctx;
+	atomic_fetch_sub(&lp->conns, 1);
 	atomic_fetch_sub(&srv->open_connections, 1);
+	acceptor_resume(srv->acceptor);
 	if (cs && !cs->had_request &&
 	    atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
 		wake_drain(srv);
@@ -1310,13 +1325,17 @@ serve_metrics(struct req *r)
 	        gfs_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - gfs_index_fresh_ms(srv->index)) / 1e3 : -1.0,
 	        (double)atomic_load(&srv->poll_us) / 1e6, (double)atomic_load(&srv->reload_us) / 1e6,
 	        (double)atomic_load(&srv->poll_interval_ms) / 1e3);
+	bprintf(&b, "# HELP " P "thread_connections Open connections of each event thread.\n"
+	        "# TYPE " P "thread_connections gauge\n");
+	for (unsigned i = 0; i < srv->nd; i++)
+		bprintf(&b, P "thread_connections{thread=\"%u\"} %ld\n", i, atomic_load(&srv->loops[i].conns));
 	struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	return queue_once(r, 200, resp, b.len);
 }
 
-/* ---- libmicrohttpd's log: where running out of descriptors shows ---- */
+/* ---- libmicrohttpd's log, and running out of descriptors ---------- */
 
 static void
 on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -1327,35 +1346,47 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 	size_t n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
 		msg[--n] = '\0';
-	bool limit = strstr(msg, "resource limit") != NULL;
-	if (!limit && strstr(msg, "Error accepting connection") == NULL) {
-		/* Bad requests are the clients' business: a line a second at most. */
-		int64_t now = gfs_now_ms(), last = atomic_load(&srv->last_mhd_log_ms);
-		if (now - last >= 1000 && atomic_compare_exchange_strong(&srv->last_mhd_log_ms, &last, now))
-			logf_(srv, "http: %s", msg);
-		return;
-	}
-	/*
-	 * accept() failed with EMFILE or ENFILE. libmicrohttpd stops accepting
-	 * until a connection closes, except when this thread has none, where it
-	 * would retry at once: slow that case down here, in its own thread.
-	 */
-	if (limit) {
-		atomic_fetch_add(&srv->emfile_events, 1);
-		if (strstr(msg, "FIRST connection")) {
-			struct timespec ts = {0, 100 * 1000 * 1000};
-			nanosleep(&ts, NULL);
-		}
-		return;
-	}
+	/* Bad requests are the clients' business: a line a second at most. */
+	int64_t now = gfs_now_ms(), last = atomic_load(&srv->last_mhd_log_ms);
+	if (now - last >= 1000 && atomic_compare_exchange_strong(&srv->last_mhd_log_ms, &last, now))
+		logf_(srv, "http: %s", msg);
+}
+
+/*
+ * accept() found no descriptor (or memory) to spare. The line names
+ * "Too many open files" so that a supervisor watching the log can act;
+ * one every 10 seconds at most, however long the shortage lasts.
+ */
+static void
+on_accept_limit(void *ctx, int err)
+{
+	struct httpserve *srv = ctx;
+	atomic_fetch_add(&srv->emfile_events, 1);
 	int64_t now = gfs_now_ms(), last = atomic_load(&srv->last_emfile_log_ms);
 	if (now - last < 10000 || !atomic_compare_exchange_strong(&srv->last_emfile_log_ms, &last, now))
 		return;
 	struct rlimit rl;
 	getrlimit(RLIMIT_NOFILE, &rl);
 	logf_(srv, "accept: %s (limit %llu, %ld connections open); not accepting until a connection closes",
-	      strstr(msg, "in system") ? "Too many open files in system" : "Too many open files",
+	      err == EMFILE ? "Too many open files" : err == ENFILE ? "Too many open files in system"
+	                                                          : strerror(err),
 	      (unsigned long long)rl.rlim_cur, atomic_load(&srv->open_connections));
+}
+
+/* The loop with the fewest connections; ties go round, so two clients never share a thread. */
+static void
+on_accept(void *ctx, int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct httpserve *srv = ctx;
+	unsigned best = srv->next_loop % srv->nd;
+	for (unsigned k = 1; k < srv->nd; k++) {
+		unsigned i = (srv->next_loop + k) % srv->nd;
+		if (atomic_load(&srv->loops[i].conns) < atomic_load(&srv->loops[best].conns))
+			best = i;
+	}
+	srv->next_loop = best + 1;
+	/* On failure libmicrohttpd has closed fd, and logged why (its connection limit, memory). */
+	MHD_add_connection(srv->loops[best].d, fd, addr, len);
 }
 
 /* ---- index upkeep ---------------------------------------------------- */
@@ -1610,96 +1641,100 @@ stop_threads(struct httpserve *srv)
 	}
 }
 
-/* Starts one libmicrohttpd daemon: listening on ss (or the inherited socket), with pool threads. */
+/* Starts an event thread: a libmicrohttpd daemon with no socket of its own. */
 static struct MHD_Daemon *
-start_one(struct httpserve *srv, const struct sockaddr_storage *ss, unsigned pool, unsigned limit)
+start_loop(struct httpserve *srv, struct loop *lp, unsigned limit)
 {
 	const struct httpserve_config *c = &srv->cfg;
-	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-	if (c->listen_fd < 0 && ss->ss_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-	struct MHD_OptionItem opts[20];
-	int n = 0;
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, srv};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, limit, NULL};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s, NULL};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->conn_memory, NULL};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL};
-	if (pool > 1)
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, pool, NULL};
-	if (c->listen_fd >= 0) {
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, c->listen_fd, NULL};
-	} else {
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)ss};
-		if (c->reuse_port)
-			opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL};
-	}
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+	                 MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+	struct MHD_OptionItem opts[] = {
+		{MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv},
+		{MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, srv},
+		{MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv},
+		{MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, lp},
+		{MHD_OPTION_CONNECTION_LIMIT, limit, NULL},
+		{MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s, NULL},
+		{MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->conn_memory, NULL},
+		{MHD_OPTION_END, 0, NULL},
+	};
 	return MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
 	                        MHD_OPTION_END);
 }
 
-static void
-set_port(struct sockaddr_storage *ss, unsigned port)
+static bool
+open_listener(struct httpserve *srv, gfs_error *err)
 {
-	if (ss->ss_family == AF_INET6)
-		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-	else
-		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+	const struct httpserve_config *c = &srv->cfg;
+	if (c->listen_fd >= 0) {
+		srv->listen_fd = c->listen_fd;
+		return true;
+	}
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	if (!resolve(c->host, c->port, &ss, err))
+		return false;
+	gfs_error lerr;
+	gfs_error_clear(&lerr);
+	srv->listen_fd = acceptor_listen(&ss, c->reuse_port, 4096, &lerr);
+	if (srv->listen_fd >= 0)
+		return true;
+	gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u: %s (in use, or not an address of this host?)",
+	              c->host, c->port, lerr.msg);
+	return false;
 }
 
-/*
- * With a socket of our own and SO_REUSEPORT, one single-threaded daemon per
- * event thread, each with its own listening socket on the same port: the
- * kernel spreads connections over them evenly, where threads sharing one
- * socket race to accept and can pile connections onto one thread. An
- * inherited socket can only be shared: then one daemon with a thread pool.
- */
+/* Every event thread, then the thread that accepts for them. */
 static bool
 start_daemons(struct httpserve *srv, gfs_error *err)
 {
 	const struct httpserve_config *c = &srv->cfg;
-	struct sockaddr_storage ss;
-	memset(&ss, 0, sizeof ss);
-	if (c->listen_fd < 0 && !resolve(c->host, c->port, &ss, err))
-		return false;
-	bool per_socket = c->listen_fd < 0 && c->reuse_port && c->threads > 1;
-	unsigned count = per_socket ? c->threads : 1;
-	if (count > MAX_DAEMONS)
-		count = MAX_DAEMONS;
+	unsigned count = c->threads < 1 ? 1 : c->threads > MAX_DAEMONS ? MAX_DAEMONS : c->threads;
 	unsigned limit = c->max_connections / count ? c->max_connections / count : 1;
 	for (srv->nd = 0; srv->nd < count; srv->nd++) {
-		struct MHD_Daemon *d = start_one(srv, &ss, per_socket ? 1 : c->threads, limit);
-		if (!d)
-			break;
-		srv->d[srv->nd] = d;
-		if (srv->nd == 0 && c->listen_fd < 0 && c->port == 0) {
-			/* Port 0: the others join the port the first one got. */
-			const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-			if (di)
-				set_port(&ss, di->port);
+		struct loop *lp = &srv->loops[srv->nd];
+		lp->srv = srv;
+		atomic_init(&lp->conns, 0);
+		lp->d = start_loop(srv, lp, limit);
+		if (!lp->d) {
+			gfs_error_set(err, GFS_ELOCAL, "cannot start the HTTP event threads");
+			return false;
 		}
 	}
-	if (srv->nd == count)
-		return true;
-	for (unsigned i = 0; i < srv->nd; i++)
-		MHD_stop_daemon(srv->d[i]);
-	srv->nd = 0;
-	if (c->listen_fd >= 0)
+	if (!open_listener(srv, err))
+		return false;
+	srv->acceptor = acceptor_start(srv->listen_fd, on_accept, on_accept_limit, srv, err);
+	if (!srv->acceptor && c->listen_fd >= 0)
 		gfs_error_set(err, GFS_ELOCAL, "cannot serve on the inherited socket (fd %d)", c->listen_fd);
-	else
-		gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u (in use, or not an address of this host?)",
-		              c->host, c->port);
-	return false;
+	return srv->acceptor != NULL;
+}
+
+static void
+stop_accepting(struct httpserve *srv)
+{
+	acceptor_stop(srv->acceptor);
+	if (srv->listen_fd >= 0)
+		close(srv->listen_fd);
+	srv->listen_fd = -1;
+}
+
+/* The acceptor goes last: closing connections tell it to resume until then. */
+static void
+stop_daemons(struct httpserve *srv)
+{
+	stop_accepting(srv);
+	for (unsigned i = 0; i < srv->nd; i++)
+		MHD_stop_daemon(srv->loops[i].d);
+	srv->nd = 0;
+	acceptor_free(srv->acceptor);
+	srv->acceptor = NULL;
 }
 
 httpserve *
 httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err)
 {
 	struct httpserve *srv = gfs_xcalloc(1, sizeof *srv);
+	srv->listen_fd = -1;
 	srv->cfg = *cfg;
 	srv->access_log = cfg->access_log;
 	srv->conn = conn;
@@ -1752,6 +1787,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		return NULL;
 	}
 	if (!start_daemons(srv, err)) {
+		stop_daemons(srv);
 		stop_threads(srv);
 		free_server(srv);
 		return NULL;
@@ -1762,8 +1798,13 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 unsigned
 httpserve_port(httpserve *srv)
 {
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d[0], MHD_DAEMON_INFO_BIND_PORT);
-	return di ? di->port : srv->cfg.port;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof ss;
+	if (srv->listen_fd < 0 || getsockname(srv->listen_fd, (struct sockaddr *)&ss, &len) != 0)
+		return srv->cfg.port;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
 FILE *
@@ -1784,11 +1825,7 @@ httpserve_quiesce(httpserve *srv)
 	if (srv->quiesced)
 		return;
 	srv->quiesced = true;
-	for (unsigned i = 0; i < srv->nd; i++) {
-		MHD_socket fd = MHD_quiesce_daemon(srv->d[i]);
-		if (fd != MHD_INVALID_SOCKET)
-			close(fd);
-	}
+	stop_accepting(srv);
 }
 
 bool
@@ -1818,8 +1855,7 @@ httpserve_stop(httpserve *srv)
 		return;
 	/* Workers answer what is queued with 503 and resume every waiting connection first. */
 	stop_threads(srv);
-	for (unsigned i = 0; i < srv->nd; i++)
-		MHD_stop_daemon(srv->d[i]);
+	stop_daemons(srv);
 	if (srv->access_log)
 		fflush(srv->access_log);
 	free_server(srv);

@@ -480,6 +480,20 @@ def test_inherited_socket_and_reuseport(bucket, gfs, tmp_path, serve):
     assert a.get("/s.txt")[2] == b"socket" and b.get("/s.txt")[2] == b"socket"
 
 
+def test_connections_spread_over_event_threads(bucket, serve):
+    # Three keep-alive clients and three event threads: one each, never two on one thread.
+    put(bucket, "k.txt", b"keep")
+    s = serve("--threads", "3")
+    held = [s.conn() for _ in range(3)]
+    for c in held:
+        assert s.get("/k.txt", conn=c)[2] == b"keep"
+    m = s.metrics()  # on a fourth connection, which joins one of the threads
+    per_thread = sorted(v for k, v in m.items() if k.startswith("gridfsctl_serve_thread_connections"))
+    assert per_thread == [1, 1, 2], m
+    for c in held:
+        c.close()
+
+
 def test_usage_errors(gfs):
     for args in (["--listen", "nonsense"], ["--cache-size", "lots"], ["--threads", "0"],
                  ["extra-arg"], ["--poll", "-1"]):

@@ -1,5 +1,5 @@
 /*
- * The serve command's response cache: an LRU bounded in bytes of file
+ * The serve command's response cache: bounded in bytes of file
  * bodies, each with a prebuilt 200 response that every hit queues again
  * (libmicrohttpd counts references to a response, so one object serves
  * any number of connections at once without copying the body).
@@ -42,6 +42,7 @@ typedef struct cache_entry {
 	size_t cost;
 	struct cache_entry *prev, *next;
 	bool linked;
+	bool referenced;             /* hit since the eviction hand last passed */
 } cache_entry;
 
 typedef struct http_cache http_cache;

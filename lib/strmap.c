@@ -1,4 +1,10 @@
-/* A chained hash map keyed by strings: FNV-1a, power-of-two buckets, grows at load 1. */
+/*
+ * A chained hash map keyed by strings: FNV-1a, power-of-two buckets, grows
+ * at load 1. Each node carries a copy of its key, so a lookup that finds
+ * its hash touches one allocation, not a node and then a key elsewhere:
+ * serve looks up two of these per request in tables of 50,000 names, where
+ * every extra cache miss shows.
+ */
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,8 +14,8 @@
 struct node {
 	struct node *next;
 	uint64_t hash;
-	const char *key;
 	void *value;
+	char key[];
 };
 
 struct strmap {
@@ -105,13 +111,13 @@ strmap_put(strmap *m, const char *key, void *value)
 	struct node **pp = find_slot(m, key, h);
 	if (*pp) {
 		void *old = (*pp)->value;
-		(*pp)->key = key;
 		(*pp)->value = value;
 		return old;
 	}
-	struct node *n = gfs_xcalloc(1, sizeof *n);
+	size_t len = strlen(key);
+	struct node *n = gfs_xcalloc(1, sizeof *n + len + 1);
 	n->hash = h;
-	n->key = key;
+	memcpy(n->key, key, len + 1);
 	n->value = value;
 	*pp = n;
 	if (++m->count > m->nbuckets)

@@ -1,7 +1,6 @@
 /*
- * A string-keyed hash map with chaining. Keys are borrowed: each key must
- * live as long as its entry (usually it points into the value). Not
- * thread-safe; callers lock.
+ * A string-keyed hash map with chaining. Keys are copied into the map.
+ * Not thread-safe; callers lock.
  */
 #ifndef GFS_STRMAP_H
 #define GFS_STRMAP_H

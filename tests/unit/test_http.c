@@ -191,14 +191,14 @@ test_cache_lru(void **state)
 	cache_entry_release(c, put(c, "a", 1000));
 	cache_entry_release(c, put(c, "b", 1000));
 	cache_entry_release(c, put(c, "c", 1000));
-	cache_entry *a = http_cache_get(c, "a"); /* a is now the most recent */
+	cache_entry *a = http_cache_get(c, "a"); /* a is marked: it gets a second chance */
 	assert_non_null(a);
 	cache_entry_release(c, a);
-	cache_entry_release(c, put(c, "d", 1000)); /* evicts b, the coldest */
+	cache_entry_release(c, put(c, "d", 1000)); /* a goes round again, b (unmarked) goes */
 	assert_null(http_cache_peek(c, "b"));
 	cache_entry *held = http_cache_get(c, "c");
 	assert_non_null(held);
-	cache_entry_release(c, put(c, "e", 1000)); /* order was c d a: evicts a */
+	cache_entry_release(c, put(c, "e", 1000)); /* c marked goes round, a is unmarked now: evicts a */
 	assert_null(http_cache_peek(c, "a"));
 	cache_entry_release(c, put(c, "f", 1000)); /* evicts d */
 	assert_null(http_cache_peek(c, "d"));

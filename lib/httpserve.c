@@ -106,7 +106,7 @@ struct httpserve {
 	unsigned nd;
 	unsigned next_loop;          /* the accepting thread's own: where ties go next */
 	int listen_fd;               /* ours, or the inherited one; -1 once closed */
-	acceptor *acceptor;
+	acceptor *_Atomic acceptor;  /* event threads read it when a connection closes */
 	bool quiesced;
 	gfs_index *index;
 	http_cache *cache;
@@ -1203,7 +1203,7 @@ on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
 	struct conn_state *cs = *socket_ctx;
 	atomic_fetch_sub(&lp->conns, 1);
 	atomic_fetch_sub(&srv->open_connections, 1);
-	acceptor_resume(srv->acceptor);
+	acceptor_resume(atomic_load(&srv->acceptor));
 	if (cs && !cs->had_request &&
 	    atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
 		wake_drain(srv);
@@ -1679,8 +1679,7 @@ open_listener(struct httpserve *srv, gfs_error *err)
 	srv->listen_fd = acceptor_listen(&ss, c->reuse_port, 4096, &lerr);
 	if (srv->listen_fd >= 0)
 		return true;
-	gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u: %s (in use, or not an address of this host?)",
-	              c->host, c->port, lerr.msg);
+	gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u: %s", c->host, c->port, lerr.msg);
 	return false;
 }
 
@@ -1703,16 +1702,17 @@ start_daemons(struct httpserve *srv, gfs_error *err)
 	}
 	if (!open_listener(srv, err))
 		return false;
-	srv->acceptor = acceptor_start(srv->listen_fd, on_accept, on_accept_limit, srv, err);
-	if (!srv->acceptor && c->listen_fd >= 0)
+	acceptor *a = acceptor_start(srv->listen_fd, on_accept, on_accept_limit, srv, err);
+	atomic_store(&srv->acceptor, a);
+	if (!a && c->listen_fd >= 0)
 		gfs_error_set(err, GFS_ELOCAL, "cannot serve on the inherited socket (fd %d)", c->listen_fd);
-	return srv->acceptor != NULL;
+	return a != NULL;
 }
 
 static void
 stop_accepting(struct httpserve *srv)
 {
-	acceptor_stop(srv->acceptor);
+	acceptor_stop(atomic_load(&srv->acceptor));
 	if (srv->listen_fd >= 0)
 		close(srv->listen_fd);
 	srv->listen_fd = -1;
@@ -1726,8 +1726,7 @@ stop_daemons(struct httpserve *srv)
 	for (unsigned i = 0; i < srv->nd; i++)
 		MHD_stop_daemon(srv->loops[i].d);
 	srv->nd = 0;
-	acceptor_free(srv->acceptor);
-	srv->acceptor = NULL;
+	acceptor_free(atomic_exchange(&srv->acceptor, NULL));
 }
 
 httpserve *

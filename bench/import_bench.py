@@ -22,7 +22,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from benchlib import run_timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHUNK = 255 * 1024
@@ -67,18 +68,6 @@ def ceiling(uri, db, tree):
         d.fs.chunks.insert_many(chunks, ordered=False)
     for i in range(0, len(files), 10000):
         d.fs.files.insert_many(files[i:i + 10000], ordered=False)
-
-
-def run_timed(argv):
-    t0 = time.monotonic()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE)
-    out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    secs = time.monotonic() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    if rc != 0:
-        sys.exit(f"failed ({rc}): {' '.join(argv)}")
-    return secs, ru.ru_maxrss / 1024, out, ru.ru_utime + ru.ru_stime
 
 
 def tree_size(tree):

@@ -18,22 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+
+from benchlib import run_timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_timed(argv, env=None):
-    """Runs argv; returns (seconds, peak RSS in MiB, stdout)."""
-    t0 = time.monotonic()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
-    out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    secs = time.monotonic() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    if rc != 0:
-        sys.exit(f"failed ({rc}): {' '.join(argv)}")
-    return secs, ru.ru_maxrss / 1024, out
 
 
 def pymongo_loop(uri, db, prefix, out):
@@ -87,7 +75,7 @@ def main():
     client = pymongo.MongoClient(uri)
     if client[db].fs.files.count_documents({}) != nfiles:
         client.drop_database(db)
-        secs, _, _ = run_timed([a.bin, "import", a.tree, "--prefix", "posters", "--db", db], env)
+        secs = run_timed([a.bin, "import", a.tree, "--prefix", "posters", "--db", db], env)[0]
         print(f"loaded {nfiles} files with gridfsctl import in {secs:.1f} s", file=sys.stderr)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(a.tree) for f in fs)
 
@@ -119,7 +107,7 @@ def main():
           f"{os.cpu_count()} cores\n")
     print("| run | wall s | files/s | MB/s | peak RSS MiB | vs pymongo loop |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, (secs, rss, _) in results.items():
+    for name, (secs, rss, _, _) in results.items():
         print(f"| {name} | {secs:.1f} | {nfiles / secs:,.0f} | {total / 1e6 / secs:.1f} | {rss:.0f} "
               f"| {base / secs:.2f}x |")
     shutil.rmtree(a.out, ignore_errors=True)

@@ -876,6 +876,18 @@ fin_thread(void *arg)
 	return NULL;
 }
 
+/* Frees a finisher whose threads have ended or never started. */
+static void
+fin_free(struct gfs_mirror_finisher *f)
+{
+	free(f->q);
+	free(f->tids);
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->more);
+	pthread_cond_destroy(&f->room);
+	free(f);
+}
+
 static struct gfs_mirror_finisher *
 fin_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn done, void *ctx)
 {
@@ -899,12 +911,7 @@ fin_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn done, void *ctx
 		f->n++;
 	}
 	if (f->n == 0) {
-		free(f->q);
-		free(f->tids);
-		pthread_mutex_destroy(&f->lock);
-		pthread_cond_destroy(&f->more);
-		pthread_cond_destroy(&f->room);
-		free(f);
+		fin_free(f);
 		return NULL; /* finish inline instead */
 	}
 	return f;
@@ -925,12 +932,7 @@ fin_stop(struct gfs_mirror_finisher *f, gfs_error *err)
 	bool ok = !f->dir_failed;
 	if (!ok)
 		*err = f->dir_err;
-	free(f->q);
-	free(f->tids);
-	pthread_mutex_destroy(&f->lock);
-	pthread_cond_destroy(&f->more);
-	pthread_cond_destroy(&f->room);
-	free(f);
+	fin_free(f);
 	return ok;
 }
 

@@ -10,12 +10,19 @@ Needs wrk, nginx and ab (apt-get install wrk nginx apache2-utils).
 wrk runs a Lua script (bench/random_urls.lua) asking for random files of the
 tree over keep-alive connections. For every server and concurrency it
 reports requests/s, p50/p99 latency, errors (socket errors, timeouts and
-non-2xx answers, summed over repeats) and the server's resident memory
-after the run; with --repeat N each point runs N times, the servers taking
-turns, and the run with the median rate is reported; then
-`ab -n 10000 -c 25` on one file. "serve hot" runs with --preload and a cache
-holding the whole tree; "serve cold" with a 1 MB cache, so nearly every
-request is a backend read.
+non-2xx answers, summed over repeats), the server's resident memory after
+the run, and CPU time per request of the server, of the backend (FerretDB
+and PostgreSQL, from /proc) and of wrk. With --repeat N each point runs N
+times, the servers taking turns, and the run with the median rate is
+reported; then `ab -n 10000 -c 25` on one file. "serve hot" runs with
+--preload and a cache holding the whole tree; "serve cold" with a 1 MB
+cache, so nearly every request is a backend read.
+
+Then the ratios serve hot / nginx and serve cold / peer, taken turn by turn
+(the two ran seconds apart) with their median, and the ceiling of cold vs
+peer on this machine: the rate the cores allow if serve itself cost nothing
+(the cores over what the backend and wrk spend per cold request), divided
+by the peer's rate.
 """
 import argparse
 import json
@@ -25,6 +32,7 @@ import resource
 import shutil
 import signal
 import socket
+from statistics import median
 import subprocess
 import sys
 import tempfile
@@ -77,6 +85,35 @@ def rss_kb(pids):
 def children(pid):
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
     return [int(x) for x in out.stdout.split()]
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms(pids):
+    """User+system CPU time of pids, in ms; a process gone meanwhile counts 0."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks * 1000 / CLOCK_TICKS
+
+
+def backend_pids(datadir):
+    """FerretDB and every PostgreSQL process of the bench backend."""
+    pids = []
+    for pidfile in ("ferretdb.pid", os.path.join("pg", "postmaster.pid")):
+        try:
+            with open(os.path.join(datadir, pidfile)) as f:
+                pid = int(f.readline())
+        except (OSError, ValueError):
+            continue
+        pids += [pid] + children(pid)
+    return pids
 
 
 def tree_files(tree):
@@ -151,14 +188,19 @@ def run_wrk(port, conns, duration, urls_file):
     threads = min(2, conns)
     argv = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{duration}s", "--timeout", "10s",
             "-s", os.path.join(ROOT, "bench", "random_urls.lua"), f"http://127.0.0.1:{port}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, URLS=urls_file),
                          preexec_fn=raise_nofile)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     m = re.search(r"WRKJSON (\{.*\})", out.stdout)
     if not m:
         raise SystemExit(f"wrk failed: {out.stdout}\n{out.stderr}")
     r = json.loads(m.group(1))
     secs = r["duration_us"] / 1e6
     return {
+        "requests": r["requests"],
+        "client_cpu_ms": client_s * 1000 / max(1, r["requests"]),
         "rps": r["requests"] / secs,
         "p50_ms": r["p50_us"] / 1000,
         "p99_ms": r["p99_us"] / 1000,
@@ -208,13 +250,14 @@ def main():
 
     cache = total + total // 4 + (64 << 20)
     cmds = {
-        # Polling relaxed (--poll 30 --reload 600): the servers share one backend with the peer,
-        # and on FerretDB every poll reads the whole files collection.
+        # Polling out of the way (--poll 600 --reload 3600): on FerretDB every poll reads
+        # the whole files collection (2.5 s of backend CPU at 52,000 files), which would
+        # land in random runs of all four servers. Its cost is in gridfsctl-serve(1).
         "serve": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters", "--preload",
-                  "--cache-size", str(cache), "--poll", "30", "--reload", "600", "--listen",
+                  "--cache-size", str(cache), "--poll", "600", "--reload", "3600", "--listen",
                   f"127.0.0.1:{PORTS['serve']}", "-q"],
         "cold": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters",
-                 "--cache-size", "1M", "--poll", "30", "--reload", "600", "--listen", f"127.0.0.1:{PORTS['cold']}", "-q"],
+                 "--cache-size", "1M", "--poll", "600", "--reload", "3600", "--listen", f"127.0.0.1:{PORTS['cold']}", "-q"],
         "nginx": ["nginx", "-c", nginx_conf(workdir, tree, PORTS["nginx"]), "-g", "daemon off;"],
         "peer": [sys.executable, os.path.join(ROOT, "bench", "peer_server.py"), "--uri", uri,
                  "--db", "bench", "--port", str(PORTS["peer"]), "--prefix", "posters"],
@@ -225,7 +268,8 @@ def main():
             while f.read(1 << 20):
                 pass
     servers = a.servers.split(",")
-    results = {"tree": tree, "files": len(paths), "bytes": total, "commands": {}, "wrk": {}, "ab": {}}
+    results = {"tree": tree, "files": len(paths), "bytes": total, "cpus": os.cpu_count(),
+               "commands": {}, "wrk": {}, "ab": {}}
     procs = {}
     try:
         for name in servers:
@@ -240,16 +284,23 @@ def main():
             runs = {name: [] for name in servers}
             for _ in range(a.repeat):
                 for name in servers:
-                    r = run_wrk(PORTS[name], conns, a.duration, urls_file)
                     pids = [procs[name].pid] + children(procs[name].pid)
+                    bpids = backend_pids(datadir)
+                    before = cpu_ms(pids), cpu_ms(bpids)
+                    r = run_wrk(PORTS[name], conns, a.duration, urls_file)
+                    done = max(1, r["requests"])
+                    r["server_cpu_ms"] = (cpu_ms(pids) - before[0]) / done
+                    r["backend_cpu_ms"] = (cpu_ms(bpids) - before[1]) / done
                     r["rss_mb"] = rss_kb(pids) / 1024
                     runs[name].append(r)
                     log(f"bench: {name:5} c={conns:<5} {r['rps']:9.0f} rps  p50 {r['p50_ms']:7.2f} ms  "
-                        f"p99 {r['p99_ms']:8.2f} ms  errors {r['errors']}  rss {r['rss_mb']:.0f} MB")
+                        f"p99 {r['p99_ms']:8.2f} ms  errors {r['errors']}  rss {r['rss_mb']:.0f} MB  "
+                        f"cpu/req {r['server_cpu_ms']:.3f}+{r['backend_cpu_ms']:.3f}+{r['client_cpu_ms']:.3f} ms")
             for name in servers:
                 ordered = sorted(runs[name], key=lambda r: r["rps"])
                 best = dict(ordered[len(ordered) // 2])
                 best["all_rps"] = [r["rps"] for r in runs[name]]
+                best["runs"] = runs[name]
                 best["errors"] = sum(r["errors"] for r in runs[name])
                 results["wrk"].setdefault(name, {})[conns] = best
         for name in servers:
@@ -272,14 +323,41 @@ def main():
 
 def print_table(res, servers):
     print(f"\n{res['files']} files, {res['bytes'] / 1e6:.0f} MB ({res['tree']})\n")
-    print("| server | conns | req/s | vs nginx | p50 ms | p99 ms | errors | RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| server | conns | req/s | vs nginx | p50 ms | p99 ms | errors | RSS MB "
+          "| CPU ms/req: server | backend | wrk |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in servers:
         for conns, r in res["wrk"][name].items():
             ng = res["wrk"].get("nginx", {}).get(conns)
             ratio = f"{r['rps'] / ng['rps']:.2f}x" if ng else "-"
             print(f"| {name} | {conns} | {r['rps']:.0f} | {ratio} | {r['p50_ms']:.2f} | "
-                  f"{r['p99_ms']:.2f} | {r['errors']} | {r['rss_mb']:.0f} |")
+                  f"{r['p99_ms']:.2f} | {r['errors']} | {r['rss_mb']:.0f} | "
+                  f"{r['server_cpu_ms']:.3f} | {r['backend_cpu_ms']:.3f} | {r['client_cpu_ms']:.3f} |")
+    # Ratios are taken turn by turn (the two servers ran a few seconds apart),
+    # then the median, so that the machine's drift between turns cancels out.
+    hot, nginx = res["wrk"].get("serve"), res["wrk"].get("nginx")
+    if hot and nginx:
+        print("\n| conns | serve hot vs nginx, per turn | median |\n|---:|---|---:|")
+        for conns in hot:
+            if conns in nginx:
+                ratios = [h["rps"] / n["rps"] for h, n in zip(hot[conns]["runs"], nginx[conns]["runs"])]
+                print(f"| {conns} | {', '.join(f'{x:.2f}x' for x in ratios)} | {median(ratios):.2f}x |")
+    cold, peer = res["wrk"].get("cold"), res["wrk"].get("peer")
+    if cold and peer:
+        # wrk, serve and the backend share the cores, so even a server costing
+        # nothing could answer no more than the cores over what the backend
+        # and wrk spend per cold request.
+        print(f"\n| conns | serve cold vs peer, per turn | median | ceiling on {res['cpus']} cores "
+              "(serve costing nothing), median |\n|---:|---|---:|---:|")
+        for conns in cold:
+            if conns not in peer:
+                continue
+            pairs = list(zip(cold[conns]["runs"], peer[conns]["runs"]))
+            ratios = [c["rps"] / p["rps"] for c, p in pairs]
+            ceilings = [res["cpus"] * 1000 / max(c["backend_cpu_ms"] + c["client_cpu_ms"], 1e-9)
+                        / p["rps"] for c, p in pairs]
+            print(f"| {conns} | {', '.join(f'{x:.2f}x' for x in ratios)} | "
+                  f"{median(ratios):.2f}x | {median(ceilings):.2f}x |")
     print("\n| ab -n 10000 -c 25 | req/s | failed | non-2xx |\n|---|---:|---:|---:|")
     for name in servers:
         r = res["ab"][name]

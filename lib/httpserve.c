@@ -299,6 +299,9 @@ send_entry(struct req *r)
 	gfs_meta *m = e->user;
 	if (!r->range)
 		return queue(r, MHD_HTTP_OK, e->resp, e->body->len);
+	/* The range was checked against r->meta; the cache key ties both to one length. */
+	if (r->last >= (int64_t)e->body->len)
+		return send_status(r, 500);
 	size_t len = (size_t)(r->last - r->first + 1);
 	struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
 	    len, e->body->data + r->first, cache_body_release_cb, cache_body_ref(e->body));
@@ -391,11 +394,11 @@ start_fetch(struct req *r, gfs_meta *m)
 	struct job *j = gfs_xcalloc(1, sizeof *j);
 	j->kind = JOB_FETCH;
 	j->meta = gfs_meta_ref(m);
-	size_t n = strlen(m->key) + 3;
+	size_t n = strlen(m->cache_key) + 3;
 	j->key = malloc(n);
 	if (!j->key)
 		abort();
-	snprintf(j->key, n, "F:%s", m->key);
+	snprintf(j->key, n, "F:%s", m->cache_key);
 	return wait_for_job(r, j);
 }
 
@@ -701,14 +704,14 @@ static cache_entry *
 cache_body_insert(struct httpserve *srv, gfs_meta *m, cache_body *b)
 {
 	struct MHD_Response *resp = body_response(srv, m, b);
-	return http_cache_put(srv->cache, m->key, b, resp, gfs_meta_ref(m));
+	return http_cache_put(srv->cache, m->cache_key, b, resp, gfs_meta_ref(m));
 }
 
 /* Reads a whole file into the cache; on failure returns NULL and the status to answer. */
 static cache_entry *
 fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status)
 {
-	cache_entry *e = http_cache_peek(srv->cache, m->key);
+	cache_entry *e = http_cache_peek(srv->cache, m->cache_key);
 	if (e) {
 		*status = 200;
 		return e;
@@ -883,7 +886,7 @@ serve_body(struct req *r, gfs_meta *m)
 {
 	struct httpserve *srv = r->srv;
 	if (!r->entry)
-		r->entry = http_cache_get(srv->cache, m->key);
+		r->entry = http_cache_get(srv->cache, m->cache_key);
 	if (r->entry)
 		return send_entry(r);
 	if (r->head && !r->range)
@@ -1502,7 +1505,7 @@ preload_chunk(struct preload *p, const bson_t *doc)
 	bson_iter_t it;
 	if (!bson_iter_init_find(&it, doc, "files_id"))
 		return;
-	char *key = gfs_id_string(bson_iter_value(&it));
+	char *key = gfs_meta_key(bson_iter_value(&it));
 	struct partial *pt = key ? strmap_get(p->want, key) : NULL;
 	free(key);
 	if (!pt)

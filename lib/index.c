@@ -51,6 +51,37 @@ make_etag(gfs_meta *m, const char *md5)
 	snprintf(m->etag, sizeof m->etag, "\"%.40s-%llx\"", hex, (unsigned long long)m->upload_ms);
 }
 
+char *
+gfs_meta_key(const bson_value_t *id)
+{
+	char *text = gfs_id_string(id);
+	if (!text || id->value_type == BSON_TYPE_OID)
+		return text;
+	size_t n = strlen(text) + 8;
+	char *key = malloc(n);
+	if (!key)
+		abort();
+	snprintf(key, n, "~%02x:%s", (unsigned)id->value_type, text);
+	free(text);
+	return key;
+}
+
+/*
+ * One _id can name different content over time (deleted, then uploaded
+ * again with the same id), so the cache key names the content as well: a
+ * body cached for the old file is never sent under the new one's headers.
+ */
+static char *
+make_cache_key(const gfs_meta *m)
+{
+	size_t n = strlen(m->key) + strlen(m->etag) + 32;
+	char *key = malloc(n);
+	if (!key)
+		abort();
+	snprintf(key, n, "%s %lld %s", m->key, (long long)m->length, m->etag);
+	return key;
+}
+
 gfs_meta *
 gfs_meta_from_file(const gfs_file *f)
 {
@@ -59,7 +90,7 @@ gfs_meta_from_file(const gfs_file *f)
 		abort();
 	atomic_init(&m->refs, 1);
 	m->name = f->filename ? gfs_xstrdup(f->filename) : NULL;
-	m->key = gfs_id_string(&f->id);
+	m->key = gfs_meta_key(&f->id);
 	if (!m->key)
 		abort();
 	bson_value_copy(&f->id, &m->id);
@@ -70,6 +101,7 @@ gfs_meta_from_file(const gfs_file *f)
 	m->content_type = gfs_xstrdup(f->content_type && *f->content_type ? f->content_type
 	                                                               : http_type_by_ext(f->filename));
 	make_etag(m, f->md5);
+	m->cache_key = make_cache_key(m);
 	int64_t secs = f->upload_date >= 0 ? f->upload_date / 1000 : 0;
 	http_date_format(secs, m->last_modified);
 	return m;
@@ -90,6 +122,7 @@ gfs_meta_unref(gfs_meta *m)
 		return;
 	free(m->name);
 	free(m->key);
+	free(m->cache_key);
 	bson_value_destroy(&m->id);
 	free(m->content_type);
 	free(m);
@@ -173,7 +206,9 @@ add_meta(strmap *by_name, strmap *by_id, gfs_meta *m)
 	}
 	strmap_put(by_name, m->name, m);
 	if (old) {
-		strmap_del(by_id, old->key);
+		/* After a rename seen by a poll, the id may already name another entry. */
+		if (strmap_get(by_id, old->key) == old)
+			strmap_del(by_id, old->key);
 		gfs_meta_unref(old);
 	}
 	strmap_put(by_id, m->key, m);

@@ -21,7 +21,8 @@
 typedef struct gfs_meta {
 	atomic_int refs;
 	char *name;          /* filename; may be NULL */
-	char *key;           /* the id as text: unique per revision, the cache key */
+	char *key;           /* the id as text (gfs_meta_key): unique per revision */
+	char *cache_key;     /* key, length and entity tag: names the content */
 	bson_value_t id;
 	int64_t length;
 	int32_t chunk_size;
@@ -32,6 +33,12 @@ typedef struct gfs_meta {
 	char last_modified[32];
 } gfs_meta;
 
+/*
+ * The id as a key: an ObjectId is its 24 hex digits, as /id/ URLs carry it;
+ * any other type gets a prefix no hex string has, so that a string _id that
+ * spells another file's ObjectId never shares its key. Caller frees.
+ */
+char *gfs_meta_key(const bson_value_t *id);
 gfs_meta *gfs_meta_from_file(const gfs_file *f);
 gfs_meta *gfs_meta_ref(gfs_meta *m);
 void gfs_meta_unref(gfs_meta *m);

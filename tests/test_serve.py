@@ -13,6 +13,7 @@ import time
 import urllib.parse
 
 import pytest
+from bson import ObjectId
 
 from conftest import BIN, SAN_MARKERS, Backend
 
@@ -336,6 +337,27 @@ def test_revisions_and_new_uploads(bucket, serve):
     assert s.get("/v.txt?rev=-1")[2] == b"two"
     put(bucket, "brand-new.txt", b"new")
     wait_for(lambda: s.get("/brand-new.txt")[0] == 200, 15, "the new file")
+
+
+def test_reused_id_and_string_ids_never_serve_other_content(bucket, serve):
+    oid = ObjectId()
+    bucket.upload_from_stream_with_id(oid, "reused.bin", b"a" * 100)  # no sha256: the date names it
+    # A string _id spelling an ObjectId is not that ObjectId. (FerretDB refuses to store
+    # both at once, its unique indexes take them for equal; MongoDB stores both.)
+    hex_id = str(ObjectId())
+    bucket.upload_from_stream_with_id(hex_id, "string-id.txt", b"string id")
+    s = serve()
+    assert s.get("/reused.bin")[2] == b"a" * 100  # now in the cache
+    assert s.get("/string-id.txt")[2] == b"string id"
+    assert s.get(f"/id/{hex_id}")[0] == 404  # /id/ names ObjectIds only
+    # Deleted, then uploaded again under the same _id, longer: the cached body must not be reused.
+    bucket.delete(oid)
+    new = bytes(range(256)) * 20
+    bucket.upload_from_stream_with_id(oid, "reused.bin", new)
+    wait_for(lambda: s.get("/reused.bin")[2] == new, 15, "the content uploaded again")
+    status, h, body = s.get("/reused.bin", headers={"Range": "bytes=4000-4099"})
+    assert status == 206 and body == new[4000:4100]
+    assert h["content-range"] == f"bytes 4000-4099/{len(new)}"
 
 
 # ---- operations -----------------------------------------------------------

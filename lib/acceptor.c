@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "acceptor.h"
@@ -100,8 +101,13 @@ accept_main(void *arg)
 	while (!atomic_load(&a->stop)) {
 		bool paused = atomic_load(&a->paused);
 		int n = poll(pfd, paused ? 1 : 2, paused ? PAUSE_MS : -1);
-		if (n < 0 && errno != EINTR)
-			break;
+		if (n < 0 && errno != EINTR) {
+			/* Only a shortage (ENOMEM) gets here; leaving would stop accepting for good. */
+			a->on_limit(a->ctx, errno);
+			struct timespec backoff = {0, PAUSE_MS * 1000000L};
+			nanosleep(&backoff, NULL);
+			continue;
+		}
 		if (n > 0 && (pfd[0].revents & POLLIN))
 			drain_wake(a);
 		if (atomic_load(&a->stop))

@@ -181,13 +181,20 @@ mono_us(void)
 
 /* ---- responses ------------------------------------------------------- */
 
+/* libmicrohttpd makes no response only when memory runs out; give up then, as gfs_xcalloc does. */
+static struct MHD_Response *
+made(struct MHD_Response *r)
+{
+	if (!r)
+		abort();
+	return r;
+}
+
 static struct MHD_Response *
 text_response(const char *body, unsigned status)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
-	                                                         MHD_RESPMEM_PERSISTENT);
-	if (!r)
-		abort();
+	struct MHD_Response *r =
+	    made(MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT));
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
 	if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
@@ -212,10 +219,8 @@ add_file_headers(struct httpserve *srv, struct MHD_Response *r, const gfs_meta *
 static struct MHD_Response *
 body_response(struct httpserve *srv, const gfs_meta *m, cache_body *b)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback_cls(
-	    b->len, b->data, cache_body_release_cb, cache_body_ref(b));
-	if (!r)
-		abort();
+	struct MHD_Response *r = made(MHD_create_response_from_buffer_with_free_callback_cls(
+	    b->len, b->data, cache_body_release_cb, cache_body_ref(b)));
 	add_file_headers(srv, r, m, true);
 	return r;
 }
@@ -267,7 +272,8 @@ send_busy(struct req *r)
 static enum MHD_Result
 not_modified(struct req *r, const gfs_meta *m)
 {
-	struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *resp =
+	    made(MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
 	add_file_headers(r->srv, resp, m, false);
 	return queue_once(r, MHD_HTTP_NOT_MODIFIED, resp, 0);
 }
@@ -277,7 +283,8 @@ not_satisfiable(struct req *r, const gfs_meta *m)
 {
 	char cr[64];
 	snprintf(cr, sizeof cr, "bytes */%lld", (long long)m->length);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *resp =
+	    made(MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
 	add_file_headers(r->srv, resp, m, false);
 	return queue_once(r, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp, 0);
@@ -303,8 +310,8 @@ send_entry(struct req *r)
 	if (r->last >= (int64_t)e->body->len)
 		return send_status(r, 500);
 	size_t len = (size_t)(r->last - r->first + 1);
-	struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
-	    len, e->body->data + r->first, cache_body_release_cb, cache_body_ref(e->body));
+	struct MHD_Response *resp = made(MHD_create_response_from_buffer_with_free_callback_cls(
+	    len, e->body->data + r->first, cache_body_release_cb, cache_body_ref(e->body)));
 	add_file_headers(r->srv, resp, m, true);
 	add_content_range(resp, r, m);
 	return queue_once(r, MHD_HTTP_PARTIAL_CONTENT, resp, len);
@@ -324,8 +331,8 @@ no_body(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result
 send_head(struct req *r, const gfs_meta *m)
 {
-	struct MHD_Response *resp = MHD_create_response_from_callback((uint64_t)m->length, 4096,
-	                                                              no_body, NULL, NULL);
+	struct MHD_Response *resp =
+	    made(MHD_create_response_from_callback((uint64_t)m->length, 4096, no_body, NULL, NULL));
 	add_file_headers(r->srv, resp, m, true);
 	return queue_once(r, MHD_HTTP_OK, resp, 0);
 }
@@ -521,8 +528,8 @@ start_stream(struct req *r, gfs_meta *m)
 	pthread_mutex_unlock(&srv->jobs_mu);
 
 	uint64_t len = (uint64_t)(s->last - s->first + 1);
-	struct MHD_Response *resp = MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read,
-	                                                              s, stream_free_cb);
+	struct MHD_Response *resp =
+	    made(MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free_cb));
 	add_file_headers(srv, resp, m, true);
 	if (r->range) {
 		add_content_range(resp, r, m);
@@ -1011,8 +1018,8 @@ serve_health(struct req *r)
 	struct httpserve *srv = r->srv;
 	bool ok = !atomic_load(&srv->backend_down) && gfs_index_loaded(srv->index);
 	const char *body = ok ? "ok\n" : "backend unavailable\n";
-	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
-	                                                            MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *resp =
+	    made(MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT));
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	return queue_once(r, ok ? 200 : 503, resp, strlen(body));
@@ -1200,8 +1207,7 @@ on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
 		*socket_ctx = cs;
 		atomic_fetch_add(&lp->conns, 1);
 		atomic_fetch_add(&srv->open_connections, 1);
-		atomic_fetch_add(&srv->unanswered_connections, 1);
-		return;
+		return; /* counted unanswered in on_accept already */
 	}
 	struct conn_state *cs = *socket_ctx;
 	atomic_fetch_sub(&lp->conns, 1);
@@ -1332,7 +1338,8 @@ serve_metrics(struct req *r)
 	        "# TYPE " P "thread_connections gauge\n");
 	for (unsigned i = 0; i < srv->nd; i++)
 		bprintf(&b, P "thread_connections{thread=\"%u\"} %ld\n", i, atomic_load(&srv->loops[i].conns));
-	struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
+	struct MHD_Response *resp =
+	    made(MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE));
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	return queue_once(r, 200, resp, b.len);
@@ -1388,8 +1395,17 @@ on_accept(void *ctx, int fd, const struct sockaddr *addr, socklen_t len)
 			best = i;
 	}
 	srv->next_loop = best + 1;
+	/*
+	 * Counted before the hand-over: libmicrohttpd starts the connection
+	 * later, on the event thread, and a drain in between must wait for it.
+	 * Should it drop one unstarted (out of memory), a drain waits out its
+	 * timeout: the safe side.
+	 */
+	atomic_fetch_add(&srv->unanswered_connections, 1);
 	/* On failure libmicrohttpd has closed fd, and logged why (its connection limit, memory). */
-	MHD_add_connection(srv->loops[best].d, fd, addr, len);
+	if (MHD_add_connection(srv->loops[best].d, fd, addr, len) != MHD_YES &&
+	    atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
+		wake_drain(srv);
 }
 
 /* ---- index upkeep ---------------------------------------------------- */
@@ -1480,6 +1496,14 @@ want_meta(gfs_meta *m, void *ctx)
 	    (size_t)m->length + 512 > p->budget)
 		return;
 	p->budget -= (size_t)m->length + 512;
+	if (count == 0) {
+		/* No chunks to wait for: cached now, so the scan can stop once the rest are in. */
+		cache_body *b = cache_body_new(0);
+		cache_entry_release(p->srv->cache, cache_body_insert(p->srv, m, b));
+		cache_body_unref(b);
+		atomic_fetch_add(&p->srv->preloaded, 1);
+		return;
+	}
 	struct partial *pt = gfs_xcalloc(1, sizeof *pt);
 	pt->meta = gfs_meta_ref(m);
 	pt->count = count;
@@ -1534,8 +1558,11 @@ preload_chunk(struct preload *p, const bson_t *doc)
 		gfs_sha256 *h = gfs_sha256_new();
 		gfs_sha256_update(h, pt->body->data, pt->body->len);
 		gfs_sha256_final(h, hex);
-		if (strcmp(hex, m->sha256) != 0)
+		if (strcmp(hex, m->sha256) != 0) {
+			/* Not cached: a request will read it again and report the damage. */
+			free_partial(NULL, strmap_del(p->want, m->key), NULL);
 			return;
+		}
 	}
 	cache_entry *e = cache_body_insert(p->srv, m, pt->body);
 	cache_entry_release(p->srv->cache, e);
@@ -1543,26 +1570,11 @@ preload_chunk(struct preload *p, const bson_t *doc)
 	free_partial(NULL, strmap_del(p->want, m->key), NULL);
 }
 
-static void
-preload_empty(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	struct partial *pt = value;
-	struct preload *p = ctx;
-	if (pt->count == 0) {
-		cache_body *b = cache_body_new(0);
-		cache_entry_release(p->srv->cache, cache_body_insert(p->srv, pt->meta, b));
-		cache_body_unref(b);
-		atomic_fetch_add(&p->srv->preloaded, 1);
-	}
-}
-
 static bool
 preload(struct httpserve *srv, gfs_error *err)
 {
 	struct preload p = {srv, strmap_new(gfs_index_count(srv->index)), srv->cfg.cache_size};
 	gfs_index_each(srv->index, want_meta, &p);
-	strmap_each(p.want, preload_empty, &p);
 	gfs_session *ses = gfs_session_pop(srv->conn);
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
 	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(GFS_DEFAULT_CHUNK_SIZE));

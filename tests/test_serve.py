@@ -567,6 +567,21 @@ def test_damaged_file_is_500_not_wrong_bytes(bucket, db, serve):
     assert "bad.bin" in err and "short.bin" in err
 
 
+def test_preload_caches_every_sound_file(bucket, db, serve):
+    files = {"a.txt": b"a" * 10, "empty.txt": b"", "two-chunks.bin": os.urandom(300 * 1024)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    bad = put(bucket, "bad.bin", b"A" * 1000)
+    db.fs.chunks.update_one({"files_id": bad, "n": 0}, {"$set": {"data": b"C" * 1000}})
+    s = serve("--preload")  # answers once the preload is over
+    m = s.metrics()
+    assert m["gridfsctl_serve_preloaded_files_total"] == len(files)
+    for name, data in files.items():
+        assert s.get(quote(name))[2] == data
+    assert s.metrics()["gridfsctl_serve_cache_misses_total"] == 0
+    assert s.get("/bad.bin")[0] == 500  # never cached, read again and refused
+
+
 def test_starts_without_backend(tmp_path, serve, db):
     b = Backend(str(tmp_path / "late-backend"), pick_port(BACKEND_PORTS), "sqlite")
     os.makedirs(b.datadir)

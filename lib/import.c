@@ -35,7 +35,8 @@ struct entry {
 	int64_t upload_ms;
 	bson_oid_t oid;       /* its _id, when an ObjectId: breaks uploadDate ties */
 	bool has_oid;
-	int64_t mtime_ns;     /* -1: unknown */
+	int64_t mtime_ns;     /* meaningful only with has_mtime: before 1970 it is negative */
+	bool has_mtime;
 	bool mtime_ms_only;   /* only metadata.mtime (ms) was stored */
 	char sha[65];
 };
@@ -101,7 +102,6 @@ table_get(struct table *t, const char *name, bool *created)
 	if (!e || !(e->name = strdup(name)))
 		abort();
 	e->hash = h;
-	e->mtime_ns = -1;
 	e->next = t->slots[h & (t->nslots - 1)];
 	t->slots[h & (t->nslots - 1)] = e;
 	t->count++;
@@ -663,21 +663,26 @@ read_metadata(bson_iter_t *meta, struct entry *e)
 {
 	bson_iter_t it;
 	int64_t v;
-	e->mtime_ns = -1;
+	e->has_mtime = false;
 	e->mtime_ms_only = false;
 	e->sha[0] = '\0';
 	if (!BSON_ITER_HOLDS_DOCUMENT(meta) || !bson_iter_recurse(meta, &it))
 		return;
-	int64_t ms = -1;
+	int64_t ms = 0;
+	bool has_ms = false;
 	while (bson_iter_next(&it)) {
 		const char *k = bson_iter_key(&it);
 		if (strcmp(k, "mtimeNs") == 0 && iter_int64(&it, &v)) {
 			e->mtime_ns = v;
+			e->has_mtime = true;
 		} else if (strcmp(k, "mtime") == 0) {
-			if (BSON_ITER_HOLDS_DATE_TIME(&it))
+			if (BSON_ITER_HOLDS_DATE_TIME(&it)) {
 				ms = bson_iter_date_time(&it);
-			else if (iter_int64(&it, &v))
+				has_ms = true;
+			} else if (iter_int64(&it, &v)) {
 				ms = v;
+				has_ms = true;
+			}
 		} else if (strcmp(k, "sha256") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
 			uint32_t len;
 			const char *s = bson_iter_utf8(&it, &len);
@@ -685,8 +690,10 @@ read_metadata(bson_iter_t *meta, struct entry *e)
 				memcpy(e->sha, s, 65);
 		}
 	}
-	if (e->mtime_ns < 0 && ms >= 0) {
+	/* A date no file system can hold would overflow in nanoseconds: treat it as unknown. */
+	if (!e->has_mtime && has_ms && ms <= INT64_MAX / 1000000 && ms >= INT64_MIN / 1000000) {
 		e->mtime_ns = ms * 1000000;
+		e->has_mtime = true;
 		e->mtime_ms_only = true;
 	}
 }
@@ -724,7 +731,7 @@ add_existing(gfs_import *imp, const bson_t *doc)
 	if (bson_iter_init_find(&it, doc, "metadata"))
 		read_metadata(&it, e);
 	else
-		e->mtime_ns = -1, e->sha[0] = '\0';
+		e->has_mtime = false, e->sha[0] = '\0';
 }
 
 static bool
@@ -1197,7 +1204,7 @@ workers_free(struct worker *ws, int n)
 static bool
 unchanged(const struct entry *e, const struct stat *st)
 {
-	if (e->length != (int64_t)st->st_size || e->mtime_ns < 0)
+	if (e->length != (int64_t)st->st_size || !e->has_mtime)
 		return false;
 	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 	if (e->mtime_ms_only)

@@ -505,3 +505,17 @@ def test_readers_never_see_partial_files(gfs, db, tree):
         proc.wait(timeout=120)
         proc.stderr.close()
     assert proc.returncode == 0
+
+
+def test_pre_1970_mtime_is_skipped_on_rerun(gfs, db, tree):
+    # A negative mtimeNs is a real time, not "unknown": the rerun must not upload again.
+    write(tree / "old.txt", b"from 1938", mtime_ns=-1_000_000_000_123_456_789)
+    write(tree / "epoch.txt", b"just before 1970", mtime_ns=-1)
+    assert gfs.run("import", tree).rc == 0
+    before = sorted((d["_id"], d["uploadDate"]) for d in db.fs.files.find())
+    assert db.fs.files.find_one({"filename": "old.txt"})["metadata"]["mtimeNs"] == -1_000_000_000_123_456_789
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 0, res
+    s = summary(res)
+    assert (s["skipped"], s["uploaded"], s["replaced"]) == (2, 0, 0), s
+    assert sorted((d["_id"], d["uploadDate"]) for d in db.fs.files.find()) == before

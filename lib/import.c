@@ -1293,7 +1293,8 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 		return false;
 	switch (e->kind) {
 	case GFS_WALK_SYMLINK: return true;
-	case GFS_WALK_ERROR: walk_failed(imp, e, true); return true;
+	/* A dangling link or a loop hides no file, so --delete can still trust the walk. */
+	case GFS_WALK_ERROR: walk_failed(imp, e, !e->broken_link); return true;
 	case GFS_WALK_SPECIAL: mark_seen(imp, e); walk_failed(imp, e, false); return true;
 	case GFS_WALK_FILE: break;
 	}

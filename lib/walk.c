@@ -203,13 +203,27 @@ struct walker {
 };
 
 static void
-emit(struct walker *w, enum gfs_walk_kind kind, const struct stat *st, const char *reason)
+emit_entry(struct walker *w, const gfs_walk_entry *e)
 {
 	if (w->stopped)
 		return;
-	gfs_walk_entry e = {kind, w->path, w->len, st, reason};
-	if (!w->fn(&e, w->ctx))
+	if (!w->fn(e, w->ctx))
 		w->stopped = true;
+}
+
+static void
+emit(struct walker *w, enum gfs_walk_kind kind, const struct stat *st, const char *reason)
+{
+	gfs_walk_entry e = {kind, w->path, w->len, st, reason, false};
+	emit_entry(w, &e);
+}
+
+/* A symlink that leads nowhere, or back into the tree: reported, but it hides nothing. */
+static void
+emit_broken(struct walker *w, const char *reason)
+{
+	gfs_walk_entry e = {GFS_WALK_ERROR, w->path, w->len, NULL, reason, true};
+	emit_entry(w, &e);
 }
 
 static void
@@ -287,7 +301,7 @@ visit_dir(struct walker *w, int dfd, const char *name)
 	}
 	if (is_enclosing(w, &st)) {
 		close(cfd);
-		emit(w, GFS_WALK_ERROR, NULL, "symlink loop: leads back to an enclosing directory");
+		emit_broken(w, "symlink loop: leads back to an enclosing directory");
 		return;
 	}
 	stack_push(w, &st);
@@ -308,19 +322,23 @@ visit(struct walker *w, int dfd, const char *name)
 		}
 		return;
 	}
-	if (S_ISLNK(st.st_mode)) {
+	if (S_ISLNK(st.st_mode) && !w->o->follow_symlinks) {
+		if (gfs_walk_file_selected(w->o, w->path, name))
+			emit(w, GFS_WALK_SYMLINK, &st, "symlink not followed");
+		return;
+	}
+	/* Followed, a link is judged by what it leads to: directory rules or file rules. */
+	if (S_ISLNK(st.st_mode) && fstatat(dfd, name, &st, 0) != 0) {
+		int saved = errno;
 		if (!gfs_walk_file_selected(w->o, w->path, name))
 			return;
-		if (!w->o->follow_symlinks) {
-			emit(w, GFS_WALK_SYMLINK, &st, "symlink not followed");
-			return;
-		}
-		if (fstatat(dfd, name, &st, 0) != 0) {
-			const char *why = errno == ELOOP ? "symlink loop"
-			                : errno == ENOENT ? "dangling symlink" : strerror(errno);
-			emit(w, GFS_WALK_ERROR, NULL, why);
-			return;
-		}
+		if (saved == ELOOP)
+			emit_broken(w, "symlink loop");
+		else if (saved == ENOENT)
+			emit_broken(w, "dangling symlink");
+		else
+			emit(w, GFS_WALK_ERROR, NULL, strerror(saved));
+		return;
 	}
 	if (S_ISDIR(st.st_mode)) {
 		if (gfs_walk_dir_selected(w->o, w->path, name))

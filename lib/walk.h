@@ -13,7 +13,8 @@
  * leading '/' only anchors it). An excluded directory is not descended into.
  * Include patterns, when any are given, select files only: directories are
  * always descended, and a file is taken when it matches one of them.
- * Exclusion wins over inclusion.
+ * Exclusion wins over inclusion. A followed symlink is judged by what it
+ * leads to: the directory rules for a directory, the file rules otherwise.
  */
 #ifndef GFS_WALK_H
 #define GFS_WALK_H
@@ -47,6 +48,7 @@ typedef struct gfs_walk_entry {
 	size_t rel_len;
 	const struct stat *st;   /* for FILE and SPECIAL */
 	const char *reason;      /* for ERROR and SPECIAL */
+	bool broken_link;        /* ERROR: a dangling symlink or a symlink loop, which hides nothing */
 } gfs_walk_entry;
 
 /* Returns false to stop the walk. */

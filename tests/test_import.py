@@ -519,3 +519,43 @@ def test_pre_1970_mtime_is_skipped_on_rerun(gfs, db, tree):
     s = summary(res)
     assert (s["skipped"], s["uploaded"], s["replaced"]) == (2, 0, 0), s
     assert sorted((d["_id"], d["uploadDate"]) for d in db.fs.files.find()) == before
+
+
+def test_follow_symlinked_directory_with_include(gfs, db, tree, tmp_path):
+    data = tmp_path / "data" / "photos"
+    write(data / "a.jpg", b"a")
+    write(data / "b.txt", b"b")
+    write(data / "sub" / "c.jpg", b"c")
+    write(tree / "top.jpg", b"top")
+    os.symlink(data, tree / "photos")
+    os.symlink(data / "b.txt", tree / "link.jpg")
+    os.symlink(data / "a.jpg", tree / "link.png")
+    # Include patterns never block directories, also when a symlink leads to one.
+    res = gfs.run("import", tree, "-L", "-i", "*.jpg", "--json")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {"top.jpg", "photos/a.jpg", "photos/sub/c.jpg", "link.jpg"}
+    assert db.fs.files.count_documents({}) == 4
+    # Exclusion still applies to the linked directory itself.
+    db.fs.files.delete_many({})
+    db.fs.chunks.delete_many({})
+    res = gfs.run("import", tree, "-L", "-x", "photos", "--json")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {"top.jpg", "link.jpg", "link.png"}
+
+
+def test_dangling_symlink_does_not_block_delete(gfs, db, tree):
+    write(tree / "a.txt", b"a")
+    write(tree / "b.txt", b"b")
+    write(tree / "d" / "c.txt", b"c")
+    assert gfs.run("import", tree, "-L").rc == 0
+    os.unlink(tree / "b.txt")
+    os.symlink("nowhere", tree / "broken")
+    os.symlink("..", tree / "d" / "up")
+    res = gfs.run("import", tree, "-L", "--delete", "--json")
+    assert res.rc == 1, res
+    assert "broken: dangling symlink" in res.err
+    assert "d/up: symlink loop" in res.err
+    assert "not deleting" not in res.err
+    s = summary(res)
+    assert (s["failed"], s["deleted"], s["skipped"]) == (2, 1, 2), s
+    assert set(stored(db)) == {"a.txt", "d/c.txt"}

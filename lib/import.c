@@ -22,6 +22,10 @@
 #define MAX_PENDING 2000
 /* Names or ids per $in query. */
 #define IN_BATCH 500
+/* Chunks per bulk insert, at most: with a tiny --chunk-size, bytes alone allow millions. */
+#define MAX_BATCH_CHUNKS 10000
+#define TOO_MANY_CHUNKS \
+	"needs more than 2147483648 chunks, GridFS's limit; use a larger --chunk-size"
 
 /* ---- the table of names: existing files and names seen by the walk --- */
 
@@ -978,9 +982,16 @@ flush(struct worker *w)
 }
 
 static bool
+batch_full(const struct worker *w)
+{
+	return gfs_chunk_batch_bytes(w->batch) >= w->imp->o.batch_bytes ||
+	       gfs_chunk_batch_count(w->batch) >= MAX_BATCH_CHUNKS;
+}
+
+static bool
 flush_if_full(struct worker *w)
 {
-	if (gfs_chunk_batch_bytes(w->batch) < w->imp->o.batch_bytes && w->npending < MAX_PENDING)
+	if (!batch_full(w) && w->npending < MAX_PENDING)
 		return true;
 	return flush(w);
 }
@@ -1059,10 +1070,16 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 			                                             : gfs_magic_type(w->magic, w->buf, (size_t)r));
 		if (r == 0)
 			break;
+		/* It grew past what on_walk checked. */
+		if (n > INT32_MAX) {
+			snprintf(u->reason, sizeof u->reason, "%s", TOO_MANY_CHUNKS);
+			u->state = UP_FAILED;
+			break;
+		}
 		gfs_sha256_update(h, w->buf, (size_t)r);
 		gfs_chunk_batch_add(w->batch, &u->id, n++, w->buf, (size_t)r);
 		u->length += r;
-		if (gfs_chunk_batch_bytes(w->batch) >= imp->o.batch_bytes && !flush(w)) {
+		if (batch_full(w) && !flush(w)) {
 			gfs_sha256_final(h, u->sha);
 			return false;
 		}
@@ -1201,6 +1218,13 @@ workers_free(struct worker *ws, int n)
 
 /* ---- the walk -------------------------------------------------------- */
 
+/* GridFS numbers chunks with an int32: a file needing more cannot be stored. */
+static bool
+too_many_chunks(const struct stat *st, int32_t chunk_size)
+{
+	return st->st_size > 0 && (st->st_size - 1) / chunk_size > INT32_MAX;
+}
+
 static bool
 unchanged(const struct entry *e, const struct stat *st)
 {
@@ -1336,6 +1360,11 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	j->replacing = ent->existing;
 	if (ent->existing && !imp->o.checksum && unchanged(ent, e->st)) {
 		skip_unchanged(imp, j);
+		job_free(j);
+		return true;
+	}
+	if (too_many_chunks(e->st, imp->chunk_size)) {
+		file_failed(imp, j->rel, j->name, false, 0, TOO_MANY_CHUNKS);
 		job_free(j);
 		return true;
 	}

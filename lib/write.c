@@ -9,6 +9,8 @@
 
 /* Each bulk insert carries at most this much chunk data (one or two wire messages). */
 #define PUT_BATCH_BYTES (8 * 1024 * 1024)
+/* And this many chunks: with a tiny chunk size, bytes alone would allow millions of documents. */
+#define PUT_BATCH_DOCS 10000
 
 struct gfs_chunk_batch {
 	bson_t **docs;
@@ -67,12 +69,14 @@ gfs_chunk_batch_add(gfs_chunk_batch *b, const bson_value_t *files_id, int64_t n,
 		if (!b->docs)
 			abort();
 	}
+	/* The spec types n as int32: a wrapped number would silently corrupt the file. */
+	if (n < 0 || n > INT32_MAX)
+		abort();
 	bson_t *doc = bson_sized_new((uint32_t)len + 64);
 	bson_oid_t oid;
 	bson_oid_init(&oid, NULL);
 	BSON_APPEND_OID(doc, "_id", &oid);
 	BSON_APPEND_VALUE(doc, "files_id", files_id);
-	/* The spec types n as int32; a 255 KiB chunk size reaches that only at 500 TiB. */
 	BSON_APPEND_INT32(doc, "n", (int32_t)n);
 	BSON_APPEND_BINARY(doc, "data", BSON_SUBTYPE_BINARY, data, (uint32_t)len);
 	b->docs[b->count++] = doc;
@@ -202,10 +206,18 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 		}
 		if (r == 0)
 			break;
+		if (n > INT32_MAX) {
+			gfs_error_set(err, GFS_EINVAL,
+			              "%s: needs more than 2147483648 chunks of %d bytes, GridFS's limit; "
+			              "use a larger chunk size", o->filename, (int)cs);
+			ok = false;
+			break;
+		}
 		gfs_sha256_update(h, buf, (size_t)r);
 		gfs_chunk_batch_add(batch, &id, n++, buf, (size_t)r);
 		length += r;
-		if (gfs_chunk_batch_bytes(batch) >= PUT_BATCH_BYTES) {
+		if (gfs_chunk_batch_bytes(batch) >= PUT_BATCH_BYTES ||
+		    gfs_chunk_batch_count(batch) >= PUT_BATCH_DOCS) {
 			wrote = true;
 			if (!(ok = gfs_chunk_batch_flush(batch, s, err)))
 				break;

@@ -559,3 +559,20 @@ def test_dangling_symlink_does_not_block_delete(gfs, db, tree):
     s = summary(res)
     assert (s["failed"], s["deleted"], s["skipped"]) == (2, 1, 2), s
     assert set(stored(db)) == {"a.txt", "d/c.txt"}
+
+
+def test_chunk_numbers_stay_int32(gfs, db, bucket, tree):
+    # 2**31 + 1 bytes in 1-byte chunks would need chunk n = 2**31: refused before reading.
+    with open(tree / "huge.bin", "wb") as f:
+        f.truncate(2**31 + 1)
+    small = os.urandom(12_345)   # more chunks than one bulk insert takes
+    write(tree / "small.bin", small)
+    res = gfs.run("import", tree, "--chunk-size", "1", "--json")
+    assert res.rc == 1, res
+    assert "huge.bin: needs more than 2147483648 chunks" in res.err
+    s = summary(res)
+    assert (s["uploaded"], s["failed"]) == (1, 1), s
+    assert set(stored(db)) == {"small.bin"}
+    assert bucket.open_download_stream_by_name("small.bin").read() == small
+    assert sorted(c["n"] for c in db.fs.chunks.find({}, {"n": 1})) == list(range(len(small)))
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0

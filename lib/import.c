@@ -1471,6 +1471,30 @@ delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 
 /* ---- run ------------------------------------------------------------- */
 
+/*
+ * This thread, the lock's heartbeat and every worker hold a pooled client
+ * at once: with fewer allowed by the URI's maxPoolSize, mongoc would block
+ * forever in mongoc_client_pool_pop. Use fewer workers, or refuse.
+ */
+static bool
+fit_pool(gfs_import *imp, gfs_session *s, gfs_error *err)
+{
+	const mongoc_uri_t *uri = mongoc_client_get_uri(s->client);
+	int32_t max = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_MAXPOOLSIZE, 100);
+	if (imp->o.dry_run || max >= imp->o.jobs + 2)
+		return true;
+	if (max < 3) {
+		gfs_error_set(err, GFS_EINVAL,
+		              "maxPoolSize=%d in the connection string is too small: import needs at "
+		              "least 3 connections (one per --jobs worker, plus 2)", (int)max);
+		return false;
+	}
+	notice(imp, "maxPoolSize=%d in the connection string allows %d worker%s, not %d",
+	       (int)max, (int)max - 2, max == 3 ? "" : "s", imp->o.jobs);
+	imp->o.jobs = (int)max - 2;
+	return true;
+}
+
 static bool
 prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
@@ -1497,7 +1521,7 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 	imp->started = gfs_mono_seconds();
 	gfs_error_clear(err);
 	gfs_session *s = gfs_session_pop(imp->conn);
-	bool ok = prepare(imp, s, err);
+	bool ok = fit_pool(imp, s, err) && prepare(imp, s, err);
 	struct worker *ws = NULL;
 	int nworkers = 0;
 	if (ok && !imp->o.dry_run) {

@@ -576,3 +576,24 @@ def test_chunk_numbers_stay_int32(gfs, db, bucket, tree):
     assert bucket.open_download_stream_by_name("small.bin").read() == small
     assert sorted(c["n"] for c in db.fs.chunks.find({}, {"n": 1})) == list(range(len(small)))
     assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+def test_small_max_pool_size_does_not_hang(gfs, db, tree, backend):
+    for i in range(5):
+        write(tree / f"f{i}.txt", b"x" * i)
+    sep = "&" if "?" in backend.uri else "?"
+    # Too small for even one worker: a clear error, not a hang.
+    res = gfs.run("import", tree, "--uri", backend.uri + sep + "maxPoolSize=1", timeout=60)
+    assert res.rc == 2, res
+    assert "maxPoolSize=1" in res.err
+    assert db.fs.files.count_documents({}) == 0
+    # A dry run needs one connection only.
+    res = gfs.run("import", tree, "--uri", backend.uri + sep + "maxPoolSize=1", "-n", timeout=60)
+    assert res.rc == 0 and len(res.text.splitlines()) == 5, res
+    # Room for fewer workers than asked: runs with those.
+    res = gfs.run("import", tree, "--uri", backend.uri + sep + "maxPoolSize=3", "-j", "8", "--json",
+                  timeout=60)
+    assert res.rc == 0, res
+    assert "allows 1 worker, not 8" in res.err
+    assert summary(res)["uploaded"] == 5
+    assert set(stored(db)) == {f"f{i}.txt" for i in range(5)}

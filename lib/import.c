@@ -1015,15 +1015,33 @@ upload_new(struct worker *w, struct job *j)
 	return u;
 }
 
-/* Hashes the whole file: 1 and the hex digest, 0 on a read error (errno set). */
+/*
+ * How much to read next of a file whose size was size at open: one byte
+ * past it is enough to tell that it grew, and a file growing while read
+ * must not be read on and on.
+ */
+static size_t
+read_len(const gfs_import *imp, off_t size, int64_t done)
+{
+	int64_t left = (int64_t)size + 1 - done;
+	if (left <= 0)
+		return 0;
+	return left < imp->chunk_size ? (size_t)left : (size_t)imp->chunk_size;
+}
+
+/* Hashes the file (up to size + 1 bytes): 1 and the hex digest, 0 on a read error (errno set). */
 static int
-hash_file(struct worker *w, int fd, char hex[65])
+hash_file(struct worker *w, int fd, off_t size, char hex[65])
 {
 	gfs_sha256 *h = gfs_sha256_new();
-	ssize_t r;
+	ssize_t r = 0;
+	int64_t done = 0;
+	size_t len;
 	int rc = 1;
-	while ((r = gfs_source_fd(w->buf, (size_t)w->imp->chunk_size, &fd)) > 0)
+	while ((len = read_len(w->imp, size, done)) > 0 && (r = gfs_source_fd(w->buf, len, &fd)) > 0) {
 		gfs_sha256_update(h, w->buf, (size_t)r);
+		done += r;
+	}
 	if (r < 0)
 		rc = 0;
 	int saved = errno;
@@ -1058,8 +1076,9 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 	gfs_import *imp = w->imp;
 	gfs_sha256 *h = gfs_sha256_new();
 	int64_t n = 0;
-	for (;;) {
-		ssize_t r = gfs_source_fd(w->buf, (size_t)imp->chunk_size, &fd);
+	size_t len;
+	while ((len = read_len(imp, u->st.st_size, u->length)) > 0) {
+		ssize_t r = gfs_source_fd(w->buf, len, &fd);
 		if (r < 0) {
 			snprintf(u->reason, sizeof u->reason, "read: %s", strerror(errno));
 			u->state = UP_FAILED;
@@ -1083,7 +1102,7 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 			gfs_sha256_final(h, u->sha);
 			return false;
 		}
-		if (r < imp->chunk_size)
+		if ((size_t)r < len)
 			break;
 	}
 	gfs_sha256_final(h, u->sha);
@@ -1117,7 +1136,7 @@ process(struct worker *w, struct job *j)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	if (j->old_sha[0] && before.st_size == j->st.st_size) {
 		char hex[65];
-		if (!hash_file(w, fd, hex)) {
+		if (!hash_file(w, fd, before.st_size, hex)) {
 			snprintf(reason, sizeof reason, "read: %s", strerror(errno));
 			close(fd);
 			file_failed(imp, j->rel, j->name, true, (uint64_t)j->st.st_size, reason);
@@ -1241,16 +1260,27 @@ static bool
 dry_same_content(gfs_import *imp, const char *rel, const char *sha, bool *same, char *reason,
                  size_t len)
 {
-	int fd = openat(imp->root_fd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
+	/* As process() opens it: what was swapped in since the walk must not be followed or read. */
+	int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (imp->o.walk.follow_symlinks ? 0 : O_NOFOLLOW);
+	int fd = openat(imp->root_fd, rel, flags);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
 		snprintf(reason, len, "cannot open: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return false;
 	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(reason, len, "not a regular file");
+		close(fd);
+		return false;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	struct worker w = {.imp = imp, .buf = malloc((size_t)imp->chunk_size)};
 	if (!w.buf)
 		abort();
 	char hex[65];
-	bool ok = hash_file(&w, fd, hex) == 1;
+	bool ok = hash_file(&w, fd, st.st_size, hex) == 1;
 	if (!ok)
 		snprintf(reason, len, "read: %s", strerror(errno));
 	free(w.buf);

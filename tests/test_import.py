@@ -597,3 +597,18 @@ def test_small_max_pool_size_does_not_hang(gfs, db, tree, backend):
     assert "allows 1 worker, not 8" in res.err
     assert summary(res)["uploaded"] == 5
     assert set(stored(db)) == {f"f{i}.txt" for i in range(5)}
+
+
+def test_file_longer_than_its_size_is_not_stored(gfs, db, tree):
+    # /proc files claim size 0 but have content: like a file growing while read, it is
+    # refused after reading one byte past its size.
+    if not os.path.isfile("/proc/version") or os.stat("/proc/version").st_size != 0:
+        pytest.skip("needs /proc/version with size 0")
+    os.symlink("/proc/version", tree / "version")
+    write(tree / "ok.txt", b"ok")
+    res = gfs.run("import", tree, "-L", "--json")
+    assert res.rc == 1, res
+    assert "version: changed while being read; not stored" in res.err
+    assert set(stored(db)) == {"ok.txt"}
+    assert db.fs.chunks.count_documents({}) == 1
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0

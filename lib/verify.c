@@ -286,6 +286,7 @@ struct slot {
 	char sha256[65], md5hex[33];
 	size_t n_extra_ids;
 	bson_value_t extra_ids[GFS_VERIFY_MAX_EXTRA_IDS];
+	bool aborted;              /* the scan stopped inside this file: no verdict */
 	struct slot *next_done;
 };
 
@@ -524,6 +525,9 @@ verdict(struct verify *v, struct slot *sl)
 	gfs_verify_file res = {.file = f};
 	bool hash_ok = false;
 
+	/* Chunks not read are not missing: a half-read file gets no verdict at all. */
+	if (sl->aborted)
+		return;
 	v->st->files_checked++;
 	if (c->failed) {
 		problem_init(&p, c->fail_kind, sl->vf);
@@ -648,16 +652,20 @@ struct group {
 	int64_t chunks, bytes;     /* for orphans */
 };
 
+/* complete: all the group's chunks were read (the scan did not stop inside it). */
 static void
-group_end(struct verify *v, struct group *g)
+group_end(struct verify *v, struct group *g, bool complete)
 {
 	if (!g->active)
 		return;
 	if (g->sl) {
-		gfs_chunk_check_end(&g->sl->check);
+		if (complete)
+			gfs_chunk_check_end(&g->sl->check);
+		else
+			g->sl->aborted = true;
 		hasher_put(g->h, g->sl, NULL, 0, true);
 		g->sl = NULL;
-	} else if (!g->vf && !g->skip) {
+	} else if (!g->vf && !g->skip && complete) {
 		gfs_verify_problem p;
 		problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
 		p.id = &g->files_id;
@@ -781,7 +789,7 @@ stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
 		if (g.active && g.hash == h && key_eq(&g.key, &key)) {
 			bson_destroy(&key);
 		} else {
-			group_end(v, &g);
+			group_end(v, &g, true);
 			group_begin(v, &g, fid, &key, h);
 		}
 		chunk(v, &g, doc);
@@ -793,8 +801,11 @@ stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
 		ok = false;
 	}
 	mongoc_cursor_destroy(cur);
-	/* Always end the group: its slot must reach the hasher to be freed. */
-	group_end(v, &g);
+	/*
+	 * Always end the group: its slot must reach the hasher to be freed. After
+	 * an interruption or a cursor error it may be only partly read.
+	 */
+	group_end(v, &g, ok);
 	return ok;
 }
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -538,7 +539,8 @@ verdict(struct verify *v, struct slot *sl)
 		memcpy(res.sha256, sl->sha256, sizeof res.sha256);
 		const char *want = f->sha256[0] ? f->sha256 : f->md5[0] ? f->md5 : NULL;
 		const char *got = f->sha256[0] ? sl->sha256 : sl->md5hex;
-		if (want && strcmp(want, got) != 0) {
+		/* Other tools may store the hex in upper case; it names the same digest. */
+		if (want && strcasecmp(want, got) != 0) {
 			problem_init(&p, GFS_VK_CHECKSUM, sl->vf);
 			snprintf(p.detail, sizeof p.detail, "%s %s, stored %s",
 			         f->sha256[0] ? "sha256" : "md5", got, want);

@@ -106,8 +106,11 @@ struct prob {
 	int tie;                  /* 0 not yet tied to a verdict, 1 tied, -1 no file (orphan, bad doc) */
 	struct rec *rec;          /* the file's record, when one was kept */
 	bool data_intact;
-	int64_t count;            /* ORPHAN-CHUNKS: how many */
-	size_t n_extra;
+	bool verified;            /* EXTRA-CHUNK: the stored hash matched */
+	int64_t count;            /* ORPHAN-CHUNKS, EXTRA-CHUNK: how many */
+	int64_t chunk_count;      /* EXTRA-CHUNK: the chunks the file must have */
+	int64_t dups;             /* EXTRA-CHUNK: second copies of an n below chunk_count */
+	size_t n_extra;           /* EXTRA-CHUNK: _ids of duplicates, at most GFS_VERIFY_MAX_EXTRA_IDS */
 	bson_value_t *extra;
 };
 
@@ -255,7 +258,10 @@ on_problem(const gfs_verify_problem *p, void *ctx)
 	}
 	q->name = p->filename ? strdup(p->filename) : NULL;
 	q->data_intact = p->data_intact;
+	q->verified = p->verified;
 	q->count = p->count;
+	q->chunk_count = p->chunk_count;
+	q->dups = p->dups;
 	if (p->n_extra_ids) {
 		q->extra = calloc(p->n_extra_ids, sizeof *q->extra);
 		if (!q->extra)
@@ -609,6 +615,54 @@ free_walk(void)
 
 /* ---- repairs of what the pass found ----------------------------------- */
 
+/*
+ * Chunks numbered count or beyond are never read, so they go whenever the
+ * file is whole without them. A duplicate n is different: the copy read may
+ * be the wrong one, so duplicates go only when a hash proved the copies read
+ * right (the stored hash, or equality with the disk copy).
+ */
+static void
+repair_extra(struct run *r, gfs_session *s, struct prob *q, struct rec *rc)
+{
+	gfs_error err = {0};
+	int64_t beyond = q->count - q->dups, gone = 0, n = 0;
+	bool proven = q->verified || (rc && rc->disk_same);
+	char detail[300];
+	if (r->o->dry_run) {
+		snprintf(detail, sizeof detail, "%lld chunk(s) numbered %lld or beyond; %lld duplicate(s)%s",
+		         (long long)beyond, (long long)q->chunk_count, (long long)q->dups,
+		         q->dups && !proven ? " kept: no hash proves which copy is right" : "");
+		emit_repair(r, "remove-extra-chunks", q->name, &q->id, detail, true);
+		return;
+	}
+	if (beyond > 0 && !gfs_verify_remove_chunks_beyond(s, &q->id, q->chunk_count, &gone, &err)) {
+		emit_repair(r, "remove-extra-chunks", q->name, &q->id, err.msg, false);
+		return;
+	}
+	if (q->dups && !proven) {
+		snprintf(detail, sizeof detail, "removed %lld chunk(s) numbered %lld or beyond; %lld "
+		         "duplicate chunk(s) kept: without a stored hash it cannot be told which copy is right",
+		         (long long)gone, (long long)q->chunk_count, (long long)q->dups);
+		emit_repair(r, "remove-extra-chunks", q->name, &q->id, detail, false);
+		return;
+	}
+	if (q->n_extra && !gfs_verify_remove_chunk_ids(s, q->extra, q->n_extra, &n, &err)) {
+		emit_repair(r, "remove-extra-chunks", q->name, &q->id, err.msg, false);
+		return;
+	}
+	gone += n;
+	if ((int64_t)q->n_extra < q->dups) {
+		snprintf(detail, sizeof detail, "removed %lld of %lld extra chunk(s); at most %d "
+		         "duplicates are removed a run, run --repair again for the rest",
+		         (long long)gone, (long long)q->count, GFS_VERIFY_MAX_EXTRA_IDS);
+		emit_repair(r, "remove-extra-chunks", q->name, &q->id, detail, false);
+		return;
+	}
+	snprintf(detail, sizeof detail, "removed %lld extra chunk(s); the file's data is whole "
+	         "without them", (long long)gone);
+	emit_repair(r, "remove-extra-chunks", q->name, &q->id, detail, true);
+}
+
 static void
 repair_file(struct run *r, gfs_session *s, struct prob *q, struct rec *rc)
 {
@@ -627,13 +681,8 @@ repair_file(struct run *r, gfs_session *s, struct prob *q, struct rec *rc)
 		            ok ? "files document of an interrupted upload (it had no data)" : err.msg, ok);
 		return;
 	}
-	if (q->kind == GFS_VK_EXTRA_CHUNK && q->data_intact && q->n_extra) {
-		int64_t n = 0;
-		bool ok = r->o->dry_run || gfs_verify_remove_chunk_ids(s, q->extra, q->n_extra, &n, &err);
-		char detail[128];
-		snprintf(detail, sizeof detail, "%zu extra chunk(s); the file's data is whole without them",
-		         q->n_extra);
-		emit_repair(r, "remove-extra-chunks", q->name, &q->id, ok ? detail : err.msg, ok);
+	if (q->kind == GFS_VK_EXTRA_CHUNK && q->data_intact) {
+		repair_extra(r, s, q, rc);
 		return;
 	}
 	if (q->kind == GFS_VK_UNVERIFIABLE && rc && rc->disk_same && rc->sha256[0]) {

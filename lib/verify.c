@@ -141,6 +141,8 @@ gfs_chunk_check_add(gfs_chunk_check *c, bool has_n, int64_t n, bool has_data, ui
 	if (n >= c->expected || n < c->next || n < 0) {
 		if (c->extras++ == 0)
 			c->first_extra_n = n;
+		if (n >= 0 && n < c->expected)
+			c->dups++;
 		return 0;
 	}
 	if (c->failed)
@@ -563,6 +565,9 @@ verdict(struct verify *v, struct slot *sl)
 		p.n = c->first_extra_n;
 		p.count = c->extras;
 		p.data_intact = !c->failed && hash_ok;
+		p.verified = res.verified;
+		p.chunk_count = c->expected;
+		p.dups = c->dups;
 		p.n_extra_ids = sl->n_extra_ids;
 		p.extra_ids = sl->extra_ids;
 		snprintf(p.detail, sizeof p.detail, "n=%lld (%lld extra, file has %lld chunks)",
@@ -743,10 +748,10 @@ chunk(struct verify *v, struct group *g, const bson_t *doc)
 		return;
 	}
 	v->st->bytes += len;
-	int64_t extras = g->sl->check.extras;
+	int64_t dups = g->sl->check.dups;
 	if (gfs_chunk_check_add(&g->sl->check, has_n, n, has_data, len) == 1)
 		hasher_put(g->h, g->sl, data, len, false);
-	else if (g->sl->check.extras > extras)
+	else if (g->sl->check.dups > dups)
 		note_extra_id(g->sl, doc);
 }
 
@@ -1051,6 +1056,29 @@ gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t b
 		bson_append_document_end(&filter, &range);
 	}
 	bool ok = delete_many(s->chunks, &filter, deleted, "delete chunks", err);
+	bson_destroy(&filter);
+	return ok;
+}
+
+bool
+gfs_verify_remove_chunks_beyond(gfs_session *s, const bson_value_t *files_id, int64_t count,
+                                int64_t *deleted, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, or, alt, cmp;
+	BSON_APPEND_VALUE(&filter, "files_id", files_id);
+	BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
+	BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &alt);
+	BSON_APPEND_DOCUMENT_BEGIN(&alt, "n", &cmp);
+	BSON_APPEND_INT64(&cmp, "$gte", count);
+	bson_append_document_end(&alt, &cmp);
+	bson_append_document_end(&or, &alt);
+	BSON_APPEND_DOCUMENT_BEGIN(&or, "1", &alt);
+	BSON_APPEND_DOCUMENT_BEGIN(&alt, "n", &cmp);
+	BSON_APPEND_INT64(&cmp, "$lt", 0);
+	bson_append_document_end(&alt, &cmp);
+	bson_append_document_end(&or, &alt);
+	bson_append_array_end(&filter, &or);
+	bool ok = delete_many(s->chunks, &filter, deleted, "delete extra chunks", err);
 	bson_destroy(&filter);
 	return ok;
 }

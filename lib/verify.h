@@ -29,7 +29,11 @@ enum gfs_verify_kind {
 /* "MISSING-CHUNK", "WRONG-SIZE", ... as printed and documented. */
 const char *gfs_verify_kind_name(enum gfs_verify_kind k);
 
-/* Chunk _ids a repair may delete: the extra chunks of a file whose data is otherwise intact. */
+/*
+ * Duplicate chunks (a second copy of an n the file has) kept by _id per file
+ * for a repair; chunks numbered count or beyond need no _id, a filter on n
+ * finds them all.
+ */
 #define GFS_VERIFY_MAX_EXTRA_IDS 16
 
 typedef struct gfs_verify_problem {
@@ -42,9 +46,17 @@ typedef struct gfs_verify_problem {
 	int64_t bytes;              /* ORPHAN-CHUNKS: their data bytes */
 	char detail[512];           /* e.g. "n=3", "n=0 has 100 bytes, expected 200" */
 	char actual[65];            /* CHECKSUM: the content's hash as found (sha256 or md5) */
-	/* EXTRA-CHUNK: the rest of the file is complete and matches its hash */
+	/* EXTRA-CHUNK: chunks 0..count-1 are whole and match the hash when one is stored */
 	bool data_intact;
-	size_t n_extra_ids;         /* EXTRA-CHUNK: chunk _ids safe to delete when data_intact */
+	bool verified;              /* EXTRA-CHUNK: a stored hash was compared and matched */
+	int64_t chunk_count;        /* EXTRA-CHUNK: the chunks the file must have */
+	int64_t dups;               /* EXTRA-CHUNK: of count, second copies of an n below chunk_count */
+	/*
+	 * EXTRA-CHUNK: _ids of the duplicates, at most GFS_VERIFY_MAX_EXTRA_IDS;
+	 * the copies read and hashed are not among them. Only a verified hash
+	 * shows that the copies read are the right ones.
+	 */
+	size_t n_extra_ids;
 	const bson_value_t *extra_ids;
 } gfs_verify_problem;
 
@@ -110,6 +122,9 @@ bool gfs_verify(gfs_conn *conn, const gfs_verify_opts *opts, gfs_verify_stats *s
  */
 bool gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t before_ms,
                               int64_t *deleted, gfs_error *err);
+/* Deletes the chunks with this files_id numbered count or beyond, or below 0. */
+bool gfs_verify_remove_chunks_beyond(gfs_session *s, const bson_value_t *files_id, int64_t count,
+                                     int64_t *deleted, gfs_error *err);
 /* Deletes chunk documents by their own _id. */
 bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n,
                                  int64_t *deleted, gfs_error *err);
@@ -136,6 +151,7 @@ typedef struct gfs_chunk_check {
 	char fail_detail[200];
 	int64_t extras;
 	int64_t first_extra_n;
+	int64_t dups;                /* extras with 0 <= n < expected: a second copy of an n */
 } gfs_chunk_check;
 
 void gfs_chunk_check_init(gfs_chunk_check *c, int64_t length, int32_t chunk_size);

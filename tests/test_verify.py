@@ -361,3 +361,50 @@ def test_repair_waits_for_no_import(gfs, db, bucket):
     assert r.rc == 6, r
     r = gfs.run("verify", "--repair", "--dry-run")
     assert r.rc == 0, r
+
+
+def test_repair_more_extra_chunks_than_ids_kept(gfs, db, bucket):
+    """Chunks past the file's count are removed all at once, however many there are."""
+    content = data(2500)
+    fid = put(bucket, "many", content)
+    db["fs.chunks"].insert_many([{"files_id": fid, "n": n, "data": bson.Binary(b"x")}
+                                 for n in range(3, 43)])
+    r = gfs.run("verify", "--repair", "--json")
+    assert r.rc == 0, r
+    reps = [o for o in json_lines(r) if "repair" in o]
+    assert [(o["repair"], o["state"]) for o in reps] == [("remove-extra-chunks", "REPAIRED")], r
+    assert "removed 40 " in reps[0]["detail"]
+    assert sorted(c["n"] for c in db["fs.chunks"].find({"files_id": fid})) == [0, 1, 2]
+    assert bucket.open_download_stream(fid).read() == content
+
+
+def test_repair_many_duplicates_is_honest(gfs, db, bucket):
+    """More duplicate chunks than verify keeps ids of: the repair says it is not done."""
+    content = data(2500)
+    fid = put(bucket, "dups", content)
+    db["fs.chunks"].drop_indexes()
+    db["fs.chunks"].insert_many([{"files_id": fid, "n": 1, "data": bson.Binary(content[CS:2 * CS])}
+                                 for _ in range(20)])
+    r = gfs.run("verify", "--repair")
+    assert r.rc == 1 and "NOT-REPAIRED remove-extra-chunks dups" in r.text, r
+    assert "run --repair again" in r.text
+    assert db["fs.chunks"].count_documents({"files_id": fid}) == 3 + 20 - 16
+    r = gfs.run("verify", "--repair")
+    assert r.rc == 0 and "REPAIRED remove-extra-chunks dups" in r.text, r
+    assert sorted(c["n"] for c in db["fs.chunks"].find({"files_id": fid})) == [0, 1, 2]
+    assert bucket.open_download_stream(fid).read() == content
+
+
+def test_repair_keeps_duplicates_without_hash(gfs, db, bucket):
+    """Without a stored hash either copy of a duplicate n may be the good one: both stay."""
+    content = data(2500)
+    fid = put(bucket, "nohash", content, sha=False)
+    db["fs.chunks"].drop_indexes()
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 1, "data": bson.Binary(b"\1" * CS)})
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 5, "data": bson.Binary(b"x")})
+    r = gfs.run("verify", "--repair")
+    assert r.rc == 1, r
+    assert "NOT-REPAIRED remove-extra-chunks nohash" in r.text and "1 duplicate" in r.text, r
+    assert sorted(c["n"] for c in db["fs.chunks"].find({"files_id": fid})) == [0, 1, 1, 2]
+    copies = {bytes(c["data"]) for c in db["fs.chunks"].find({"files_id": fid, "n": 1})}
+    assert copies == {content[CS:2 * CS], b"\1" * CS}

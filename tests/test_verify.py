@@ -363,6 +363,18 @@ def test_repair_waits_for_no_import(gfs, db, bucket):
     assert r.rc == 0, r
 
 
+def test_upper_case_sha256_verifies(gfs, db, bucket):
+    """Another tool may store the hex digest in upper case: it is the same hash."""
+    content = data(2500)
+    fid = bucket.upload_from_stream("upper", content, chunk_size_bytes=CS,
+                                    metadata={"sha256": hashlib.sha256(content).hexdigest().upper()})
+    r = gfs.run("verify")
+    assert r.rc == 0 and "no problems" in r.text, r
+    db["fs.chunks"].update_one({"files_id": fid, "n": 0}, {"$set": {"data": bson.Binary(b"\0" * CS)}})
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["CHECKSUM"], r
+
+
 def test_repair_more_extra_chunks_than_ids_kept(gfs, db, bucket):
     """Chunks past the file's count are removed all at once, however many there are."""
     content = data(2500)

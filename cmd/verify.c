@@ -94,6 +94,7 @@ struct rec {
 	bool intact, verified, data_whole;
 	bool latest;              /* the newest revision of its name */
 	bool replaced;            /* re-uploaded from disk: the damaged revision may go */
+	bool removed;             /* ...and it has gone (a file may have several problems) */
 	bool disk_same;           /* equal to the disk copy */
 };
 
@@ -377,6 +378,9 @@ walk_one(const gfs_walk_entry *e, void *ctx)
 	if (e->kind == GFS_WALK_ERROR) {
 		w->r->extra_problems++;
 		emit_problem(w->r, "DISK-ERROR", e->rel, NULL, e->reason ? e->reason : "cannot read", NULL);
+		/* Every problem gets a repair result, or one fix would make the whole run succeed. */
+		if (w->r->o->repair)
+			emit_repair(w->r, "none", e->rel, NULL, "cannot be read on disk; left as it is", false);
 		return !stop_flag;
 	}
 	if (e->kind != GFS_WALK_FILE)
@@ -543,6 +547,9 @@ both(struct run *r, gfs_session *s, struct rec *rc, const struct dfile *d)
 			r->extra_problems++;
 			snprintf(detail, sizeof detail, "%s: %s", d->path, strerror(e));
 			emit_problem(r, "DISK-ERROR", rc->name, &rc->id, detail, NULL);
+			if (r->o->repair)
+				emit_repair(r, "none", rc->name, &rc->id, "the disk copy cannot be read; left as it is",
+				            false);
 			return;
 		}
 		if (strcmp(hex, rc->sha256) == 0) {
@@ -670,7 +677,11 @@ repair_file(struct run *r, gfs_session *s, struct prob *q, struct rec *rc)
 	const char *kind = gfs_verify_kind_name(q->kind);
 	if (rc && rc->replaced) {
 		/* The new revision is complete: only now does the damaged one go. */
-		bool ok = r->o->dry_run || gfs_delete(s, &q->id, &err);
+		bool ok = r->o->dry_run || rc->removed || gfs_delete(s, &q->id, &err);
+		/* Gone already, by another hand: the replacement is all that was needed. */
+		if (!ok && err.code == GFS_ENOTFOUND)
+			ok = true;
+		rc->removed = ok && !r->o->dry_run;
 		emit_repair(r, "remove-damaged", q->name, &q->id,
 		            ok ? "replaced from disk" : err.msg, ok);
 		return;

@@ -420,3 +420,40 @@ def test_repair_keeps_duplicates_without_hash(gfs, db, bucket):
     assert sorted(c["n"] for c in db["fs.chunks"].find({"files_id": fid})) == [0, 1, 1, 2]
     copies = {bytes(c["data"]) for c in db["fs.chunks"].find({"files_id": fid, "n": 1})}
     assert copies == {content[CS:2 * CS], b"\1" * CS}
+
+
+def test_reupload_of_file_with_two_problems_exits_zero(gfs, db, bucket, tmp_path):
+    """A damaged file with two problems is replaced once; its second problem is not a failure."""
+    tree = tmp_path / "t"
+    content = data(2500, 6)
+    write_tree(str(tree), {"two.jpg": content})
+    fid = put(bucket, "two.jpg", content)
+    db["fs.chunks"].update_one({"files_id": fid, "n": 0}, {"$set": {"data": bson.Binary(b"\2" * CS)}})
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 9, "data": bson.Binary(b"x")})
+    r = gfs.run("verify", "--against", tree, "--repair", "--json")
+    assert r.rc == 0, r
+    objs = json_lines(r)
+    assert sorted(o["problem"] for o in objs if "problem" in o) == ["CHECKSUM", "EXTRA-CHUNK"], r
+    reps = [(o["repair"], o["state"]) for o in objs if "repair" in o]
+    assert sorted(reps) == [("remove-damaged", "REPAIRED")] * 2 + [("reupload", "REPAIRED")], r
+    assert objs[-1]["repaired"] == 3 and objs[-1]["unrepaired"] == 0
+    assert db["fs.files"].count_documents({"_id": fid}) == 0
+    assert db["fs.chunks"].count_documents({"files_id": fid}) == 0
+    assert bucket.open_download_stream_by_name("two.jpg").read() == content
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
+def test_unreadable_disk_file_keeps_repair_partial(gfs, bucket, tmp_path):
+    """One successful repair must not hide a disk file that could not be compared."""
+    tree = tmp_path / "t"
+    write_tree(str(tree), {"new.jpg": data(1500), "locked.jpg": data(1600, 1)})
+    put(bucket, "locked.jpg", data(1600, 1))
+    os.chmod(tree / "locked.jpg", 0)
+    try:
+        r = gfs.run("verify", "--against", tree, "--repair")
+    finally:
+        os.chmod(tree / "locked.jpg", 0o644)
+    assert r.rc == 1, r
+    assert "REPAIRED upload new.jpg" in r.text and "DISK-ERROR locked.jpg" in r.text, r
+    assert "NOT-REPAIRED none locked.jpg" in r.text, r
+    assert bucket.open_download_stream_by_name("new.jpg").read() == data(1500)

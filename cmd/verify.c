@@ -792,11 +792,12 @@ summary(struct run *r, double secs, bool interrupted)
 		}
 		BSON_APPEND_BOOL(&doc, "interrupted", interrupted);
 		BSON_APPEND_DOUBLE(&doc, "seconds", secs);
-		print_json(stdout, &doc);
+		/* With --combined - stdout carries the report alone. */
+		print_json(r->pout, &doc);
 		bson_destroy(&doc);
 		return;
 	}
-	FILE *out = r->combined == stdout ? stderr : stdout;
+	FILE *out = r->pout;
 	fprintf(out, "verify: %llu files, %llu bytes in %.1f s: ", (unsigned long long)r->st.files_checked,
 	        (unsigned long long)r->st.bytes, secs);
 	if (!problems)

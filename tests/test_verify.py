@@ -457,3 +457,16 @@ def test_unreadable_disk_file_keeps_repair_partial(gfs, bucket, tmp_path):
     assert "REPAIRED upload new.jpg" in r.text and "DISK-ERROR locked.jpg" in r.text, r
     assert "NOT-REPAIRED none locked.jpg" in r.text, r
     assert bucket.open_download_stream_by_name("new.jpg").read() == data(1500)
+
+
+def test_combined_stdout_keeps_json_off_it(gfs, bucket, tmp_path):
+    """With --combined - stdout is the report alone; the JSON summary goes with the problems."""
+    tree = tmp_path / "t"
+    write_tree(str(tree), {"a.jpg": data(1200), "b.jpg": data(1300, 1)})
+    put(bucket, "a.jpg", data(1200))
+    r = gfs.run("verify", "--against", tree, "--combined", "-", "--json")
+    assert r.rc == 1, r
+    assert sorted(r.text.splitlines()) == ["- b.jpg", "= a.jpg"], r
+    objs = [json.loads(l) for l in errlines(r) if l.startswith("{")]
+    assert [o["problem"] for o in objs[:-1]] == ["MISSING-IN-GRIDFS"], r
+    assert objs[-1]["summary"] is True and objs[-1]["same"] == 1

@@ -860,10 +860,13 @@ cmd_verify(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	struct stat st;
-	if (o.against && (stat(o.against, &st) != 0 || !S_ISDIR(st.st_mode))) {
-		if (errno == 0)
-			errno = ENOTDIR;
+	if (o.against && stat(o.against, &st) != 0) {
 		warn_("%s", o.against);
+		return EXIT_LOCAL;
+	}
+	/* stat() succeeded, so errno says nothing here. */
+	if (o.against && !S_ISDIR(st.st_mode)) {
+		warnx_("%s: %s", o.against, strerror(ENOTDIR));
 		return EXIT_LOCAL;
 	}
 	if (load_settings() < 0)

@@ -470,3 +470,12 @@ def test_combined_stdout_keeps_json_off_it(gfs, bucket, tmp_path):
     objs = [json.loads(l) for l in errlines(r) if l.startswith("{")]
     assert [o["problem"] for o in objs[:-1]] == ["MISSING-IN-GRIDFS"], r
     assert objs[-1]["summary"] is True and objs[-1]["same"] == 1
+
+
+def test_against_regular_file(gfs, tmp_path):
+    f = tmp_path / "plain"
+    f.write_bytes(b"not a directory")
+    r = gfs.run("verify", "--against", f)
+    assert r.rc == 5, r
+    el = errlines(r)
+    assert len(el) == 1 and "plain" in el[0] and el[0].endswith("Not a directory"), r

@@ -97,6 +97,8 @@ test_check_extras(void **state)
 	assert_false(c.failed);
 	assert_int_equal(c.extras, 3);
 	assert_int_equal(c.first_extra_n, 0);
+	/* only the second copy of n=0 is a duplicate; 3 and 9 are never read */
+	assert_int_equal(c.dups, 1);
 
 	/* an empty file owns no chunk */
 	gfs_chunk_check_init(&c, 0, 1000);
@@ -104,11 +106,13 @@ test_check_extras(void **state)
 	gfs_chunk_check_end(&c);
 	assert_false(c.failed);
 	assert_int_equal(c.extras, 1);
+	assert_int_equal(c.dups, 0);
 
-	/* negative n */
+	/* negative n: never read, not a duplicate */
 	gfs_chunk_check_init(&c, 10, 1000);
 	assert_int_equal(gfs_chunk_check_add(&c, true, -1, true, 10), 0);
 	assert_int_equal(c.extras, 1);
+	assert_int_equal(c.dups, 0);
 }
 
 static void

@@ -81,10 +81,13 @@ gfs_parse_long(const char *s, long min, long max, long *out)
 bool
 gfs_parse_size(const char *s, uint64_t *out)
 {
+	/* strtoull skips leading blanks and negates a '-', so " -5" would parse as 2^64-5. */
+	if (*s < '0' || *s > '9')
+		return false;
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
+	if (errno || end == s)
 		return false;
 	uint64_t mult = 1;
 	switch (*end) {

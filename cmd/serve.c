@@ -1,6 +1,8 @@
 /* gridfsctl serve: options, signals and the listening socket; the server is lib/httpserve.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,16 +97,23 @@ parse_listen(const char *s, struct serve_opts *o)
 	return true;
 }
 
-/* Seconds with an optional fraction, as milliseconds. */
+/*
+ * Seconds with an optional fraction, as milliseconds. NaN compares false
+ * with every bound, so it is refused by name; the result is stored in an
+ * int, so anything past INT_MAX ms (about 24.8 days) is refused too.
+ */
 static bool
 parse_secs(const char *s, long min_ms, long *out_ms)
 {
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
-	if (errno || end == s || *end || v * 1000 < min_ms || v > 86400 * 365)
+	if (errno || end == s || *end || !isfinite(v))
 		return false;
-	*out_ms = (long)(v * 1000);
+	double ms = v * 1000;
+	if (ms < min_ms || ms > INT_MAX)
+		return false;
+	*out_ms = (long)ms;
 	return true;
 }
 
@@ -166,7 +175,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_NEG_TTL:
 	case OPT_DRAIN:
 		if (!parse_secs(arg, opt == OPT_NEG_TTL || opt == OPT_DRAIN ? 0 : 100, &n)) {
-			usage_error("invalid number of seconds '%s'", arg);
+			usage_error("invalid number of seconds '%s' (at most %d)", arg, INT_MAX / 1000);
 			return -1;
 		}
 		if (opt == OPT_POLL)

@@ -30,26 +30,31 @@ static bool no_progress;
 /*
  * A password typed into --uri is readable by every local user through
  * /proc/PID/cmdline. Warn, and blank it in our argv so that it is visible
- * for as short a time as we can manage.
+ * for as short a time as we can manage. This goes by syntax, not by
+ * mongoc_uri_new(): a URI the driver refuses (a bad option, say) may still
+ * hold a real password. The userinfo ends at the last '@' before the
+ * options, so an '@' in an option value is not taken for it.
  */
 static void
 scrub_password(char *uri_arg)
 {
-	bson_error_t berr;
-	mongoc_uri_t *u = mongoc_uri_new_with_error(uri_arg, &berr);
-	if (!u)
+	char *start = strstr(uri_arg, "://");
+	start = start ? start + 3 : uri_arg;
+	char *end = strchr(start, '?');
+	if (!end)
+		end = start + strlen(start);
+	char *at = NULL;
+	for (char *p = start; p < end; p++)
+		if (*p == '@')
+			at = p;
+	if (!at)
 		return;
-	const char *pw = mongoc_uri_get_password(u);
-	if (pw && *pw) {
-		fprintf(stderr, "%s: warning: a password in --uri is visible to other users; "
-		                "use $GRIDFSCTL_URI or the config file\n", progname);
-		char *at = strrchr(uri_arg, '@');
-		char *colon = strchr(uri_arg, ':');
-		colon = colon ? strchr(colon + 1, ':') : NULL; /* skip "mongodb:" */
-		if (at && colon && colon < at)
-			memset(colon + 1, 'x', (size_t)(at - colon - 1));
-	}
-	mongoc_uri_destroy(u);
+	char *colon = memchr(start, ':', (size_t)(at - start));
+	if (!colon || colon + 1 == at)
+		return;
+	memset(colon + 1, 'x', (size_t)(at - colon - 1));
+	fprintf(stderr, "%s: warning: a password in --uri is visible to other users; "
+	                "use $GRIDFSCTL_URI or the config file\n", progname);
 }
 
 static void

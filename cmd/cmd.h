@@ -3,6 +3,7 @@
 #define GRIDFSCTL_CMD_H
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -87,6 +88,14 @@ int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revisi
 bool one_target(int nargs, const char *id_hex);
 int parse_rev_option(const char *arg, long *rev);
 void add_glob(const char ***list, size_t *n, const char *arg);
+
+/*
+ * For put, get and rm: SIGINT and SIGTERM only set stop_signal, which the
+ * verb checks between chunks and files so it can clean up and exit 130. A
+ * second signal kills as usual.
+ */
+extern volatile sig_atomic_t stop_signal;
+void catch_stop_signals(void);
 
 /* Parses sizes like "512", "64K", "1G". */
 bool parse_size(const char *s, uint64_t *out);

@@ -1,4 +1,5 @@
 /* Output helpers shared by the everyday verbs. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,4 +80,21 @@ add_glob(const char ***list, size_t *n, const char *arg)
 	if (!*list)
 		abort();
 	(*list)[(*n)++] = arg;
+}
+
+volatile sig_atomic_t stop_signal;
+
+static void
+on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+void
+catch_stop_signals(void)
+{
+	struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 }

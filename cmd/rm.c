@@ -1,5 +1,6 @@
 /* gridfsctl rm: remove files, every revision of each name, or one by id. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cmd.h"
 
@@ -46,20 +47,56 @@ report(const struct rm_opts *o, const char *what, int64_t removed)
 	bson_destroy(&doc);
 }
 
-/* Removes every revision, newest first, so a reader never sees an older one appear as newest. */
+/* Deletes one revision; *gone keeps the id of one found already deleted. */
+static int
+rm_one(gfs_session *s, const gfs_file *f, char **gone, int64_t *removed)
+{
+	if (stop_signal) {
+		warnx_("interrupted");
+		return EXIT_INTERRUPTED;
+	}
+	char *id = gfs_id_string(&f->id);
+	if (*gone && strcmp(*gone, id) == 0) {
+		warnx_("%s: id %s is still listed after it was deleted", f->filename, id);
+		free(id);
+		return EXIT_BACKEND;
+	}
+	gfs_error err;
+	if (gfs_delete(s, &f->id, &err)) {
+		(*removed)++;
+		free(id);
+		return EXIT_OK;
+	}
+	if (err.code != GFS_ENOTFOUND) {
+		free(id);
+		return fail(&err);
+	}
+	free(*gone);
+	*gone = id;
+	return EXIT_OK;
+}
+
+/*
+ * Removes every revision, oldest first, so the newest stays what readers get
+ * until it is the last one left. A revision another process removed first
+ * is not counted. find returning the very id that delete just found gone
+ * would loop forever, so that is a backend error.
+ */
 static int
 rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
 {
 	int64_t removed = 0;
+	char *gone = NULL;
 	gfs_error err;
 	gfs_file f;
-	while (gfs_find_by_name(s, name, -1, &f, &err)) {
-		bool ok = gfs_delete(s, &f.id, &err);
+	int rc = EXIT_OK;
+	while (rc == EXIT_OK && gfs_find_by_name(s, name, 0, &f, &err)) {
+		rc = rm_one(s, &f, &gone, &removed);
 		gfs_file_free(&f);
-		if (!ok && err.code != GFS_ENOTFOUND)
-			return fail(&err);
-		removed++;
 	}
+	free(gone);
+	if (rc != EXIT_OK)
+		return rc;
 	if (err.code != GFS_ENOTFOUND)
 		return fail(&err);
 	report(o, name, removed);
@@ -99,6 +136,7 @@ cmd_rm(int argc, char **argv)
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
+	catch_stop_signals();
 	int rc = EXIT_OK;
 	if (o.id) {
 		rc = rm_id(s, &o);
@@ -110,11 +148,12 @@ cmd_rm(int argc, char **argv)
 				nfail++;
 				last = r;
 			}
-			if (r == EXIT_BACKEND)
+			if (r == EXIT_BACKEND || r == EXIT_INTERRUPTED)
 				break;
 		}
 		/* One name: its own status. Several: 1 when only some failed. */
-		rc = nfail == 0 ? EXIT_OK : (last == EXIT_BACKEND || nfail == nnames) ? last : EXIT_PARTIAL;
+		bool fatal = last == EXIT_BACKEND || last == EXIT_INTERRUPTED;
+		rc = nfail == 0 ? EXIT_OK : (fatal || nfail == nnames) ? last : EXIT_PARTIAL;
 	}
 	gfs_session_push(s);
 	gfs_conn_close(conn);

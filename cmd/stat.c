@@ -47,9 +47,9 @@ print_metadata(const gfs_file *f)
 	bson_t meta;
 	if (!bson_init_static(&meta, data, len))
 		return;
-	char *json = bson_as_relaxed_extended_json(&meta, NULL);
-	printf("metadata:    %s\n", json);
-	bson_free(json);
+	/* Another client may have stored strings that are not UTF-8; print_json escapes them. */
+	printf("metadata:    ");
+	print_json(stdout, &meta);
 }
 
 static void

@@ -51,7 +51,7 @@ write_all(int fd, const uint8_t *p, size_t len)
 {
 	while (len > 0) {
 		ssize_t w = write(fd, p, len);
-		if (w < 0 && errno == EINTR)
+		if (w < 0 && errno == EINTR && !stop_signal)
 			continue;
 		if (w < 0)
 			return false;
@@ -64,14 +64,16 @@ write_all(int fd, const uint8_t *p, size_t len)
 struct sink {
 	int fd;
 	int saved_errno;
+	bool interrupted;
 };
 
 static bool
 to_fd(const uint8_t *data, size_t len, void *ctx)
 {
 	struct sink *k = ctx;
-	if (write_all(k->fd, data, len))
+	if (!stop_signal && write_all(k->fd, data, len))
 		return true;
+	k->interrupted = stop_signal != 0;
 	k->saved_errno = errno;
 	return false;
 }
@@ -109,6 +111,10 @@ read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
 	gfs_error err;
 	if (gfs_read(s, f, true, to_fd, &k, NULL, &err))
 		return EXIT_OK;
+	if (err.code == GFS_ECANCELED && k.interrupted) {
+		warnx_("%s: interrupted", what);
+		return EXIT_INTERRUPTED;
+	}
 	if (err.code == GFS_ECANCELED) {
 		errno = k.saved_errno;
 		warn_("%s", what);
@@ -159,6 +165,11 @@ get_to_path(gfs_session *s, const gfs_file *f, const char *path, bool force)
 		warn_("%s", path);
 		rc = EXIT_LOCAL;
 	}
+	/* A signal after the last chunk still means: leave no new file behind. */
+	if (rc == EXIT_OK && stop_signal) {
+		warnx_("%s: interrupted", path);
+		rc = EXIT_INTERRUPTED;
+	}
 	if (rc == EXIT_OK) {
 		int r = force ? rename(tmp, path) : renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE);
 		if (r < 0) {
@@ -186,6 +197,7 @@ cmd_get(int argc, char **argv)
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
+	catch_stop_signals();
 	gfs_file f;
 	int rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f);
 	if (rc == EXIT_OK) {

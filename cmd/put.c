@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "../lib/magic.h"
+#include "../lib/names.h"
 
 const char put_help[] =
     "  -n, --name NAME         stored name (default: the file's base name; required for '-')\n"
@@ -64,25 +65,81 @@ on_opt(int opt, const char *arg, void *ctx)
  */
 struct sniff_source {
 	int fd;
-	gfs_put_opts *po;  /* receives the detected type */
-	char *type;        /* detected MIME type, or NULL */
+	gfs_put_opts *po;       /* receives the detected type */
+	char *type;             /* detected MIME type, or NULL */
+	const struct stat *st;  /* at open, for a named file; NULL for stdin */
+	int64_t total;          /* bytes read so far */
 	bool detect, sniffed;
+	bool changed;           /* the file changed while it was read */
+	bool interrupted;       /* a stop signal came */
 };
+
+/* Fills buf unless the end comes first; gives up at a stop signal. */
+static ssize_t
+read_full(struct sniff_source *src, uint8_t *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		if (stop_signal) {
+			src->interrupted = true;
+			errno = EINTR;
+			return -1;
+		}
+		ssize_t r = read(src->fd, buf + got, len - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+/* A file rewritten while we read it would be stored as a mix of old and new bytes. */
+static bool
+unchanged(const struct sniff_source *src)
+{
+	const struct stat *then = src->st;
+	struct stat now;
+	if (fstat(src->fd, &now) < 0)
+		return false;
+	return src->total == then->st_size && now.st_size == then->st_size &&
+	       now.st_mtim.tv_sec == then->st_mtim.tv_sec &&
+	       now.st_mtim.tv_nsec == then->st_mtim.tv_nsec &&
+	       now.st_ctim.tv_sec == then->st_ctim.tv_sec &&
+	       now.st_ctim.tv_nsec == then->st_ctim.tv_nsec;
+}
+
+static void
+sniff(struct sniff_source *src, const uint8_t *buf, size_t len)
+{
+	gfs_error err;
+	gfs_magic *m = gfs_magic_open(&err);
+	if (!m)
+		return;
+	src->type = strdup(gfs_magic_type(m, buf, len));
+	src->po->content_type = src->type;
+	gfs_magic_close(m);
+}
 
 static ssize_t
 sniff_read(uint8_t *buf, size_t len, void *ctx)
 {
 	struct sniff_source *src = ctx;
-	ssize_t r = gfs_source_fd(buf, len, &src->fd);
-	if (r > 0 && src->detect && !src->sniffed) {
-		gfs_error err;
-		gfs_magic *m = gfs_magic_open(&err);
-		if (m) {
-			src->type = strdup(gfs_magic_type(m, buf, (size_t)r));
-			src->po->content_type = src->type;
-			gfs_magic_close(m);
-		}
+	ssize_t r = read_full(src, buf, len);
+	if (r < 0)
+		return r;
+	src->total += r;
+	/* A short read means the end: gfs_put asks no more after it. */
+	if ((size_t)r < len && src->st && !unchanged(src)) {
+		src->changed = true;
+		errno = EIO;
+		return -1;
 	}
+	if (r > 0 && src->detect && !src->sniffed)
+		sniff(src, buf, (size_t)r);
 	src->sniffed = true;
 	return r;
 }
@@ -111,16 +168,116 @@ open_source(const char *path, struct stat *st)
 	return fd;
 }
 
-static int
-upload(gfs_session *s, const struct put_opts *o, const char *path, const char *name, int fd,
-       const struct stat *st)
+/* What one put stores: where from, under which name. */
+struct put_job {
+	const char *path;       /* as given, for messages and --json */
+	const char *name;       /* stored name, valid UTF-8 */
+	const char *raw;        /* the name as given when it had to be escaped, else NULL */
+	int fd;
+	const struct stat *st;
+};
+
+static bool
+same_id(const bson_value_t *a, const bson_value_t *b)
 {
-	struct sniff_source src = {.fd = fd, .detect = o->type == NULL};
+	char *x = gfs_id_string(a), *y = gfs_id_string(b);
+	bool same = strcmp(x, y) == 0;
+	free(x);
+	free(y);
+	return same;
+}
+
+/*
+ * gfs_delete_old_revisions keeps the keep newest by uploadDate. The clock
+ * of another writer may be ahead of ours (or tie to the millisecond with a
+ * larger _id), and then the revision just written is not among them and
+ * would be deleted. Ask the same question in the same order first.
+ */
+static bool
+new_is_kept(gfs_session *s, const char *name, long keep, const bson_value_t *id, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "uploadDate", -1);
+	BSON_APPEND_INT32(&sort, "_id", -1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "limit", keep);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	bool found = false;
+	const bson_t *doc;
+	bson_iter_t it;
+	while (!found && mongoc_cursor_next(cur, &doc))
+		found = bson_iter_init_find(&it, doc, "_id") && same_id(bson_iter_value(&it), id);
+	bson_error_t berr;
+	if (mongoc_cursor_error(cur, &berr)) {
+		gfs_error_set(err, GFS_EBACKEND, "find newest revisions: %s", berr.message);
+		found = false;
+	} else if (!found) {
+		gfs_error_set(err, GFS_EINVAL, "the new revision does not sort among the %ld newest "
+		              "(another writer's clock ahead of ours?)", keep);
+	}
+	mongoc_cursor_destroy(cur);
+	return found;
+}
+
+static int
+trim_revisions(gfs_session *s, const struct put_opts *o, const char *name, const gfs_file *f)
+{
+	if (o->keep == 0)
+		return EXIT_OK;
+	if (stop_signal) {
+		warnx_("%s: stored, but interrupted before older revisions were removed", name);
+		return EXIT_INTERRUPTED;
+	}
+	gfs_error err;
+	if (new_is_kept(s, name, o->keep, &f->id, &err) &&
+	    gfs_delete_old_revisions(s, name, (int)o->keep, &err))
+		return EXIT_OK;
+	warnx_("%s: stored, but older revisions were not removed: %s", name, err.msg);
+	return EXIT_PARTIAL;
+}
+
+static int
+put_failed(const struct put_job *j, const struct sniff_source *src, const gfs_error *err)
+{
+	if (src->interrupted) {
+		warnx_("%s: interrupted; nothing stored", j->path);
+		return EXIT_INTERRUPTED;
+	}
+	if (src->changed) {
+		warnx_("%s: changed while it was read; nothing stored, older revisions kept", j->path);
+		return EXIT_LOCAL;
+	}
+	if (err->code == GFS_ELOCAL) {
+		warnx_("%s", err->msg);
+		return EXIT_LOCAL;
+	}
+	return fail(err);
+}
+
+static int
+upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
+{
+	struct sniff_source src = {
+		.fd = j->fd,
+		.detect = o->type == NULL,
+		.st = j->fd == STDIN_FILENO ? NULL : j->st,
+	};
 	bson_t meta = BSON_INITIALIZER;
-	if (S_ISREG(st->st_mode))
-		gfs_metadata_from_stat(&meta, st);
+	if (S_ISREG(j->st->st_mode))
+		gfs_metadata_from_stat(&meta, j->st);
+	/* As import does: mirror and verify find the original bytes here. */
+	if (j->raw)
+		BSON_APPEND_BINARY(&meta, GFS_RAWNAME_FIELD, BSON_SUBTYPE_BINARY,
+		                   (const uint8_t *)j->raw, (uint32_t)strlen(j->raw));
 	gfs_put_opts po = {
-		.filename = name,
+		.filename = j->name,
 		.content_type = o->type,
 		.metadata = &meta,
 		.chunk_size = (int32_t)o->chunk_size,
@@ -132,21 +289,33 @@ upload(gfs_session *s, const struct put_opts *o, const char *path, const char *n
 	bson_destroy(&meta);
 	free(src.type);
 	if (!ok)
-		return err.code == GFS_ELOCAL ? (warnx_("%s", err.msg), EXIT_LOCAL) : fail(&err);
-	int rc = EXIT_OK;
-	if (o->keep > 0 && !gfs_delete_old_revisions(s, name, (int)o->keep, &err)) {
-		warnx_("%s: stored, but older revisions were not removed: %s", name, err.msg);
-		rc = EXIT_PARTIAL;
-	}
+		return put_failed(j, &src, &err);
+	int rc = trim_revisions(s, o, j->name, &f);
 	if (o->json) {
 		bson_t doc = BSON_INITIALIZER;
 		file_to_json(&f, &doc);
-		BSON_APPEND_UTF8(&doc, "source", path);
+		BSON_APPEND_UTF8(&doc, "source", j->path);
 		print_json(stdout, &doc);
 		bson_destroy(&doc);
 	}
 	gfs_file_free(&f);
 	return rc;
+}
+
+/* The stored name: --name or the base name, bytes that are not UTF-8 as %XX. */
+static char *
+stored_name(const struct put_opts *o, const char *path, char **raw)
+{
+	char *pcopy = strdup(path);
+	char *given = strdup(o->name ? o->name : basename(pcopy));
+	free(pcopy);
+	bool escaped;
+	char *name = gfs_name_from_bytes(given, strlen(given), &escaped);
+	if (escaped)
+		*raw = given;
+	else
+		free(given);
+	return name;
 }
 
 int
@@ -165,30 +334,26 @@ cmd_put(int argc, char **argv)
 		usage_error("reading stdin needs --name");
 		return EXIT_USAGE;
 	}
-	char *pcopy = strdup(path);
-	char *name = strdup(o.name ? o.name : basename(pcopy));
-	free(pcopy);
-	if (!*name) {
-		usage_error("the stored name is empty");
-		free(name);
-		return EXIT_USAGE;
-	}
+	char *raw = NULL;
+	char *name = stored_name(&o, path, &raw);
 	struct stat st;
-	int fd = open_source(path, &st);
-	if (fd < 0) {
-		free(name);
-		return EXIT_LOCAL;
-	}
-	gfs_conn *conn = connect_or_warn();
-	int rc = EXIT_USAGE;
+	int fd = -1, rc = EXIT_USAGE;
+	if (!*name)
+		usage_error("the stored name is empty");
+	else if ((fd = open_source(path, &st)) < 0)
+		rc = EXIT_LOCAL;
+	gfs_conn *conn = fd >= 0 ? connect_or_warn() : NULL;
 	if (conn) {
+		struct put_job j = {.path = path, .name = name, .raw = raw, .fd = fd, .st = &st};
 		gfs_session *s = gfs_session_pop(conn);
-		rc = upload(s, &o, path, name, fd, &st);
+		catch_stop_signals();
+		rc = upload(s, &o, &j);
 		gfs_session_push(s);
 		gfs_conn_close(conn);
 	}
-	if (fd != STDIN_FILENO)
+	if (fd >= 0 && fd != STDIN_FILENO)
 		close(fd);
 	free(name);
+	free(raw);
 	return rc;
 }

@@ -1,8 +1,14 @@
 """The GridFS core and the everyday verbs against the real backend, checked with pymongo's gridfs."""
+import datetime
 import io
 import json
 import os
+import signal
+import socket
 import stat as statmod
+import subprocess
+import threading
+import time
 
 import gridfs
 import pytest
@@ -290,3 +296,191 @@ def test_help_and_version(gfs):
         assert r.rc == 0 and r.text.startswith(f"usage: gridfsctl {verb}"), verb
     r = gfs.run("--version", db=False)
     assert r.rc == 0 and r.text.startswith("gridfsctl ")
+
+
+# ---- review fixes: rm order, odd names, signals, option parsing -------------
+
+class RecordingProxy:
+    """Forwards TCP to the backend and keeps what each client connection sent, in order."""
+
+    def __init__(self, backend_port):
+        self.target = ("127.0.0.1", backend_port)
+        self.sent = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.uri = f"mongodb://127.0.0.1:{self.sock.getsockname()[1]}/"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            buf = bytearray()
+            self.sent.append(buf)
+            threading.Thread(target=self._pump, args=(client, server, buf), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, buf):
+        # Bytes are recorded before they are forwarded, so all a command sent is
+        # here by the time its reply reaches the client.
+        try:
+            while data := src.recv(65536):
+                if buf is not None:
+                    buf += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_rm_deletes_oldest_revision_first(gfs, bucket, backend, db):
+    ids = [bucket.upload_from_stream("rev", f"v{i}".encode()) for i in range(3)]
+    proxy = RecordingProxy(backend.port)
+    try:
+        r = gfs.run("rm", "rev", "--json", env={"GRIDFSCTL_URI": proxy.uri})
+    finally:
+        proxy.close()
+    assert r.rc == 0 and json.loads(r.text) == {"name": "rev", "removed": 3}, r
+    # The delete commands name the ids; the first mention of each is its files delete.
+    conn = [bytes(b) for b in proxy.sent if all(i.binary in b for i in ids)]
+    assert len(conn) == 1
+    order = [conn[0].find(i.binary) for i in ids]
+    assert order == sorted(order), "newest must be deleted last"
+    assert db.fs.files.count_documents({}) == 0 and db.fs.chunks.count_documents({}) == 0
+
+
+NON_UTF8 = b"caf\xe9-\xff.txt"
+
+
+def test_put_non_utf8_name_is_escaped_with_raw_name(gfs, db, tmp_path):
+    src = tmp_path / os.fsdecode(NON_UTF8)
+    src.write_bytes(b"bytes")
+    r = gfs.run("put", src, "--json")
+    assert r.rc == 0, r
+    info = json.loads(r.text)
+    assert info["filename"] == "caf%E9-%FF.txt"
+    assert info["source"].endswith("/caf%E9-%FF.txt")
+    doc = db.fs.files.find_one({"filename": "caf%E9-%FF.txt"})
+    assert doc["metadata"]["rawName"] == NON_UTF8
+    r = gfs.run("put", tmp_path / os.fsdecode(NON_UTF8), "--name", os.fsdecode(b"d/\xe9"))
+    assert r.rc == 0, r
+    assert db.fs.files.find_one({"filename": "d/%E9"})["metadata"]["rawName"] == b"d/\xe9"
+    r = gfs.run("ls", "--json")
+    rows = [json.loads(line) for line in r.text.splitlines()]
+    assert sorted(row["filename"] for row in rows) == ["caf%E9-%FF.txt", "d/%E9"]
+    r = gfs.run("stat", "d/%E9", "--json")
+    assert r.rc == 0 and json.loads(r.text)["metadata"]["rawName"], r
+
+
+def test_put_refuses_a_file_that_changes_while_read(gfs, bucket, db):
+    # /proc files claim size 0 and then read as more: the same as a file growing under us.
+    old = bucket.upload_from_stream("version", b"old")
+    r = gfs.run("put", "/proc/version", "--name", "version")
+    assert r.rc == 5 and "changed while it was read" in r.err, r
+    assert [d["_id"] for d in db.fs.files.find({"filename": "version"})] == [old]
+    assert db.fs.chunks.count_documents({"files_id": {"$ne": old}}) == 0
+
+
+def test_put_keep_never_deletes_the_new_revision(gfs, db, tmp_path):
+    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    fid = ObjectId()
+    db.fs.files.insert_one({"_id": fid, "filename": "skew", "length": 0, "chunkSize": CHUNK,
+                            "uploadDate": future})
+    (tmp_path / "skew").write_bytes(b"new")
+    r = gfs.run("put", tmp_path / "skew", "--keep-revisions", "1", "--json")
+    assert r.rc == 1 and "not removed" in r.err, r
+    new = ObjectId(json.loads(r.text)["id"])
+    assert {d["_id"] for d in db.fs.files.find({"filename": "skew"})} == {fid, new}
+    assert db.fs.chunks.count_documents({"files_id": new}) == 1
+
+
+def test_put_interrupted_leaves_nothing(gfs, db):
+    p = gfs.popen("put", "-", "--name", "big", stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    # More than one bulk insert (8M), so chunks are on the server when the signal comes;
+    # the write returns only once put has read most of it, and put then waits on stdin.
+    p.stdin.write(os.urandom(9 * 1024 * 1024))
+    p.stdin.flush()
+    p.send_signal(signal.SIGINT)
+    err = p.stderr.read().decode()
+    p.stdin.close()
+    assert p.wait() == 130, err
+    assert "interrupted" in err
+    assert db.fs.files.count_documents({}) == 0 and db.fs.chunks.count_documents({}) == 0
+
+
+def test_get_interrupted_leaves_no_temp_file(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("large", os.urandom(24 * 1024 * 1024))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = gfs.popen("get", "large", "-o", out / "large", stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not os.listdir(out) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)  # waiting for the temp file to exist, not for time to pass
+    p.send_signal(signal.SIGINT)
+    err = p.stderr.read().decode()
+    assert p.wait() == 130, err
+    assert os.listdir(out) == []
+
+
+def test_serve_rejects_nan_and_overflowing_seconds(gfs):
+    for value in ("nan", "inf", "-nan", "3000000"):
+        r = gfs.run("serve", "--poll", value, timeout=30)
+        assert r.rc == 2 and "seconds" in r.err, (value, r)
+
+
+def test_chunk_size_with_leading_blank_is_a_usage_error(gfs, tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    for value in (" 5", " -5", "-5"):
+        r = gfs.run("put", tmp_path / "f", "--chunk-size", value)
+        assert r.rc == 2, (value, r)
+
+
+def test_password_scrubbed_even_from_a_uri_the_driver_refuses(gfs):
+    uri = "mongodb://user:hunter2@127.0.0.1:1/?tls=maybe"
+    rd, wr = os.pipe()
+    # Fill stderr's pipe: the first thing gridfsctl writes there (after it
+    # scrubbed argv) blocks, and keeps the process alive to be inspected.
+    os.set_blocking(wr, False)
+    filler = 0
+    try:
+        while True:
+            filler += os.write(wr, b"." * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(wr, True)
+    p = gfs.popen("ls", "--uri", uri, stderr=wr, stdout=subprocess.DEVNULL)
+    os.close(wr)
+    try:
+        deadline = time.monotonic() + 30
+        blocked = False
+        while not blocked and p.poll() is None and time.monotonic() < deadline:
+            with open(f"/proc/{p.pid}/syscall") as f:
+                fields = f.read().split()
+            # write(2, ...) on x86_64 (1) or aarch64 (64)
+            blocked = len(fields) > 1 and fields[0] in ("1", "64") and fields[1] == "0x2"
+            time.sleep(0.001)
+        assert blocked, "gridfsctl did not block writing to stderr"
+        with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        assert b"hunter2" not in cmdline and b"user:xxxxxxx@" in cmdline
+    finally:
+        data = b""
+        while chunk := os.read(rd, 65536):
+            data += chunk
+        os.close(rd)
+        rc = p.wait()
+    err = data[filler:].decode()
+    assert rc == 2 and "visible to other users" in err and "hunter2" not in err

@@ -555,7 +555,16 @@ gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_ite
 			return true;
 	}
 	bool same_mode = it->mode < 0 || (int32_t)(st.st_mode & 07777) == it->mode;
-	*out = same_time && same_mode ? GFS_MIRROR_SKIP : GFS_MIRROR_ATTRS;
+	if (same_time && same_mode) {
+		*out = GFS_MIRROR_SKIP;
+		return true;
+	}
+	/*
+	 * A hard link shares its inode with names that may lie outside DIR:
+	 * chmod or futimens would change those too. A write replaces only our
+	 * link, by rename.
+	 */
+	*out = st.st_nlink > 1 ? GFS_MIRROR_WRITE : GFS_MIRROR_ATTRS;
 	return true;
 }
 
@@ -697,9 +706,13 @@ write_file(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, 
 	return temp_finish(d, it, &t, ok, err);
 }
 
-/* Fixes mode and mtime in place; the content is already right. */
+/*
+ * Fixes mode and mtime in place; the content is already right. A file
+ * that gained a hard link since the decision is written instead, so that
+ * the other name keeps its attributes.
+ */
 static bool
-fix_attrs(gfs_mirror_dir *d, const struct gfs_mirror_item *it, gfs_error *err)
+fix_attrs(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, gfs_error *err)
 {
 	size_t dl;
 	const char *leaf = leaf_of(it, &dl);
@@ -717,6 +730,10 @@ fix_attrs(gfs_mirror_dir *d, const struct gfs_mirror_item *it, gfs_error *err)
 		ok = local_error(err, it, "stat", errno);
 	else if (!S_ISREG(st.st_mode))
 		ok = local_error(err, it, "changed while mirroring", EAGAIN);
+	if (ok && st.st_nlink > 1) {
+		close(fd);
+		return write_file(d, s, it, err);
+	}
 	if (ok)
 		ok = set_attrs(fd, it, d->opts->create_mode, err);
 	close(fd);
@@ -729,7 +746,7 @@ gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item
 {
 	switch (action) {
 	case GFS_MIRROR_WRITE: return write_file(d, s, it, err);
-	case GFS_MIRROR_ATTRS: return fix_attrs(d, it, err);
+	case GFS_MIRROR_ATTRS: return fix_attrs(d, s, it, err);
 	case GFS_MIRROR_SKIP: return true;
 	}
 	return true;

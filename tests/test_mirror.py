@@ -394,6 +394,31 @@ def test_mode_change_fixed_in_place(gfs, bucket, tmp_path):
     assert statmod.S_IMODE(st.st_mode) == 0o640 and st.st_ino == ino
 
 
+def test_hard_linked_file_is_replaced_not_chmoded(gfs, bucket, tmp_path):
+    """A local file sharing its inode with a file outside DIR: fixing its mode must not touch the other name."""
+    store(bucket, "h/f", b"content", mode=0o640)
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst, "--prefix", "h").rc == 0
+    outside = tmp_path / "outside"
+    os.link(dst / "f", outside)
+    os.chmod(outside, 0o604)
+    r = gfs.run("mirror", dst, "--prefix", "h", "--json")
+    assert r.rc == 0, r
+    s = summary(r)
+    assert s["written"] == 1 and s["attrs"] == 0, s
+    after = os.stat(outside)
+    assert statmod.S_IMODE(after.st_mode) == 0o604 and after.st_nlink == 1
+    st = os.stat(dst / "f")
+    assert st.st_ino != after.st_ino and statmod.S_IMODE(st.st_mode) == 0o640
+    assert (dst / "f").read_bytes() == b"content" and outside.read_bytes() == b"content"
+    # Linked but already right: left alone, the link kept.
+    os.unlink(outside)
+    os.link(dst / "f", outside)
+    r = gfs.run("mirror", dst, "--prefix", "h", "--json")
+    assert r.rc == 0 and summary(r)["skipped"] == 1, r
+    assert os.stat(dst / "f").st_ino == os.stat(outside).st_ino
+
+
 def test_setuid_bits_are_not_restored(gfs, bucket, tmp_path):
     store(bucket, "s/f", b"#!/bin/sh\n", mode=0o4755)
     assert gfs.run("mirror", tmp_path / "d", "--prefix", "s").rc == 0

@@ -467,11 +467,39 @@ mtime_matches(const struct stat *st, const struct gfs_mirror_item *it)
 	return floor_div(local, 1000000) == floor_div(it->mtime_ns, 1000000);
 }
 
+/*
+ * Opens a regular file for reading. The entry may have been swapped for a
+ * FIFO since it was checked, and opening a FIFO would block until a writer
+ * came (forever, holding DIR's lock): O_NONBLOCK makes that open return, and
+ * the type is checked on the descriptor itself.
+ */
+static int
+open_regular(int pfd, const char *leaf)
+{
+	int fd = openat(pfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	int e = 0, fl;
+	if (fstat(fd, &st) < 0)
+		e = errno;
+	else if (!S_ISREG(st.st_mode))
+		e = EAGAIN; /* changed since it was checked */
+	else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+		e = errno;
+	if (e) {
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 static bool
 hash_local(int pfd, const char *leaf, const struct gfs_mirror_item *it, char hex[65],
            gfs_error *err)
 {
-	int fd = openat(pfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	int fd = open_regular(pfd, leaf);
 	if (fd < 0) {
 		gfs_error_set(err, GFS_ELOCAL, "%s: cannot read the local file: %s", item_name(it),
 		              strerror(errno));

@@ -21,6 +21,17 @@ iter_int64(const bson_iter_t *it, int64_t *out)
 	}
 }
 
+/* Milliseconds to nanoseconds, held at the int64 limits (dates past 2262). */
+static int64_t
+ms_to_ns(int64_t ms)
+{
+	if (ms > INT64_MAX / 1000000)
+		return INT64_MAX;
+	if (ms < INT64_MIN / 1000000)
+		return INT64_MIN;
+	return ms * 1000000;
+}
+
 static void
 copy_hex(const bson_iter_t *it, char *dst, size_t want)
 {
@@ -49,9 +60,9 @@ parse_metadata(bson_iter_t *meta, gfs_file *f)
 			f->mtime_ns = v;
 		else if (strcmp(k, "mtime") == 0 && f->mtime_ns < 0) {
 			if (BSON_ITER_HOLDS_DATE_TIME(&it))
-				f->mtime_ns = bson_iter_date_time(&it) * 1000000;
+				f->mtime_ns = ms_to_ns(bson_iter_date_time(&it));
 			else if (iter_int64(&it, &v))
-				f->mtime_ns = v * 1000000;
+				f->mtime_ns = ms_to_ns(v);
 		} else if (strcmp(k, "mode") == 0 && iter_int64(&it, &v) && v >= 0 && v <= 07777)
 			f->mode = (int32_t)v;
 	}
@@ -128,7 +139,8 @@ gfs_chunk_count(int64_t length, int32_t chunk_size)
 {
 	if (length <= 0 || chunk_size <= 0)
 		return 0;
-	return (length + chunk_size - 1) / chunk_size;
+	/* Not (length + chunk_size - 1) / chunk_size: that overflows near INT64_MAX. */
+	return length / chunk_size + (length % chunk_size != 0);
 }
 
 int32_t

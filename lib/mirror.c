@@ -167,11 +167,18 @@ refuse(struct load_ctx *lc, const char *name, const gfs_error *why)
 		lc->refuse(name, why, lc->ctx);
 }
 
+/*
+ * Milliseconds to nanoseconds, held at the int64 limits: a stored date past
+ * the year 2262 (or before 1677) has no nanosecond count.
+ */
 static int64_t
-floor_div(int64_t a, int64_t b)
+ms_to_ns(int64_t ms)
 {
-	int64_t q = a / b;
-	return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+	if (ms > INT64_MAX / 1000000)
+		return INT64_MAX;
+	if (ms < INT64_MIN / 1000000)
+		return INT64_MIN;
+	return ms * 1000000;
 }
 
 /* Turns the newest revision of one name into a plan item, or refuses it. */
@@ -217,7 +224,7 @@ finish_pending(struct load_ctx *lc)
 	memset(it, 0, sizeof *it);
 	bson_iter_t mi;
 	it->mtime_exact = bson_iter_init(&mi, doc) && bson_iter_find_descendant(&mi, "metadata.mtimeNs", &mi);
-	it->mtime_ns = f.mtime_ns >= 0 ? f.mtime_ns : f.upload_date * 1000000;
+	it->mtime_ns = f.mtime_ns >= 0 ? f.mtime_ns : ms_to_ns(f.upload_date);
 	it->mode = f.mode >= 0 ? (f.mode & 0777) : -1;
 	it->rel = rel;
 	it->rel_len = rel_len;
@@ -458,13 +465,35 @@ prefix_name(gfs_error *err, const struct gfs_mirror_item *it)
 	gfs_error_set(err, err->code, "%s: %s", item_name(it), msg);
 }
 
+/* The mtime to set, split without overflow even at the int64 limits. */
+static void
+times_of(const struct gfs_mirror_item *it, struct timespec ts[2])
+{
+	int64_t sec = it->mtime_ns / 1000000000, nsec = it->mtime_ns % 1000000000;
+	if (nsec < 0) {
+		sec--;
+		nsec += 1000000000;
+	}
+	ts[0].tv_sec = 0;
+	ts[0].tv_nsec = UTIME_OMIT;
+	ts[1].tv_sec = (time_t)sec;
+	ts[1].tv_nsec = (long)nsec;
+}
+
+/*
+ * Compared as seconds and nanoseconds: a local mtime past 2262 would
+ * overflow a count of nanoseconds.
+ */
 static bool
 mtime_matches(const struct stat *st, const struct gfs_mirror_item *it)
 {
-	int64_t local = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	struct timespec ts[2];
+	times_of(it, ts);
+	if (st->st_mtim.tv_sec != ts[1].tv_sec)
+		return false;
 	if (it->mtime_exact)
-		return local == it->mtime_ns;
-	return floor_div(local, 1000000) == floor_div(it->mtime_ns, 1000000);
+		return st->st_mtim.tv_nsec == ts[1].tv_nsec;
+	return st->st_mtim.tv_nsec / 1000000 == ts[1].tv_nsec / 1000000;
 }
 
 /*
@@ -622,15 +651,6 @@ write_chunk(const uint8_t *data, size_t len, void *ctx)
 		len -= (size_t)n;
 	}
 	return true;
-}
-
-static void
-times_of(const struct gfs_mirror_item *it, struct timespec ts[2])
-{
-	ts[0].tv_sec = 0;
-	ts[0].tv_nsec = UTIME_OMIT;
-	ts[1].tv_sec = (time_t)floor_div(it->mtime_ns, 1000000000);
-	ts[1].tv_nsec = (long)(it->mtime_ns - (int64_t)ts[1].tv_sec * 1000000000);
 }
 
 static bool
@@ -1139,6 +1159,30 @@ scan_begin_file(struct scan *sc, const bson_value_t *files_id)
 	sc->h = gfs_sha256_new();
 }
 
+/*
+ * A chunk's n as an integer. A double is accepted only when integral and
+ * within int64 range: converting NaN or a huge value is undefined.
+ */
+static bool
+chunk_n(const bson_t *doc, int64_t *n)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "n"))
+		return false;
+	switch (bson_iter_type(&it)) {
+	case BSON_TYPE_INT32: *n = bson_iter_int32(&it); return true;
+	case BSON_TYPE_INT64: *n = bson_iter_int64(&it); return true;
+	case BSON_TYPE_DOUBLE: break;
+	default: return false;
+	}
+	double d = bson_iter_double(&it);
+	/* 2^63 is exact in a double; the negated test also catches NaN. */
+	if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+		return false;
+	*n = (int64_t)d;
+	return (double)*n == d;
+}
+
 /* The checks of gfs_read(), for one chunk of the current file. */
 static bool
 scan_check(struct scan *sc, const bson_t *doc, const uint8_t **data, uint32_t *len,
@@ -1146,11 +1190,11 @@ scan_check(struct scan *sc, const bson_t *doc, const uint8_t **data, uint32_t *l
 {
 	const char *name = item_name(sc->it);
 	bson_iter_t it;
-	if (!bson_iter_init_find(&it, doc, "n") || !BSON_ITER_HOLDS_NUMBER(&it)) {
+	int64_t n;
+	if (!chunk_n(doc, &n)) {
 		gfs_error_set(err, GFS_EBADDOC, "%s: chunk without a valid n", name);
 		return false;
 	}
-	int64_t n = bson_iter_as_int64(&it);
 	if (n < sc->next || n >= sc->expected) {
 		gfs_error_set(err, GFS_EEXTRACHUNK, "%s: extra chunk n=%lld (expected %lld chunks)",
 		              name, (long long)n, (long long)sc->expected);

@@ -17,7 +17,7 @@ import subprocess
 import time
 
 import pytest
-from bson import Binary
+from bson import Binary, Int64
 
 from conftest import sha256
 
@@ -220,6 +220,25 @@ def test_mtime_without_ns_and_upload_date_fallback(gfs, bucket, db, tmp_path):
     assert snapshot(tmp_path / "d") == before
 
 
+def test_dates_past_2262_do_not_overflow(gfs, bucket, db, tmp_path):
+    """Nanosecond counts overflow int64 in 2262: an upload date, or a local mtime, beyond it still works."""
+    fid = store(bucket, "far/f", b"future", meta={})
+    db.fs.files.update_one({"_id": fid}, {"$set": {"uploadDate": datetime.datetime(3000, 1, 1)}})
+    store(bucket, "far/g", b"normal", mtime_ns=1_400_000_000_000_000_001)
+    dst = tmp_path / "d"
+    r = gfs.run("mirror", dst, "--prefix", "far")
+    assert r.rc == 0, r
+    assert (dst / "f").read_bytes() == b"future"
+    # A local mtime in 2400 differs from the stored one: g is written again, f stays.
+    ns = 13_569_465_600 * 10**9
+    os.utime(dst / "g", ns=(ns, ns))
+    r = gfs.run("mirror", dst, "--prefix", "far", "--json")
+    assert r.rc == 0, r
+    s = summary(r)
+    assert s["written"] == 1 and s["skipped"] == 1, s
+    assert os.stat(dst / "g").st_mtime_ns == 1_400_000_000_000_000_001
+
+
 def test_non_utf8_raw_name_restored(gfs, bucket, tmp_path):
     raw = b"d\xff/x\xfe y.jpg"
     store(bucket, "p/d%FF/x%FE y.jpg", b"raw content", raw=raw)
@@ -310,10 +329,14 @@ def corrupt(db, fid, how):
         data = bytearray(chunk["data"])
         data[100] ^= 0xFF
         db.fs.chunks.update_one({"_id": chunk["_id"]}, {"$set": {"data": Binary(bytes(data))}})
+    elif how == "n-huge":  # converting -1e300 to an integer is undefined
+        db.fs.chunks.update_one({"_id": chunk["_id"]}, {"$set": {"n": -1e300}})
+    elif how == "length-max":  # the chunk count must not overflow
+        db.fs.files.update_one({"_id": fid}, {"$set": {"length": Int64(2**63 - 1)}})
 
 
 @pytest.mark.parametrize("read", READS)
-@pytest.mark.parametrize("how", ["missing", "all-gone", "short", "flipped"])
+@pytest.mark.parametrize("how", ["missing", "all-gone", "short", "flipped", "n-huge", "length-max"])
 def test_damaged_file_keeps_old_local_copy(gfs, bucket, db, tmp_path, how, read):
     old = os.urandom(2 * CHUNK + 10)
     store(bucket, "dmg/f.bin", old, mtime_ns=1_300_000_000_000_000_000)

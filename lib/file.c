@@ -154,6 +154,30 @@ gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n)
 	return (int32_t)(length - (count - 1) * (int64_t)chunk_size);
 }
 
+/*
+ * The BSON bytes of a value in hex: for ids that have no faithful text (a
+ * string with a NUL or invalid UTF-8 inside). Distinct ids stay distinct,
+ * which matters where the text is a map key.
+ */
+static char *
+id_hex(const bson_t *wrapped)
+{
+	const uint8_t *p = bson_get_data(wrapped);
+	static const char prefix[] = "(bson ";
+	size_t n = wrapped->len, plen = sizeof prefix - 1;
+	char *out = malloc(plen + 2 * n + 2);
+	if (!out)
+		abort();
+	memcpy(out, prefix, plen);
+	for (size_t i = 0; i < n; i++) {
+		out[plen + 2 * i] = "0123456789abcdef"[p[i] >> 4];
+		out[plen + 2 * i + 1] = "0123456789abcdef"[p[i] & 15];
+	}
+	out[plen + 2 * n] = ')';
+	out[plen + 2 * n + 1] = '\0';
+	return out;
+}
+
 char *
 gfs_id_string(const bson_value_t *id)
 {
@@ -162,15 +186,21 @@ gfs_id_string(const bson_value_t *id)
 		bson_oid_to_string(&id->value.v_oid, hex);
 		return strdup(hex);
 	}
-	if (id->value_type == BSON_TYPE_UTF8)
+	if (id->value_type == BSON_TYPE_UTF8 &&
+	    strlen(id->value.v_utf8.str) == id->value.v_utf8.len &&
+	    bson_utf8_validate(id->value.v_utf8.str, id->value.v_utf8.len, false))
 		return strdup(id->value.v_utf8.str);
 	bson_t tmp = BSON_INITIALIZER;
 	BSON_APPEND_VALUE(&tmp, "id", id);
-	size_t len;
-	char *json = bson_as_relaxed_extended_json(&tmp, &len);
-	bson_destroy(&tmp);
-	char *out = strdup(json);
+	char *json = NULL;
+	if (id->value_type != BSON_TYPE_UTF8)
+		json = bson_as_relaxed_extended_json(&tmp, NULL);
+	/* NULL when a string inside is not valid UTF-8. */
+	char *out = json ? strdup(json) : id_hex(&tmp);
 	bson_free(json);
+	bson_destroy(&tmp);
+	if (!out)
+		abort();
 	return out;
 }
 

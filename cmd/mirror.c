@@ -77,13 +77,25 @@ struct mirror {
 	int running;
 };
 
-static volatile sig_atomic_t interrupted;
+/*
+ * Set by the signal handler, read by the worker threads: volatile
+ * sig_atomic_t is only for a handler and the thread it interrupted, so
+ * this is a C11 atomic, which a handler may store to when lock-free.
+ */
+static atomic_int interrupted_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler needs a lock-free atomic_int");
 
 static void
 on_signal(int sig)
 {
 	(void)sig;
-	interrupted = 1;
+	atomic_store(&interrupted_flag, 1);
+}
+
+static bool
+interrupted(void)
+{
+	return atomic_load(&interrupted_flag) != 0;
 }
 
 static int
@@ -153,7 +165,7 @@ static void
 count_failure(struct mirror *m, size_t i, const gfs_error *err)
 {
 	m->results[i] = RES_FAILED;
-	if (err->code == GFS_ECANCELED && interrupted)
+	if (err->code == GFS_ECANCELED && interrupted())
 		return;
 	atomic_fetch_add(&m->failed, 1);
 	if (err->code == GFS_EBACKEND)
@@ -242,7 +254,7 @@ scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
 	gfs_error err;
 	gfs_error_clear(&err);
 	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, (int)m->jobs, write_done, m, &err) &&
-	    !(err.code == GFS_ECANCELED && interrupted)) {
+	    !(err.code == GFS_ECANCELED && interrupted())) {
 		atomic_fetch_add(&m->failed, 1);
 		if (err.code == GFS_EBACKEND)
 			atomic_store(&m->backend_down, true);
@@ -258,7 +270,7 @@ worker(void *arg)
 	gfs_mirror_dir *d = gfs_mirror_dir_new(m->rootfd, &m->opts);
 	if (m->phase == PHASE_SCAN)
 		scan_all(m, d, s);
-	while (m->phase != PHASE_SCAN && !interrupted && !atomic_load(&m->backend_down)) {
+	while (m->phase != PHASE_SCAN && !interrupted() && !atomic_load(&m->backend_down)) {
 		size_t i = atomic_fetch_add(&m->next, 1);
 		if (i >= m->plan.count)
 			break;
@@ -330,7 +342,7 @@ run_phase(struct mirror *m, enum phase phase, long n, struct progress *p)
 static bool
 stopped(struct mirror *m)
 {
-	return interrupted || atomic_load(&m->backend_down);
+	return interrupted() || atomic_load(&m->backend_down);
 }
 
 static bool
@@ -461,7 +473,7 @@ print_summary(struct mirror *m, double seconds)
 	BSON_APPEND_INT64(&doc, "refused", (int64_t)m->refused);
 	BSON_APPEND_INT64(&doc, "bytes", (int64_t)atomic_load(&m->bytes));
 	BSON_APPEND_DOUBLE(&doc, "seconds", (double)(int64_t)(seconds * 1000 + 0.5) / 1000);
-	BSON_APPEND_BOOL(&doc, "interrupted", interrupted != 0);
+	BSON_APPEND_BOOL(&doc, "interrupted", interrupted());
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
 }
@@ -548,7 +560,7 @@ load_plan(struct mirror *m, gfs_error *err)
 static void
 sweep(struct mirror *m)
 {
-	if (m->rootfd < 0 || interrupted || atomic_load(&m->backend_down))
+	if (m->rootfd < 0 || interrupted() || atomic_load(&m->backend_down))
 		return;
 	bool del = m->del;
 	size_t failed = atomic_load(&m->failed);
@@ -562,7 +574,7 @@ sweep(struct mirror *m)
 static int
 exit_status(struct mirror *m)
 {
-	if (interrupted)
+	if (interrupted())
 		return EXIT_INTERRUPTED;
 	if (atomic_load(&m->backend_down))
 		return EXIT_BACKEND;
@@ -597,13 +609,13 @@ mirror_run(struct mirror *m)
 	m->opts.checksum = m->checksum;
 	m->opts.fsync = !m->no_fsync;
 	m->opts.create_mode = 0666 & ~um;
-	m->opts.stop = &interrupted;
+	m->opts.stop = &interrupted_flag;
 
 	run_workers(m);
 	if (m->dry_run)
 		print_planned_actions(m);
 	sweep(m);
-	if (interrupted)
+	if (interrupted())
 		warnx_("interrupted; files finished so far are in place");
 	if (m->json)
 		print_summary(m, gfs_mono_seconds() - started);

@@ -630,14 +630,14 @@ gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_ite
 struct write_ctx {
 	int fd;
 	int error;          /* errno of a failed write, 0 when none */
-	volatile sig_atomic_t *stop;
+	const atomic_int *stop;
 };
 
 static bool
 write_chunk(const uint8_t *data, size_t len, void *ctx)
 {
 	struct write_ctx *w = ctx;
-	if (w->stop && *w->stop)
+	if (w->stop && atomic_load(w->stop))
 		return false;
 	while (len > 0) {
 		ssize_t n = write(w->fd, data, len);
@@ -1305,7 +1305,7 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 	bool ok = true;
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
-		if (d->opts->stop && *d->opts->stop) {
+		if (d->opts->stop && atomic_load(d->opts->stop)) {
 			gfs_error_set(err, GFS_ECANCELED, "interrupted");
 			ok = false;
 			break;

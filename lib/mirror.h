@@ -17,7 +17,7 @@
 #ifndef GFS_MIRROR_H
 #define GFS_MIRROR_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -85,7 +85,7 @@ struct gfs_mirror_opts {
 	bool checksum;      /* compare sha256 rather than size and mtime */
 	bool fsync;         /* fsync files and directories */
 	mode_t create_mode; /* mode for files without metadata.mode (0666 less umask) */
-	volatile sig_atomic_t *stop;  /* when set, reads in progress give up (GFS_ECANCELED) */
+	const atomic_int *stop;       /* when set, reads in progress give up (GFS_ECANCELED) */
 };
 
 /*

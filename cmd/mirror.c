@@ -484,6 +484,10 @@ print_summary(struct mirror *m, double seconds)
 static int
 make_dirs(const char *path)
 {
+	if (path[0] == '\0') {
+		errno = ENOENT; /* the loop below starts after the first byte */
+		return -1;
+	}
 	char *p = strdup(path);
 	if (!p)
 		abort();
@@ -639,6 +643,10 @@ cmd_mirror(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	m.dir = argv[first];
+	if (m.dir[0] == '\0') {
+		usage_error("DIR must not be empty");
+		return EXIT_USAGE;
+	}
 	pthread_mutex_init(&m.lock, NULL);
 	pthread_cond_init(&m.cond, NULL);
 	int rc = mirror_run(&m);

@@ -513,6 +513,8 @@ def test_usage_and_busy(gfs, bucket, tmp_path):
     assert gfs.run("mirror").rc == 2
     assert gfs.run("mirror", tmp_path / "a", tmp_path / "b").rc == 2
     assert gfs.run("mirror", tmp_path / "a", "--jobs", "0").rc == 2
+    r = gfs.run("mirror", "")
+    assert r.rc == 2 and "empty" in r.err, r
     r = gfs.run("_options", "mirror", db=False)
     assert r.rc == 0 and b"--dry-run" in r.out and b"--prefix=" in r.out
     store(bucket, "b/a", b"a")

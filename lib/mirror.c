@@ -149,6 +149,7 @@ struct load_ctx {
 	size_t *refused;
 	bson_t *pending;        /* newest revision so far of the current name */
 	const char *pending_name;
+	uint32_t pending_len;
 };
 
 static void
@@ -157,6 +158,12 @@ item_free(struct gfs_mirror_item *it)
 	bson_value_destroy(&it->file.id);
 	free(it->file.filename);
 	free(it->rel);
+}
+
+static const char *
+item_name(const struct gfs_mirror_item *it)
+{
+	return it->file.filename;
 }
 
 static void
@@ -181,6 +188,35 @@ ms_to_ns(int64_t ms)
 	return ms * 1000000;
 }
 
+/* The filename as stored, with its BSON length (which counts any NUL inside). */
+static const char *
+doc_filename(const bson_t *doc, uint32_t *len)
+{
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
+		return bson_iter_utf8(&it, len);
+	return NULL;
+}
+
+/*
+ * A name with a NUL inside would be cut short at it, and could then stand
+ * in for another stored name: refused.
+ */
+static bool
+check_filename(const bson_t *doc, const gfs_file *f, gfs_error *why)
+{
+	uint32_t len = 0;
+	if (!f->filename || !doc_filename(doc, &len)) {
+		gfs_error_set(why, GFS_EINVAL, "files document without a filename");
+		return false;
+	}
+	if (strlen(f->filename) != len) {
+		gfs_error_set(why, GFS_EINVAL, "name has a NUL byte inside");
+		return false;
+	}
+	return true;
+}
+
 /* Turns the newest revision of one name into a plan item, or refuses it. */
 static void
 finish_pending(struct load_ctx *lc)
@@ -201,11 +237,8 @@ finish_pending(struct load_ctx *lc)
 	char *raw = gfs_raw_name(doc, &raw_len);
 	char *rel = NULL;
 	size_t rel_len = 0;
-	bool ok = f.filename != NULL;
-	if (!ok)
-		gfs_error_set(&why, GFS_EINVAL, "files document without a filename");
-	else
-		ok = gfs_mirror_local_path(f.filename, lc->nprefix, raw, raw_len, &rel, &rel_len, &why);
+	bool ok = check_filename(doc, &f, &why) &&
+	          gfs_mirror_local_path(f.filename, lc->nprefix, raw, raw_len, &rel, &rel_len, &why);
 	free(raw);
 	if (!ok) {
 		refuse(lc, name, &why);
@@ -238,28 +271,22 @@ finish_pending(struct load_ctx *lc)
 	p->total_bytes += (uint64_t)it->file.length;
 }
 
-static const char *
-doc_filename(const bson_t *doc)
-{
-	bson_iter_t it;
-	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
-		return bson_iter_utf8(&it, NULL);
-	return NULL;
-}
-
 /* The listing comes in filename, then uploadDate order: the last of a run of one name wins. */
 static bool
 on_listed(const gfs_file *f, void *ctx)
 {
 	struct load_ctx *lc = ctx;
-	if (lc->pending && f->filename && lc->pending_name &&
-	    strcmp(lc->pending_name, f->filename) == 0) {
+	uint32_t len = 0;
+	const char *name = doc_filename(f->doc, &len);
+	/* Whole BSON strings: "a" and "a\0b" are different names. */
+	if (lc->pending && name && lc->pending_name && len == lc->pending_len &&
+	    memcmp(lc->pending_name, name, len) == 0) {
 		bson_destroy(lc->pending);
 		lc->pending = NULL;
 	}
 	finish_pending(lc);
 	lc->pending = bson_copy(f->doc);
-	lc->pending_name = doc_filename(lc->pending);
+	lc->pending_name = doc_filename(lc->pending, &lc->pending_len);
 	return true;
 }
 
@@ -279,6 +306,23 @@ by_rel_cmp(const void *x, const void *y)
 	const struct gfs_mirror_item *b = *(struct gfs_mirror_item *const *)y;
 	return relcmp(a->rel, a->rel_len, b->rel, b->rel_len);
 }
+
+static void
+sort_by_rel(gfs_mirror_plan *plan)
+{
+	free(plan->by_rel);
+	plan->by_rel = NULL;
+	if (!plan->count)
+		return;
+	plan->by_rel = malloc(plan->count * sizeof *plan->by_rel);
+	if (!plan->by_rel)
+		abort();
+	for (size_t i = 0; i < plan->count; i++)
+		plan->by_rel[i] = &plan->items[i];
+	qsort(plan->by_rel, plan->count, sizeof *plan->by_rel, by_rel_cmp);
+}
+
+static void refuse_conflicts(struct load_ctx *lc, gfs_mirror_plan *plan);
 
 bool
 gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
@@ -300,19 +344,8 @@ gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
 	free(lc.nprefix);
 	if (!ok)
 		return false;
-	/*
-	 * Distinct stored names always give distinct local paths: the prefix
-	 * part is shared and escape(raw) is the stored tail, so equal paths
-	 * would mean equal names.
-	 */
-	if (plan->count) {
-		plan->by_rel = malloc(plan->count * sizeof *plan->by_rel);
-		if (!plan->by_rel)
-			abort();
-		for (size_t i = 0; i < plan->count; i++)
-			plan->by_rel[i] = &plan->items[i];
-		qsort(plan->by_rel, plan->count, sizeof *plan->by_rel, by_rel_cmp);
-	}
+	sort_by_rel(plan);
+	refuse_conflicts(&lc, plan);
 	return true;
 }
 
@@ -361,6 +394,129 @@ plan_has_dir(const gfs_mirror_plan *p, char *rel, size_t len)
 	           memcmp(p->by_rel[i]->rel, rel, len + 1) == 0;
 	rel[len] = saved;
 	return has;
+}
+
+/* ---- local paths that collide ---------------------------------------- */
+
+/*
+ * Stored names that are distinct can still want the same local path (a
+ * rawName that restores to another name's bytes), and a name can want as
+ * its file a path that another name needs as a folder ("a" and "a/b").
+ * Whichever was written first would make the other fail on every run, so
+ * all the names involved are refused, each with the name it collides with.
+ */
+enum conflict_kind { CONFLICT_NONE, CONFLICT_SAME, CONFLICT_IS_DIR, CONFLICT_UNDER_FILE };
+
+struct conflict {
+	enum conflict_kind kind;
+	const struct gfs_mirror_item *other;
+};
+
+static void
+mark_conflict(struct conflict *c, const gfs_mirror_plan *p, const struct gfs_mirror_item *it,
+              enum conflict_kind kind, const struct gfs_mirror_item *other)
+{
+	struct conflict *slot = &c[it - p->items];
+	if (slot->kind != CONFLICT_NONE)
+		return; /* one message per name: the first collision found */
+	slot->kind = kind;
+	slot->other = other;
+}
+
+/* Marks the file at by_rel[k] and every planned path beneath it as a folder. */
+static bool
+mark_beneath(struct conflict *c, const gfs_mirror_plan *p, size_t k)
+{
+	const struct gfs_mirror_item *it = p->by_rel[k];
+	char key[GFS_SAFEPATH_MAX + 2];
+	if (it->rel_len + 1 > GFS_SAFEPATH_MAX)
+		return false; /* nothing checked can be beneath it */
+	memcpy(key, it->rel, it->rel_len);
+	key[it->rel_len] = '/';
+	size_t klen = it->rel_len + 1;
+	bool found = false;
+	for (size_t j = lower_bound(p, key, klen); j < p->count; j++) {
+		const struct gfs_mirror_item *under = p->by_rel[j];
+		if (under->rel_len < klen || memcmp(under->rel, key, klen) != 0)
+			break;
+		mark_conflict(c, p, it, CONFLICT_IS_DIR, under);
+		mark_conflict(c, p, under, CONFLICT_UNDER_FILE, it);
+		found = true;
+	}
+	return found;
+}
+
+static bool
+find_conflicts(struct conflict *c, const gfs_mirror_plan *p)
+{
+	bool found = false;
+	for (size_t k = 0; k < p->count; k++) {
+		const struct gfs_mirror_item *a = p->by_rel[k];
+		if (k + 1 < p->count) {
+			const struct gfs_mirror_item *b = p->by_rel[k + 1];
+			if (relcmp(a->rel, a->rel_len, b->rel, b->rel_len) == 0) {
+				mark_conflict(c, p, a, CONFLICT_SAME, b);
+				mark_conflict(c, p, b, CONFLICT_SAME, a);
+				found = true;
+			}
+		}
+		found |= mark_beneath(c, p, k);
+	}
+	return found;
+}
+
+static void
+conflict_error(gfs_error *why, const struct conflict *c)
+{
+	const char *other = item_name(c->other);
+	switch (c->kind) {
+	case CONFLICT_SAME:
+		gfs_error_set(why, GFS_EINVAL, "its local path is also that of '%s'", other);
+		break;
+	case CONFLICT_IS_DIR:
+		gfs_error_set(why, GFS_EINVAL, "its local path is also the folder of '%s'", other);
+		break;
+	case CONFLICT_UNDER_FILE:
+		gfs_error_set(why, GFS_EINVAL, "a folder on its local path is also the file '%s'",
+		              other);
+		break;
+	case CONFLICT_NONE:
+		break;
+	}
+}
+
+static void
+refuse_conflicts(struct load_ctx *lc, gfs_mirror_plan *p)
+{
+	if (p->count < 2)
+		return;
+	struct conflict *c = calloc(p->count, sizeof *c);
+	if (!c)
+		abort();
+	if (!find_conflicts(c, p)) {
+		free(c);
+		return;
+	}
+	/* Messages first, while the names they mention are all still there. */
+	for (size_t i = 0; i < p->count; i++) {
+		gfs_error why;
+		if (c[i].kind == CONFLICT_NONE)
+			continue;
+		conflict_error(&why, &c[i]);
+		refuse(lc, item_name(&p->items[i]), &why);
+	}
+	size_t kept = 0;
+	for (size_t i = 0; i < p->count; i++) {
+		if (c[i].kind == CONFLICT_NONE) {
+			p->items[kept++] = p->items[i];
+			continue;
+		}
+		p->total_bytes -= (uint64_t)p->items[i].file.length;
+		item_free(&p->items[i]);
+	}
+	p->count = kept;
+	free(c);
+	sort_by_rel(p);
 }
 
 /* ---- the per-thread directory ---------------------------------------- */
@@ -443,12 +599,6 @@ dir_get(gfs_mirror_dir *d, const char *rel, size_t len, bool create, gfs_error *
 }
 
 /* ---- comparing ------------------------------------------------------- */
-
-static const char *
-item_name(const struct gfs_mirror_item *it)
-{
-	return it->file.filename;
-}
 
 static const char *
 leaf_of(const struct gfs_mirror_item *it, size_t *dirlen)

@@ -51,8 +51,10 @@ typedef void (*gfs_mirror_refuse_fn)(const char *name, const gfs_error *why, voi
 /*
  * Lists the newest revision of every name under prefix (a folder; NULL or
  * "" for the whole bucket) into plan, which must be zeroed. Names that are
- * unsafe or that the rawName of cannot be matched go to refuse (and are
- * left out); *refused counts them. False only when the listing fails.
+ * unsafe, have a NUL inside, or the rawName of cannot be matched go to
+ * refuse (and are left out), and so do names whose local paths collide:
+ * the same path, or one's file path being a folder on another's. *refused
+ * counts them. False only when the listing fails.
  */
 bool gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
                           gfs_mirror_refuse_fn refuse, void *ctx, size_t *refused,

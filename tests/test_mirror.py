@@ -297,6 +297,29 @@ def test_hostile_names_write_nothing_outside(gfs, bucket, tmp_path):
     no_temp_files(dst)
 
 
+def test_file_and_folder_of_same_path_are_both_refused(gfs, bucket, tmp_path):
+    """"a" and "a/b" cannot both be mirrored: each is refused with a clear message, the rest mirrors."""
+    store(bucket, "col/a", b"file a")
+    store(bucket, "col/a/b", b"file a/b")
+    store(bucket, "col/a/b/c", b"deeper")
+    store(bucket, "col/a.txt", b"sorts between a and a/b")
+    store(bucket, "col/z/ok", b"fine")
+    dst = tmp_path / "d"
+    for _ in range(2):  # the same verdict on every run
+        r = gfs.run("mirror", dst, "--prefix", "col", "--json", "--delete")
+        assert r.rc == 1, r
+        lines = [l for l in r.err.splitlines() if "refused" in l]
+        assert len(lines) == 3, r.err
+        assert any("col/a: refused: its local path is also the folder of 'col/a/b" in l for l in lines), r.err
+        assert any("col/a/b: refused: a folder on its local path is also the file 'col/a'" in l for l in lines), r.err
+        assert any("col/a/b/c: refused: a folder on its local path is also the file 'col/a'" in l for l in lines), r.err
+        s = summary(r)
+        assert (s["files"], s["refused"], s["failed"]) == (2, 3, 3), s
+        assert sorted(os.listdir(dst)) == ["a.txt", "z"]
+        assert (dst / "a.txt").read_bytes() == b"sorts between a and a/b"
+        assert (dst / "z/ok").read_bytes() == b"fine"
+
+
 def test_symlink_swapped_in_for_dir_is_not_followed(gfs, bucket, tmp_path):
     """A directory that a previous run made, replaced by a symlink before the next run."""
     store(bucket, "sub/a", b"1")

@@ -131,15 +131,61 @@ on_opt(int opt, const char *arg, void *ctx)
 	return -1;
 }
 
+/*
+ * Length of the printable character at s[0..len), 0 when it is a control
+ * character (C0, DEL or C1) or not valid UTF-8. Stored names come from
+ * anyone who could write to the bucket: printed raw, a newline in one
+ * would forge an output line and an ESC would drive the terminal.
+ */
+static size_t
+printable_len(const char *s, size_t len)
+{
+	unsigned char c = (unsigned char)s[0];
+	if (c >= 0x20 && c < 0x7f)
+		return 1;
+	size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+	if (n == 0 || n > len || !gfs_utf8_valid(s, n))
+		return 0;
+	if (c == 0xc2 && (unsigned char)s[1] < 0xa0)
+		return 0; /* U+0080 to U+009F, the C1 controls */
+	return n;
+}
+
+/* s[0..len) for human eyes: what is not printable becomes \xNN. Caller frees. */
+static char *
+printable(const char *s, size_t len)
+{
+	char *out = malloc(len * 4 + 1);
+	if (!out)
+		abort();
+	size_t o = 0;
+	for (size_t i = 0; i < len;) {
+		size_t n = printable_len(s + i, len - i);
+		if (n > 0) {
+			memcpy(out + o, s + i, n);
+			o += n;
+			i += n;
+			continue;
+		}
+		snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i]);
+		o += 4;
+		i++;
+	}
+	out[o] = '\0';
+	return out;
+}
+
 /* One error line; stdio's recursive lock keeps it whole among threads. */
 static void
 report(const char *msg)
 {
+	char *safe = printable(msg, strlen(msg));
 	flockfile(stderr);
 	if (G.progress)
 		fputs("\r\033[K", stderr);
-	warnx_("%s", msg);
+	warnx_("%s", safe);
 	funlockfile(stderr);
+	free(safe);
 }
 
 static void
@@ -406,9 +452,9 @@ print_action(struct mirror *m, const char *action, const char *rel, size_t len,
              const struct gfs_mirror_item *it)
 {
 	if (!m->json) {
-		printf("%s ", action);
-		fwrite(rel, 1, len, stdout);
-		putchar('\n');
+		char *safe = printable(rel, len);
+		printf("%s %s\n", action, safe);
+		free(safe);
 		return;
 	}
 	bson_t doc = BSON_INITIALIZER;

@@ -511,6 +511,27 @@ def test_dry_run_then_delete(gfs, bucket, tmp_path):
     assert (dst / "keep/a").read_bytes() == b"a"
 
 
+def test_control_characters_in_names_are_escaped_for_humans(gfs, bucket, tmp_path):
+    """A newline or ESC in a stored name must not forge an output line or reach the terminal raw."""
+    store(bucket, "esc/evil\nwrite forged", b"1")
+    store(bucket, "esc/red\x1b[31m\u0085x", b"2")
+    store(bucket, "esc/bad\n//name", b"refused: empty segment")
+    dst = tmp_path / "d"
+    r = gfs.run("mirror", dst, "--prefix", "esc", "--dry-run")
+    assert r.rc == 1, r
+    assert sorted(r.text.splitlines()) == ["write evil\\x0awrite forged", "write red\\x1b[31m\\xc2\\x85x"], r.text
+    assert "esc/bad\\x0a//name: refused" in r.err and "\n//name" not in r.err, r.err
+    assert "\x1b" not in r.text + r.err
+    # JSON keeps the names exact, in its own escaping.
+    r = gfs.run("mirror", dst, "--prefix", "esc", "--dry-run", "--json")
+    names = {json.loads(l).get("name") for l in r.text.split("\n") if l}
+    assert "esc/evil\nwrite forged" in names and "esc/red\x1b[31m\u0085x" in names
+    # Written to disk with the exact bytes.
+    r = gfs.run("mirror", dst, "--prefix", "esc")
+    assert r.rc == 1, r
+    assert sorted(os.listdir(dst)) == sorted(["evil\nwrite forged", "red\x1b[31m\u0085x"])
+
+
 def test_without_delete_extras_stay(gfs, bucket, tmp_path):
     store(bucket, "u/a", b"a")
     dst = tmp_path / "d"

@@ -528,6 +528,8 @@ struct gfs_mirror_dir {
 	size_t len;
 	int fd;             /* -1: none open */
 	bool dirty;         /* a rename happened in it since the last fsync */
+	bool sync_failed;   /* a directory left behind failed its fsync: */
+	gfs_error sync_err; /* the first such, reported at close */
 };
 
 gfs_mirror_dir *
@@ -573,6 +575,10 @@ gfs_mirror_dir_close(gfs_mirror_dir *d, gfs_error *err)
 	if (!d)
 		return true;
 	bool ok = dir_release(d, err);
+	if (ok && d->sync_failed) {
+		*err = d->sync_err;
+		ok = false;
+	}
 	free(d);
 	return ok;
 }
@@ -582,8 +588,15 @@ dir_get(gfs_mirror_dir *d, const char *rel, size_t len, bool create, gfs_error *
 {
 	if (d->fd >= 0 && d->len == len && memcmp(d->rel, rel, len) == 0)
 		return d->fd;
-	if (!dir_release(d, err))
-		return -1;
+	/*
+	 * The fsync of the directory being left is no fault of the file that
+	 * asked for another: kept for gfs_mirror_dir_close to report.
+	 */
+	gfs_error serr;
+	if (!dir_release(d, &serr) && !d->sync_failed) {
+		d->sync_err = serr;
+		d->sync_failed = true;
+	}
 	int flags = create ? GFS_SAFEPATH_CREATE | (d->opts->fsync ? GFS_SAFEPATH_SYNC : 0) : 0;
 	int fd = gfs_safepath_opendir(d->rootfd, rel, len, flags, err);
 	if (fd < 0)

@@ -98,7 +98,7 @@ struct gfs_mirror_opts {
 typedef struct gfs_mirror_dir gfs_mirror_dir;
 /* rootfd < 0: DIR does not exist (a dry run); every file is to be written. */
 gfs_mirror_dir *gfs_mirror_dir_new(int rootfd, const struct gfs_mirror_opts *opts);
-/* Syncs what is pending and closes; false with err when the fsync failed. */
+/* Syncs what is pending and closes; false with err when any directory fsync of d failed. */
 bool gfs_mirror_dir_close(gfs_mirror_dir *d, gfs_error *err);
 
 /*

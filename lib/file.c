@@ -134,6 +134,30 @@ gfs_file_free(gfs_file *f)
 	memset(f, 0, sizeof *f);
 }
 
+/*
+ * A chunk's n as an integer. A double is accepted only when integral and
+ * within int64 range: converting NaN or a huge value is undefined.
+ */
+bool
+gfs_chunk_n(const bson_t *doc, int64_t *n)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "n"))
+		return false;
+	switch (bson_iter_type(&it)) {
+	case BSON_TYPE_INT32: *n = bson_iter_int32(&it); return true;
+	case BSON_TYPE_INT64: *n = bson_iter_int64(&it); return true;
+	case BSON_TYPE_DOUBLE: break;
+	default: return false;
+	}
+	double d = bson_iter_double(&it);
+	/* 2^63 is exact in a double; the negated test also catches NaN. */
+	if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+		return false;
+	*n = (int64_t)d;
+	return (double)*n == d;
+}
+
 int64_t
 gfs_chunk_count(int64_t length, int32_t chunk_size)
 {

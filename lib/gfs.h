@@ -105,6 +105,8 @@ bool gfs_file_parse(const bson_t *doc, gfs_file *out, gfs_error *err);
 void gfs_file_free(gfs_file *f);
 /* Number of chunks a file of this length and chunk size must have. */
 int64_t gfs_chunk_count(int64_t length, int32_t chunk_size);
+/* A chunk document's n: false when missing, not a number, or not a whole int64. */
+bool gfs_chunk_n(const bson_t *doc, int64_t *n);
 /* Expected length of chunk n. */
 int32_t gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n);
 /* Writes the id as text: 24 hex digits for an ObjectId, else relaxed JSON. */

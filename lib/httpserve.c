@@ -612,8 +612,8 @@ stream_chunks(gfs_session *ses, const gfs_meta *m, struct stream *s, gfs_error *
 	const bson_t *doc;
 	while (ok && mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
-		if (!bson_iter_init_find(&it, doc, "n") || !BSON_ITER_HOLDS_NUMBER(&it) ||
-		    bson_iter_as_int64(&it) != next) {
+		int64_t n;
+		if (!gfs_chunk_n(doc, &n) || n != next) {
 			gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: chunk %lld missing or out of order", name,
 			              (long long)next);
 			ok = false;
@@ -1538,9 +1538,9 @@ preload_chunk(struct preload *p, const bson_t *doc)
 	uint32_t len;
 	const uint8_t *data;
 	bson_subtype_t sub;
-	if (!bson_iter_init_find(&it, doc, "n") || !BSON_ITER_HOLDS_NUMBER(&it))
+	int64_t n;
+	if (!gfs_chunk_n(doc, &n))
 		return;
-	int64_t n = bson_iter_as_int64(&it);
 	if (n < 0 || n >= pt->count || (pt->have & (1ULL << n)) ||
 	    !bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it))
 		return;

@@ -1322,30 +1322,6 @@ scan_begin_file(struct scan *sc, const bson_value_t *files_id)
 	sc->h = gfs_sha256_new();
 }
 
-/*
- * A chunk's n as an integer. A double is accepted only when integral and
- * within int64 range: converting NaN or a huge value is undefined.
- */
-static bool
-chunk_n(const bson_t *doc, int64_t *n)
-{
-	bson_iter_t it;
-	if (!bson_iter_init_find(&it, doc, "n"))
-		return false;
-	switch (bson_iter_type(&it)) {
-	case BSON_TYPE_INT32: *n = bson_iter_int32(&it); return true;
-	case BSON_TYPE_INT64: *n = bson_iter_int64(&it); return true;
-	case BSON_TYPE_DOUBLE: break;
-	default: return false;
-	}
-	double d = bson_iter_double(&it);
-	/* 2^63 is exact in a double; the negated test also catches NaN. */
-	if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
-		return false;
-	*n = (int64_t)d;
-	return (double)*n == d;
-}
-
 /* The checks of gfs_read(), for one chunk of the current file. */
 static bool
 scan_check(struct scan *sc, const bson_t *doc, const uint8_t **data, uint32_t *len,
@@ -1354,7 +1330,7 @@ scan_check(struct scan *sc, const bson_t *doc, const uint8_t **data, uint32_t *l
 	const char *name = item_name(sc->it);
 	bson_iter_t it;
 	int64_t n;
-	if (!chunk_n(doc, &n)) {
+	if (!gfs_chunk_n(doc, &n)) {
 		gfs_error_set(err, GFS_EBADDOC, "%s: chunk without a valid n", name);
 		return false;
 	}

@@ -22,37 +22,13 @@ struct read_state {
 	int64_t next;         /* the n we want next */
 };
 
-/*
- * A chunk's n as an integer. A double is accepted only when integral and
- * within int64 range: converting NaN or a huge value is undefined.
- */
-static bool
-chunk_n(const bson_t *doc, int64_t *n)
-{
-	bson_iter_t it;
-	if (!bson_iter_init_find(&it, doc, "n"))
-		return false;
-	switch (bson_iter_type(&it)) {
-	case BSON_TYPE_INT32: *n = bson_iter_int32(&it); return true;
-	case BSON_TYPE_INT64: *n = bson_iter_int64(&it); return true;
-	case BSON_TYPE_DOUBLE: break;
-	default: return false;
-	}
-	double d = bson_iter_double(&it);
-	/* 2^63 is exact in a double; the negated test also catches NaN. */
-	if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
-		return false;
-	*n = (int64_t)d;
-	return (double)*n == d;
-}
-
 static bool
 check_chunk(struct read_state *st, const bson_t *doc, const uint8_t **data, uint32_t *len,
             gfs_error *err)
 {
 	bson_iter_t it;
 	int64_t n;
-	if (!chunk_n(doc, &n)) {
+	if (!gfs_chunk_n(doc, &n)) {
 		gfs_error_set(err, GFS_EBADDOC, "%s: chunk without a valid n", st->name);
 		return false;
 	}

@@ -728,14 +728,13 @@ static void
 chunk(struct verify *v, struct group *g, const bson_t *doc)
 {
 	bson_iter_t it;
-	bool has_n = false, has_data = false;
-	int64_t n = -1;
+	bool has_data = false;
+	int64_t n;
+	bool has_n = gfs_chunk_n(doc, &n);
+	if (!has_n)
+		n = -1;
 	uint32_t len = 0;
 	const uint8_t *data = NULL;
-	if (bson_iter_init_find(&it, doc, "n") && BSON_ITER_HOLDS_NUMBER(&it)) {
-		has_n = true;
-		n = bson_iter_as_int64(&it);
-	}
 	if (bson_iter_init_find(&it, doc, "data") && BSON_ITER_HOLDS_BINARY(&it)) {
 		bson_subtype_t sub;
 		bson_iter_binary(&it, &sub, &len, &data);

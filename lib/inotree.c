@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -13,21 +14,33 @@
 #define DIR_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | \
                   IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
 
+/* One watched directory. */
+struct watch {
+	int wd;
+	char *rel;            /* "" for the root */
+	struct watch *next;   /* in the same bucket */
+};
+
 struct gfs_inotree {
 	int fd;
 	char *root;
 	gfs_walk_opts sel;
 	bool have_sel;
-	/* The kernel hands out watch descriptors as small increasing integers, so they index an array. */
-	char **rel_by_wd;   /* "" for the root, NULL for no watch */
-	size_t cap;
-	size_t n;           /* directories watched */
+	/*
+	 * The kernel never reuses a watch descriptor number, so a table indexed
+	 * by it would grow with every directory ever made: a hash of the live ones.
+	 */
+	struct watch **bucket;
+	size_t nbucket;       /* a power of two */
+	size_t n;             /* directories watched */
 	gfs_inotree_warn_fn warn;
 	void *warn_ctx;
 	/* set while reading, for reporting files found in new directories */
 	gfs_inotree_fn fn;
 	void *fn_ctx;
 };
+
+enum { MIN_BUCKETS = 64 };
 
 static void
 warn(gfs_inotree *t, const char *rel, const char *reason)
@@ -36,40 +49,86 @@ warn(gfs_inotree *t, const char *rel, const char *reason)
 		t->warn(rel, reason, t->warn_ctx);
 }
 
+static size_t
+slot(int wd, size_t nbucket)
+{
+	return ((uint32_t)wd * 2654435761u) & (nbucket - 1);
+}
+
+static struct watch *
+find_wd(const gfs_inotree *t, int wd)
+{
+	for (struct watch *w = t->bucket[slot(wd, t->nbucket)]; w; w = w->next)
+		if (w->wd == wd)
+			return w;
+	return NULL;
+}
+
 static const char *
 rel_of(const gfs_inotree *t, int wd)
 {
-	return wd >= 0 && (size_t)wd < t->cap ? t->rel_by_wd[wd] : NULL;
+	struct watch *w = find_wd(t, wd);
+	return w ? w->rel : NULL;
+}
+
+static void
+rehash(gfs_inotree *t, size_t nbucket)
+{
+	struct watch **b = calloc(nbucket, sizeof *b);
+	if (!b)
+		abort();
+	for (size_t i = 0; i < t->nbucket; i++) {
+		struct watch *w, *next;
+		for (w = t->bucket[i]; w; w = next) {
+			next = w->next;
+			size_t k = slot(w->wd, nbucket);
+			w->next = b[k];
+			b[k] = w;
+		}
+	}
+	free(t->bucket);
+	t->bucket = b;
+	t->nbucket = nbucket;
 }
 
 static void
 remember_wd(gfs_inotree *t, int wd, const char *rel)
 {
-	if ((size_t)wd >= t->cap) {
-		size_t cap = t->cap ? t->cap : 64;
-		while (cap <= (size_t)wd)
-			cap *= 2;
-		t->rel_by_wd = realloc(t->rel_by_wd, cap * sizeof *t->rel_by_wd);
-		if (!t->rel_by_wd)
-			abort();
-		memset(t->rel_by_wd + t->cap, 0, (cap - t->cap) * sizeof *t->rel_by_wd);
-		t->cap = cap;
+	struct watch *w = find_wd(t, wd);
+	if (w) {
+		/* the same directory reached under another name: it was moved */
+		free(w->rel);
+		w->rel = strdup(rel);
+		return;
 	}
-	if (t->rel_by_wd[wd])
-		free(t->rel_by_wd[wd]);
-	else
-		t->n++;
-	t->rel_by_wd[wd] = strdup(rel);
+	w = calloc(1, sizeof *w);
+	if (!w)
+		abort();
+	w->wd = wd;
+	w->rel = strdup(rel);
+	size_t k = slot(wd, t->nbucket);
+	w->next = t->bucket[k];
+	t->bucket[k] = w;
+	if (++t->n > t->nbucket)
+		rehash(t, t->nbucket * 2);
 }
 
 static void
 forget_wd(gfs_inotree *t, int wd)
 {
-	if (!rel_of(t, wd))
+	struct watch **pp = &t->bucket[slot(wd, t->nbucket)];
+	while (*pp && (*pp)->wd != wd)
+		pp = &(*pp)->next;
+	struct watch *w = *pp;
+	if (!w)
 		return;
-	free(t->rel_by_wd[wd]);
-	t->rel_by_wd[wd] = NULL;
+	*pp = w->next;
+	free(w->rel);
+	free(w);
 	t->n--;
+	/* memory follows the directories watched now, not the most ever watched */
+	if (t->nbucket > MIN_BUCKETS && t->n < t->nbucket / 4)
+		rehash(t, t->nbucket / 2);
 }
 
 static char *
@@ -169,9 +228,14 @@ gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_error *err)
 	gfs_inotree *t = calloc(1, sizeof *t);
 	if (!t)
 		abort();
+	t->nbucket = MIN_BUCKETS;
+	t->bucket = calloc(t->nbucket, sizeof *t->bucket);
+	if (!t->bucket)
+		abort();
 	t->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	if (t->fd < 0) {
 		gfs_error_set(err, GFS_ELOCAL, "inotify: %s", strerror(errno));
+		free(t->bucket);
 		free(t);
 		return NULL;
 	}
@@ -196,9 +260,15 @@ gfs_inotree_close(gfs_inotree *t)
 {
 	if (!t)
 		return;
-	for (size_t i = 0; i < t->cap; i++)
-		free(t->rel_by_wd[i]);
-	free(t->rel_by_wd);
+	for (size_t i = 0; i < t->nbucket; i++) {
+		struct watch *w, *next;
+		for (w = t->bucket[i]; w; w = next) {
+			next = w->next;
+			free(w->rel);
+			free(w);
+		}
+	}
+	free(t->bucket);
 	free(t->root);
 	close(t->fd);
 	free(t);

@@ -33,6 +33,9 @@ struct gfs_inotree {
 	struct watch **bucket;
 	size_t nbucket;       /* a power of two */
 	size_t n;             /* directories watched */
+	/* A directory moved away, until the next event tells whether it stayed in the tree. */
+	char *moved_rel;
+	uint32_t moved_cookie;
 	gfs_inotree_warn_fn warn;
 	void *warn_ctx;
 	/* set while reading, for reporting files found in new directories */
@@ -129,6 +132,57 @@ forget_wd(gfs_inotree *t, int wd)
 	/* memory follows the directories watched now, not the most ever watched */
 	if (t->nbucket > MIN_BUCKETS && t->n < t->nbucket / 4)
 		rehash(t, t->nbucket / 2);
+}
+
+/* Whether rel is top or below it. */
+static bool
+is_under(const char *rel, const char *top)
+{
+	size_t n = strlen(top);
+	return strncmp(rel, top, n) == 0 && (rel[n] == '\0' || rel[n] == '/');
+}
+
+struct wd_list {
+	int *v;
+	size_t n;
+};
+
+/* The watches of rel and below. */
+static struct wd_list
+select_wds(const gfs_inotree *t, const char *top)
+{
+	struct wd_list l = {.v = malloc((t->n + 1) * sizeof *l.v)};
+	if (!l.v)
+		abort();
+	for (size_t i = 0; i < t->nbucket; i++) {
+		for (struct watch *w = t->bucket[i]; w; w = w->next) {
+			if (is_under(w->rel, top))
+				l.v[l.n++] = w->wd;
+		}
+	}
+	return l;
+}
+
+/* Removes the watches (collected first: forgetting may rehash). */
+static void
+drop_wds(gfs_inotree *t, struct wd_list l)
+{
+	for (size_t i = 0; i < l.n; i++) {
+		/* EINVAL when the kernel dropped it already; the table must forget it all the same */
+		inotify_rm_watch(t->fd, l.v[i]);
+		forget_wd(t, l.v[i]);
+	}
+	free(l.v);
+}
+
+/*
+ * A directory that left the tree keeps its watches, and events inside it
+ * would be reported under its old name, where a new directory may be now.
+ */
+static void
+drop_tree(gfs_inotree *t, const char *rel)
+{
+	drop_wds(t, select_wds(t, rel));
 }
 
 static char *
@@ -269,6 +323,7 @@ gfs_inotree_close(gfs_inotree *t)
 		}
 	}
 	free(t->bucket);
+	free(t->moved_rel);
 	free(t->root);
 	close(t->fd);
 	free(t);
@@ -293,9 +348,44 @@ gfs_inotree_on_warning(gfs_inotree *t, gfs_inotree_warn_fn fn, void *ctx)
 	t->warn_ctx = ctx;
 }
 
+/* No IN_MOVED_TO followed the IN_MOVED_FROM of a directory: it went out of the tree. */
+static void
+settle_move(gfs_inotree *t)
+{
+	if (!t->moved_rel)
+		return;
+	drop_tree(t, t->moved_rel);
+	free(t->moved_rel);
+	t->moved_rel = NULL;
+}
+
+static void
+handle_dir(gfs_inotree *t, const struct inotify_event *ev, const char *rel)
+{
+	if (ev->mask & IN_MOVED_TO && t->moved_rel && ev->cookie == t->moved_cookie) {
+		/* moved within the tree: the watches below are renamed by add_tree, or dropped */
+		if (dir_selected(t, rel))
+			add_tree(t, rel, true);
+		settle_move(t);
+		return;
+	}
+	if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && dir_selected(t, rel)) {
+		add_tree(t, rel, true);
+	} else if (ev->mask & IN_DELETE) {
+		emit(t, GFS_INO_DIR_REMOVED, rel);
+	} else if (ev->mask & IN_MOVED_FROM) {
+		emit(t, GFS_INO_DIR_REMOVED, rel);
+		t->moved_rel = strdup(rel);
+		t->moved_cookie = ev->cookie;
+	}
+}
+
 static void
 handle(gfs_inotree *t, const struct inotify_event *ev)
 {
+	/* The two halves of a rename are queued one after the other. */
+	if (!(ev->mask & IN_MOVED_TO && ev->cookie == t->moved_cookie))
+		settle_move(t);
 	if (ev->mask & IN_Q_OVERFLOW) {
 		emit(t, GFS_INO_OVERFLOW, "");
 		return;
@@ -309,10 +399,7 @@ handle(gfs_inotree *t, const struct inotify_event *ev)
 		return; /* events on the directory itself: its parent reports them */
 	char *rel = join(dir, ev->name);
 	if (ev->mask & IN_ISDIR) {
-		if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && dir_selected(t, rel))
-			add_tree(t, rel, true);
-		else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
-			emit(t, GFS_INO_DIR_REMOVED, rel);
+		handle_dir(t, ev, rel);
 	} else if (file_selected(t, rel)) {
 		if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
 			emit(t, GFS_INO_CHANGED, rel);
@@ -346,6 +433,8 @@ gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 			p += sizeof *ev + ev->len;
 		}
 	}
+	/* The queue is empty: an IN_MOVED_TO still to come would have been queued with its IN_MOVED_FROM. */
+	settle_move(t);
 	t->fn = NULL;
 	t->fn_ctx = NULL;
 	return ok;

@@ -145,6 +145,29 @@ def test_without_delete_removals_are_kept(gfs, bucket, db, tree):
         assert w.stop(signal.SIGINT) == 130
 
 
+@pytest.mark.parametrize("where", ["outside", "hidden"])
+def test_directory_moved_away_is_no_longer_watched(gfs, bucket, db, tree, tmp_path, where):
+    """Events in the moved-away copy must not be taken for the new directory of the same name."""
+    away = tmp_path / "backup" / "ab" if where == "outside" else tree / ".ab"
+    away.parent.mkdir(exist_ok=True)
+    w = Watcher(gfs, tree, "--delete")
+    try:
+        w.wait_for("ready")
+        os.rename(tree / "ab", away)
+        w.wait_for("removed-folder", "ab")
+        (tree / "ab").mkdir()
+        (tree / "ab" / "old.jpg").write_bytes(b"new poster")
+        w.wait_for("uploaded", "ab/old.jpg")
+
+        shutil.rmtree(away)
+        (tree / "marker").write_bytes(b"m")
+        w.wait_for("uploaded", "marker")  # the removals inside the old copy settled first
+        assert bucket.open_download_stream_by_name("ab/old.jpg").read() == b"new poster"
+        assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
+    finally:
+        assert w.stop() == 0
+
+
 def test_bad_directory_and_backend(gfs, tmp_path):
     r = gfs.run("watch", tmp_path / "nope")
     assert r.rc in (3, 5) and "nope" in r.err

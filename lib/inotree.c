@@ -24,6 +24,7 @@ struct watch {
 struct gfs_inotree {
 	int fd;
 	char *root;
+	int root_wd;
 	gfs_walk_opts sel;
 	bool have_sel;
 	/*
@@ -36,6 +37,7 @@ struct gfs_inotree {
 	/* A directory moved away, until the next event tells whether it stayed in the tree. */
 	char *moved_rel;
 	uint32_t moved_cookie;
+	const char *fatal;    /* why watching cannot go on; NULL while it can */
 	gfs_inotree_warn_fn warn;
 	void *warn_ctx;
 	/* set while reading, for reporting files found in new directories */
@@ -298,13 +300,13 @@ gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_error *err)
 		t->sel = *sel;
 		t->have_sel = true;
 	}
-	int wd = inotify_add_watch(t->fd, root, DIR_MASK);
-	if (wd < 0) {
+	/* The root is added here so that failing is an error; add_tree gets the same descriptor back. */
+	t->root_wd = inotify_add_watch(t->fd, root, DIR_MASK);
+	if (t->root_wd < 0) {
 		gfs_error_set(err, GFS_ELOCAL, "%s: %s", root, strerror(errno));
 		gfs_inotree_close(t);
 		return NULL;
 	}
-	inotify_rm_watch(t->fd, wd);
 	add_tree(t, "", false);
 	return t;
 }
@@ -359,6 +361,20 @@ settle_move(gfs_inotree *t)
 	t->moved_rel = NULL;
 }
 
+/* Events on the root itself: without it there is nothing left to watch. */
+static void
+handle_root(gfs_inotree *t, uint32_t mask)
+{
+	if (mask & IN_DELETE_SELF)
+		t->fatal = "the watched directory was deleted";
+	else if (mask & IN_MOVE_SELF)
+		t->fatal = "the watched directory was moved away";
+	else if (mask & IN_UNMOUNT)
+		t->fatal = "the watched directory was unmounted";
+	else if (mask & IN_IGNORED)
+		t->fatal = "the watched directory can no longer be watched";
+}
+
 static void
 handle_dir(gfs_inotree *t, const struct inotify_event *ev, const char *rel)
 {
@@ -390,6 +406,10 @@ handle(gfs_inotree *t, const struct inotify_event *ev)
 		emit(t, GFS_INO_OVERFLOW, "");
 		return;
 	}
+	if (ev->wd == t->root_wd && !ev->len) {
+		handle_root(t, ev->mask);
+		return;
+	}
 	if (ev->mask & IN_IGNORED) {
 		forget_wd(t, ev->wd);
 		return;
@@ -416,7 +436,7 @@ gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 	t->fn = fn;
 	t->fn_ctx = ctx;
 	bool ok = true;
-	for (;;) {
+	while (!t->fatal) {
 		ssize_t len = read(t->fd, buf, sizeof buf);
 		if (len < 0 && errno == EINTR)
 			continue;
@@ -427,7 +447,7 @@ gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 			ok = false;
 			break;
 		}
-		for (char *p = buf; p < buf + len;) {
+		for (char *p = buf; p < buf + len && !t->fatal;) {
 			const struct inotify_event *ev = (const struct inotify_event *)p;
 			handle(t, ev);
 			p += sizeof *ev + ev->len;
@@ -435,6 +455,10 @@ gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 	}
 	/* The queue is empty: an IN_MOVED_TO still to come would have been queued with its IN_MOVED_FROM. */
 	settle_move(t);
+	if (ok && t->fatal) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", t->root, t->fatal);
+		ok = false;
+	}
 	t->fn = NULL;
 	t->fn_ctx = NULL;
 	return ok;

@@ -36,9 +36,11 @@ int gfs_inotree_fd(const gfs_inotree *t);
 /* Number of directories watched. */
 size_t gfs_inotree_count(const gfs_inotree *t);
 /*
- * Reads what is pending and reports it through fn. Returns false when the
- * descriptor failed (err set); a directory that cannot be watched (the
- * max_user_watches limit, a permission) is reported through warn_fn.
+ * Reads what is pending and reports it through fn. Returns false (err set)
+ * when the descriptor failed, or when the root was deleted, moved or
+ * unmounted: there is nothing left to watch. A directory that cannot be
+ * watched (the max_user_watches limit, a permission) is reported through
+ * warn_fn.
  */
 bool gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err);
 

@@ -20,8 +20,10 @@ class Watcher:
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.events = queue.Queue()
         self.stderr = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self.readers = [threading.Thread(target=self._read, daemon=True),
+                        threading.Thread(target=self._read_err, daemon=True)]
+        for t in self.readers:
+            t.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -61,8 +63,20 @@ class Watcher:
         return out
 
     def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=DEADLINE)
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait_exit()
+
+    def wait_exit(self):
+        """The exit status, once watch has exited (on its own or after stop) and its output is read."""
+        try:
+            rc = self.proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"watch still running; stderr: {self.stderr}")
+        for t in self.readers:
+            t.join(timeout=DEADLINE)
         err = "".join(self.stderr)
         for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
             assert marker not in err, err
@@ -166,6 +180,21 @@ def test_directory_moved_away_is_no_longer_watched(gfs, bucket, db, tree, tmp_pa
         assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
     finally:
         assert w.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved away"])
+def test_watched_directory_gone_is_fatal(gfs, tree, tmp_path, how):
+    w = Watcher(gfs, tree)
+    try:
+        w.wait_for("ready")
+        if how == "deleted":
+            shutil.rmtree(tree)
+        else:
+            os.rename(tree, tmp_path / "elsewhere")
+        assert w.wait_exit() == 5
+        assert f"the watched directory was {how}" in "".join(w.stderr)
+    finally:
+        w.stop()
 
 
 def test_bad_directory_and_backend(gfs, tmp_path):

@@ -18,6 +18,7 @@
 struct watch {
 	int wd;
 	char *rel;            /* "" for the root */
+	unsigned gen;         /* the last walk that found it */
 	struct watch *next;   /* in the same bucket */
 };
 
@@ -34,6 +35,7 @@ struct gfs_inotree {
 	struct watch **bucket;
 	size_t nbucket;       /* a power of two */
 	size_t n;             /* directories watched */
+	unsigned gen;
 	/* A directory moved away, until the next event tells whether it stayed in the tree. */
 	char *moved_rel;
 	uint32_t moved_cookie;
@@ -104,6 +106,7 @@ remember_wd(gfs_inotree *t, int wd, const char *rel)
 		/* the same directory reached under another name: it was moved */
 		free(w->rel);
 		w->rel = strdup(rel);
+		w->gen = t->gen;
 		return;
 	}
 	w = calloc(1, sizeof *w);
@@ -111,6 +114,7 @@ remember_wd(gfs_inotree *t, int wd, const char *rel)
 		abort();
 	w->wd = wd;
 	w->rel = strdup(rel);
+	w->gen = t->gen;
 	size_t k = slot(wd, t->nbucket);
 	w->next = t->bucket[k];
 	t->bucket[k] = w;
@@ -149,7 +153,7 @@ struct wd_list {
 	size_t n;
 };
 
-/* The watches of rel and below. */
+/* The watches rel and below, or with top NULL those the last walk did not find. */
 static struct wd_list
 select_wds(const gfs_inotree *t, const char *top)
 {
@@ -158,7 +162,9 @@ select_wds(const gfs_inotree *t, const char *top)
 		abort();
 	for (size_t i = 0; i < t->nbucket; i++) {
 		for (struct watch *w = t->bucket[i]; w; w = w->next) {
-			if (is_under(w->rel, top))
+			if (w->wd == t->root_wd)
+				continue;
+			if (top ? is_under(w->rel, top) : w->gen != t->gen)
 				l.v[l.n++] = w->wd;
 		}
 	}
@@ -361,6 +367,19 @@ settle_move(gfs_inotree *t)
 	t->moved_rel = NULL;
 }
 
+/*
+ * After lost events: watch the directories there are now (adding a watch
+ * twice gives the same descriptor), and stop watching those gone.
+ */
+static void
+rewalk(gfs_inotree *t)
+{
+	settle_move(t);
+	t->gen++;
+	add_tree(t, "", false);
+	drop_wds(t, select_wds(t, NULL));
+}
+
 /* Events on the root itself: without it there is nothing left to watch. */
 static void
 handle_root(gfs_inotree *t, uint32_t mask)
@@ -403,6 +422,7 @@ handle(gfs_inotree *t, const struct inotify_event *ev)
 	if (!(ev->mask & IN_MOVED_TO && ev->cookie == t->moved_cookie))
 		settle_move(t);
 	if (ev->mask & IN_Q_OVERFLOW) {
+		rewalk(t);
 		emit(t, GFS_INO_OVERFLOW, "");
 		return;
 	}

@@ -182,6 +182,39 @@ def test_directory_moved_away_is_no_longer_watched(gfs, bucket, db, tree, tmp_pa
         assert w.stop() == 0
 
 
+def wait_stopped(pid):
+    end = time.monotonic() + DEADLINE
+    while time.monotonic() < end:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+    raise AssertionError("watch did not stop")
+
+
+def test_directories_made_while_events_were_lost_are_watched(gfs, bucket, db, tree):
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        limit = int(f.read())
+    w = Watcher(gfs, tree, "--exclude", "*.tmp")
+    try:
+        w.wait_for("ready")
+        # stopped, watch cannot drain its queue; two files written in turn are never merged
+        w.proc.send_signal(signal.SIGSTOP)
+        wait_stopped(w.proc.pid)
+        for i in range(limit + 100):
+            (tree / f"{i % 2}.tmp").write_bytes(b"x")
+        (tree / "new").mkdir()
+        (tree / "new" / "f.jpg").write_bytes(b"f")
+        w.proc.send_signal(signal.SIGCONT)
+        w.wait_for("synced")
+        assert bucket.open_download_stream_by_name("new/f.jpg").read() == b"f"
+        (tree / "new" / "g.jpg").write_bytes(b"g")
+        w.wait_for("uploaded", "new/g.jpg")
+        assert any("lost events" in line for line in w.stderr)
+        assert db.fs.files.count_documents({"filename": {"$regex": "\\.tmp$"}}) == 0
+    finally:
+        assert w.stop() == 0
+
+
 @pytest.mark.parametrize("how", ["deleted", "moved away"])
 def test_watched_directory_gone_is_fatal(gfs, tree, tmp_path, how):
     w = Watcher(gfs, tree)

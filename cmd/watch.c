@@ -47,10 +47,17 @@ const struct option watch_options[] = {
 	{NULL, 0, NULL, 0},
 };
 
-/* A path with a change not yet acted on. */
+enum file_change { FILE_NONE, FILE_CHANGED, FILE_REMOVED };
+
+/*
+ * A path with changes not yet acted on. A folder removed and a file made
+ * under the same name within the settle time are both facts: one pending
+ * kind would lose the folder's removal and leave its files stored.
+ */
 struct pending {
 	char *rel;
-	enum gfs_inotree_kind kind;
+	bool dir_removed;
+	enum file_change file;
 	int64_t due_ms;
 };
 
@@ -189,9 +196,13 @@ on_change(const gfs_inotree_event *ev, void *ctx)
 		p->rel = strdup(ev->rel);
 		strmap_put(w->pending, p->rel, p);
 	}
-	/* The latest event of a path decides: written then removed is removed. */
-	if (!(p->kind == GFS_INO_DIR_REMOVED && ev->kind != GFS_INO_CHANGED))
-		p->kind = ev->kind;
+	/* For the file, the latest event decides: written then removed is removed. */
+	if (ev->kind == GFS_INO_DIR_REMOVED)
+		p->dir_removed = true;
+	else if (ev->kind == GFS_INO_CHANGED)
+		p->file = FILE_CHANGED;
+	else if (ev->kind == GFS_INO_REMOVED)
+		p->file = FILE_REMOVED;
 	p->due_ms = mono_ms() + w->settle_ms;
 }
 
@@ -203,10 +214,10 @@ on_inotree_warning(const char *rel, const char *reason, void *ctx)
 }
 
 static void
-act(struct watch_cli *w, const struct pending *p)
+act_file(struct watch_cli *w, const struct pending *p)
 {
 	gfs_error err;
-	if (p->kind == GFS_INO_CHANGED) {
+	if (p->file == FILE_CHANGED) {
 		enum gfs_watch_action a;
 		char *name;
 		int64_t bytes;
@@ -219,19 +230,35 @@ act(struct watch_cli *w, const struct pending *p)
 		free(name);
 		return;
 	}
-	if (!w->delete)
+	if (p->file != FILE_REMOVED || !w->delete)
 		return;
 	uint64_t removed;
-	bool is_dir = p->kind == GFS_INO_DIR_REMOVED;
-	if (!gfs_watch_remove(w->s, &w->o, p->rel, is_dir, &removed, &err)) {
+	if (!gfs_watch_remove(w->s, &w->o, p->rel, false, &removed, &err)) {
 		warnx_("%s: %s", p->rel, err.msg);
 		w->failures++;
-	} else if (removed || is_dir) {
-		/* A folder's files may have gone one by one already; its own removal is still news. */
+	} else if (removed) {
 		char *name = gfs_prefix_join(w->o.prefix, p->rel);
-		report(w, is_dir ? "removed-folder" : "removed", name, -1);
+		report(w, "removed", name, -1);
 		free(name);
 	}
+}
+
+static void
+act_folder(struct watch_cli *w, const struct pending *p)
+{
+	if (!p->dir_removed || !w->delete)
+		return;
+	gfs_error err;
+	uint64_t removed;
+	if (!gfs_watch_remove(w->s, &w->o, p->rel, true, &removed, &err)) {
+		warnx_("%s: %s", p->rel, err.msg);
+		w->failures++;
+		return;
+	}
+	/* A folder's files may have gone one by one already; its own removal is still news. */
+	char *name = gfs_prefix_join(w->o.prefix, p->rel);
+	report(w, "removed-folder", name, -1);
+	free(name);
 }
 
 struct due {
@@ -252,13 +279,11 @@ collect_due(const char *key, void *value, void *ctx)
 		d->next = p->due_ms;
 }
 
-/* Folders removed go first, so a folder replaced by a new one of the same name keeps its new files. */
 static int
-by_kind(const void *a, const void *b)
+by_rel(const void *a, const void *b)
 {
 	const struct pending *x = *(struct pending *const *)a, *y = *(struct pending *const *)b;
-	int rx = x->kind == GFS_INO_DIR_REMOVED ? 0 : 1, ry = y->kind == GFS_INO_DIR_REMOVED ? 0 : 1;
-	return rx != ry ? rx - ry : strcmp(x->rel, y->rel);
+	return strcmp(x->rel, y->rel);
 }
 
 /* Acts on what has settled; returns ms until the next path settles, or -1. */
@@ -270,9 +295,12 @@ process_due(struct watch_cli *w, bool all)
 	if (!d.v)
 		abort();
 	strmap_each(w->pending, collect_due, &d);
-	qsort(d.v, d.n, sizeof *d.v, by_kind);
+	qsort(d.v, d.n, sizeof *d.v, by_rel);
+	/* Folders removed go first, so that new files under the same names stay stored. */
+	for (size_t i = 0; i < d.n; i++)
+		act_folder(w, d.v[i]);
 	for (size_t i = 0; i < d.n; i++) {
-		act(w, d.v[i]);
+		act_file(w, d.v[i]);
 		strmap_del(w->pending, d.v[i]->rel);
 		free(d.v[i]->rel);
 		free(d.v[i]);

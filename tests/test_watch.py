@@ -182,6 +182,22 @@ def test_directory_moved_away_is_no_longer_watched(gfs, bucket, db, tree, tmp_pa
         assert w.stop() == 0
 
 
+def test_folder_replaced_by_file_within_settle_time(gfs, bucket, db, tree):
+    # a settle time long enough that both changes are pending together
+    w = Watcher(gfs, tree, "--delete", "--settle", "1000")
+    try:
+        w.wait_for("ready")
+        assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
+        shutil.rmtree(tree / "ab")
+        (tree / "ab").write_bytes(b"now a file")
+        w.wait_for("removed-folder", "ab")
+        w.wait_for("uploaded", "ab")
+        assert db.fs.files.count_documents({"filename": {"$regex": "^ab/"}}) == 0
+        assert bucket.open_download_stream_by_name("ab").read() == b"now a file"
+    finally:
+        assert w.stop() == 0
+
+
 def wait_stopped(pid):
     end = time.monotonic() + DEADLINE
     while time.monotonic() < end:

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,7 +48,8 @@ const struct option watch_options[] = {
 	{NULL, 0, NULL, 0},
 };
 
-enum file_change { FILE_NONE, FILE_CHANGED, FILE_REMOVED };
+/* FILE_FOUND: found in a new directory, never seen closed; it may still be written. */
+enum file_change { FILE_NONE, FILE_CHANGED, FILE_FOUND, FILE_REMOVED };
 
 /*
  * A path with changes not yet acted on. A folder removed and a file made
@@ -58,6 +60,7 @@ struct pending {
 	char *rel;
 	bool dir_removed;
 	enum file_change file;
+	struct stat seen;     /* FILE_FOUND: as last looked at */
 	int64_t due_ms;
 };
 
@@ -180,6 +183,36 @@ full_pass(struct watch_cli *w)
 
 /* ---- pending changes ------------------------------------------------- */
 
+/*
+ * Looks at a found file again; true when its size and mtime are those
+ * seen a settle time ago. A file that cannot be looked at is left for
+ * gfs_watch_sync_file to report.
+ */
+static bool
+unchanged_since_seen(const struct watch_cli *w, struct pending *p)
+{
+	char *path;
+	if (asprintf(&path, "%s/%s", w->o.dir, p->rel) < 0)
+		abort();
+	struct stat st;
+	int rc = lstat(path, &st);
+	free(path);
+	if (rc < 0)
+		return true;
+	bool same = st.st_size == p->seen.st_size && st.st_mtim.tv_sec == p->seen.st_mtim.tv_sec &&
+	            st.st_mtim.tv_nsec == p->seen.st_mtim.tv_nsec;
+	p->seen = st;
+	return same;
+}
+
+/* Nothing says a found file is complete; it is taken once it has stopped changing. */
+static void
+found(const struct watch_cli *w, struct pending *p)
+{
+	p->file = FILE_FOUND;
+	unchanged_since_seen(w, p);
+}
+
 static void
 on_change(const gfs_inotree_event *ev, void *ctx)
 {
@@ -203,6 +236,8 @@ on_change(const gfs_inotree_event *ev, void *ctx)
 		p->file = FILE_CHANGED;
 	else if (ev->kind == GFS_INO_REMOVED)
 		p->file = FILE_REMOVED;
+	else if (ev->kind == GFS_INO_FOUND && p->file != FILE_CHANGED)
+		found(w, p);
 	p->due_ms = mono_ms() + w->settle_ms;
 }
 
@@ -217,7 +252,7 @@ static void
 act_file(struct watch_cli *w, const struct pending *p)
 {
 	gfs_error err;
-	if (p->file == FILE_CHANGED) {
+	if (p->file == FILE_CHANGED || p->file == FILE_FOUND) {
 		enum gfs_watch_action a;
 		char *name;
 		int64_t bytes;
@@ -300,10 +335,19 @@ process_due(struct watch_cli *w, bool all)
 	for (size_t i = 0; i < d.n; i++)
 		act_folder(w, d.v[i]);
 	for (size_t i = 0; i < d.n; i++) {
-		act_file(w, d.v[i]);
-		strmap_del(w->pending, d.v[i]->rel);
-		free(d.v[i]->rel);
-		free(d.v[i]);
+		struct pending *p = d.v[i];
+		if (!all && p->file == FILE_FOUND && !unchanged_since_seen(w, p)) {
+			/* still being written: its folder's removal is done, the file waits */
+			p->dir_removed = false;
+			p->due_ms = mono_ms() + w->settle_ms;
+			if (d.next < 0 || p->due_ms < d.next)
+				d.next = p->due_ms;
+			continue;
+		}
+		act_file(w, p);
+		strmap_del(w->pending, p->rel);
+		free(p->rel);
+		free(p);
 	}
 	free(d.v);
 	if (d.next < 0)

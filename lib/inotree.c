@@ -277,7 +277,7 @@ add_tree(gfs_inotree *t, const char *rel, bool report)
 			if (dir_selected(t, child))
 				add_tree(t, child, report);
 		} else if (type == DT_REG && report && file_selected(t, child)) {
-			emit(t, GFS_INO_CHANGED, child);
+			emit(t, GFS_INO_FOUND, child);
 		}
 		free(child);
 	}

@@ -14,6 +14,7 @@
 
 enum gfs_inotree_kind {
 	GFS_INO_CHANGED,      /* a file was written and closed, or moved in */
+	GFS_INO_FOUND,        /* a file found in a new directory: it may still be open for writing */
 	GFS_INO_REMOVED,      /* a file was deleted or moved out */
 	GFS_INO_DIR_REMOVED,  /* a directory was deleted or moved out: everything under rel is gone */
 	GFS_INO_OVERFLOW,     /* events were lost: the watches are renewed, rescan every file */

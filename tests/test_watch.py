@@ -198,6 +198,30 @@ def test_folder_replaced_by_file_within_settle_time(gfs, bucket, db, tree):
         assert w.stop() == 0
 
 
+def test_file_found_still_growing_is_taken_when_complete(gfs, bucket, tree, tmp_path):
+    """A file in a directory moved in is found by listing; nothing says it is complete but its
+    size and mtime staying the same for the settle time."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    w = Watcher(gfs, tree, "--settle", "1000")
+    try:
+        w.wait_for("ready")
+        with open(staging / "big.bin", "wb") as f:
+            f.write(b"a" * 1000)
+            f.flush()
+            os.rename(staging, tree / "new")
+            # the writer's pace: a twentieth of the settle time, for longer than it (no synchronisation)
+            for _ in range(30):
+                time.sleep(0.05)
+                f.write(b"a" * 1000)
+                f.flush()
+        ev = w.wait_for("uploaded", "new/big.bin")
+        assert ev["bytes"] == 31000
+        assert bucket.open_download_stream_by_name("new/big.bin").read() == b"a" * 31000
+    finally:
+        assert w.stop() == 0
+
+
 def wait_stopped(pid):
     end = time.monotonic() + DEADLINE
     while time.monotonic() < end:

@@ -1,0 +1,242 @@
+/* Unit tests for inotree: which directories stay watched, and what is reported, on a real tree. */
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../lib/inotree.h"
+
+struct fixture {
+	char top[64];     /* holds root and a place outside the tree */
+	char root[96];
+	char outside[96];
+	gfs_inotree *t;
+};
+
+/* What the last reads reported, as "kind rel" lines. */
+static char seen[8192];
+
+static void
+record(const gfs_inotree_event *ev, void *ctx)
+{
+	(void)ctx;
+	static const char *names[] = {"changed", "found", "removed", "dir-removed", "overflow"};
+	size_t n = strlen(seen);
+	snprintf(seen + n, sizeof seen - n, "%s %s\n", names[ev->kind], ev->rel);
+}
+
+static void
+path(char *out, size_t size, const char *dir, const char *rel)
+{
+	snprintf(out, size, "%s/%s", dir, rel);
+}
+
+static void
+make_dir(const char *dir, const char *rel)
+{
+	char p[256];
+	path(p, sizeof p, dir, rel);
+	assert_int_equal(mkdir(p, 0700), 0);
+}
+
+static void
+write_file(const char *dir, const char *rel)
+{
+	char p[256];
+	path(p, sizeof p, dir, rel);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "x", 1), 1);
+	close(fd);
+}
+
+static void
+rename_in(const char *from_dir, const char *from, const char *to_dir, const char *to)
+{
+	char a[256], b[256];
+	path(a, sizeof a, from_dir, from);
+	path(b, sizeof b, to_dir, to);
+	assert_int_equal(rename(a, b), 0);
+}
+
+static void
+read_events(struct fixture *f)
+{
+	gfs_error err;
+	seen[0] = '\0';
+	assert_true(gfs_inotree_read(f->t, record, NULL, &err));
+}
+
+/*
+ * Reads until count directories are watched: the kernel queues IN_IGNORED
+ * when it lets go of a removed directory, which need not be at once.
+ */
+static void
+read_until_count(struct fixture *f, size_t count)
+{
+	for (int i = 0; i < 100 && gfs_inotree_count(f->t) != count; i++) {
+		struct pollfd pfd = {.fd = gfs_inotree_fd(f->t), .events = POLLIN};
+		poll(&pfd, 1, 50);
+		read_events(f);
+	}
+	assert_int_equal(gfs_inotree_count(f->t), count);
+}
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof *f);
+	assert_non_null(f);
+	snprintf(f->top, sizeof f->top, "/tmp/test_inotree.XXXXXX");
+	assert_non_null(mkdtemp(f->top));
+	path(f->root, sizeof f->root, f->top, "root");
+	path(f->outside, sizeof f->outside, f->top, "outside");
+	assert_int_equal(mkdir(f->root, 0700), 0);
+	assert_int_equal(mkdir(f->outside, 0700), 0);
+	*state = f;
+	return 0;
+}
+
+static int
+remove_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+	gfs_inotree_close(f->t);
+	nftw(f->top, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	return 0;
+}
+
+static void
+open_tree(struct fixture *f)
+{
+	gfs_error err;
+	f->t = gfs_inotree_open(f->root, NULL, &err);
+	assert_non_null(f->t);
+}
+
+/* The table follows the directories there are now, through growth and shrinking. */
+static void
+test_count_follows_live_directories(void **state)
+{
+	struct fixture *f = *state;
+	open_tree(f);
+	assert_int_equal(gfs_inotree_count(f->t), 1);
+	for (int round = 0; round < 2; round++) {
+		char rel[32];
+		for (int i = 0; i < 300; i++) {
+			snprintf(rel, sizeof rel, "d%d", i);
+			make_dir(f->root, rel);
+		}
+		read_until_count(f, 301);
+		for (int i = 0; i < 300; i++) {
+			char p[256];
+			snprintf(rel, sizeof rel, "d%d", i);
+			path(p, sizeof p, f->root, rel);
+			assert_int_equal(rmdir(p), 0);
+		}
+		read_until_count(f, 1);
+	}
+	make_dir(f->root, "last");
+	read_events(f);
+	write_file(f->root, "last/x");
+	read_events(f);
+	assert_string_equal(seen, "changed last/x\n");
+}
+
+/* Events in a directory moved out must not be reported under its old name. */
+static void
+test_moved_out_directory_is_forgotten(void **state)
+{
+	struct fixture *f = *state;
+	make_dir(f->root, "a");
+	make_dir(f->root, "a/b");
+	open_tree(f);
+	assert_int_equal(gfs_inotree_count(f->t), 3);
+
+	rename_in(f->root, "a", f->outside, "a");
+	read_events(f);
+	assert_string_equal(seen, "dir-removed a\n");
+	assert_int_equal(gfs_inotree_count(f->t), 1);
+
+	make_dir(f->root, "a");
+	read_events(f);
+	write_file(f->outside, "a/b/x");
+	write_file(f->root, "a/y");
+	read_events(f);
+	assert_string_equal(seen, "changed a/y\n");
+}
+
+/* A directory moved within the tree keeps its watches under the new name. */
+static void
+test_moved_within_tree_is_renamed(void **state)
+{
+	struct fixture *f = *state;
+	make_dir(f->root, "c");
+	make_dir(f->root, "c/d");
+	write_file(f->root, "c/d/old");
+	open_tree(f);
+
+	rename_in(f->root, "c", f->root, "e");
+	read_events(f);
+	assert_string_equal(seen, "dir-removed c\nfound e/d/old\n");
+	assert_int_equal(gfs_inotree_count(f->t), 3);
+	write_file(f->root, "e/d/new");
+	read_events(f);
+	assert_string_equal(seen, "changed e/d/new\n");
+
+	/* a hidden name is not selected: like moving out */
+	gfs_walk_opts sel = {0};
+	gfs_inotree_close(f->t);
+	gfs_error err;
+	f->t = gfs_inotree_open(f->root, &sel, &err);
+	assert_non_null(f->t);
+	rename_in(f->root, "e", f->root, ".e");
+	read_events(f);
+	assert_string_equal(seen, "dir-removed e\n");
+	assert_int_equal(gfs_inotree_count(f->t), 1);
+}
+
+static void
+test_root_removed_is_an_error(void **state)
+{
+	struct fixture *f = *state;
+	open_tree(f);
+	assert_int_equal(rmdir(f->root), 0);
+	gfs_error err;
+	seen[0] = '\0';
+	assert_false(gfs_inotree_read(f->t, record, NULL, &err));
+	assert_non_null(strstr(err.msg, "was deleted"));
+	assert_false(gfs_inotree_read(f->t, record, NULL, &err));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_count_follows_live_directories, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_moved_out_directory_is_forgotten, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_moved_within_tree_is_renamed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_root_removed_is_an_error, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -426,6 +426,20 @@ set_duration(int *slot, const char *key, const char *value, char *err, size_t er
 	return true;
 }
 
+static bool
+set_backoff_initial(struct sv_program *p, const char *v, char *err, size_t errlen)
+{
+	int ms;
+	if (!set_duration(&ms, "backoff_initial", v, err, errlen))
+		return false;
+	if (ms < SV_MIN_BACKOFF_MS) {
+		seterr(err, errlen, "backoff_initial: at least %dms, got '%s'", SV_MIN_BACKOFF_MS, v);
+		return false;
+	}
+	p->backoff_initial_ms = ms;
+	return true;
+}
+
 static void
 replace(char **slot, const char *value)
 {
@@ -537,23 +551,30 @@ sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, 
 		}
 		return true;
 	}
-	if (strcmp(key, "startsecs") == 0 || strcmp(key, "restart_window") == 0 ||
-	    strcmp(key, "fd_horizon") == 0) {
-		int *slot = key[0] == 's' ? &p->startsecs : key[0] == 'r' ? &p->restart_window_s
-		                                                          : &p->fd_horizon_s;
+	if (strcmp(key, "startsecs") == 0 || strcmp(key, "fd_horizon") == 0) {
+		int *slot = key[0] == 's' ? &p->startsecs : &p->fd_horizon_s;
 		if (!parse_int_range(v, 0, 86400, slot)) {
 			seterr(err, errlen, "%s: expected seconds 0..86400, got '%s'", key, v);
 			return false;
 		}
 		return true;
 	}
+	if (strcmp(key, "restart_window") == 0) {
+		/* An empty window would count no restarts, and FATAL would never come. */
+		if (!parse_int_range(v, 1, 86400, &p->restart_window_s)) {
+			seterr(err, errlen, "restart_window: expected seconds 1..86400, got '%s'", v);
+			return false;
+		}
+		return true;
+	}
 	if (strcmp(key, "backoff_initial") == 0)
-		return set_duration(&p->backoff_initial_ms, key, v, err, errlen);
+		return set_backoff_initial(p, v, err, errlen);
 	if (strcmp(key, "backoff_max") == 0)
 		return set_duration(&p->backoff_max_ms, key, v, err, errlen);
 	if (strcmp(key, "max_restarts") == 0) {
-		if (!parse_int_range(v, 0, 100000, &p->max_restarts)) {
-			seterr(err, errlen, "max_restarts: expected a count, got '%s'", v);
+		if (!parse_int_range(v, 0, SV_MAX_RESTARTS, &p->max_restarts)) {
+			seterr(err, errlen, "max_restarts: expected a count 0..%d, got '%s'",
+			       SV_MAX_RESTARTS, v);
 			return false;
 		}
 		return true;
@@ -601,12 +622,81 @@ sv_program_check(const struct sv_program *p, char *err, size_t errlen)
 
 /* ---- the file ---------------------------------------------------------- */
 
+/*
+ * libinih reports no line numbers to the handler and keeps parsing after an
+ * error, so we feed it through our own reader, which counts lines, and stop
+ * at the first error with the line it was on.
+ */
 struct parse_state {
 	struct sv_config *cfg;
-	char *err;
+	char *err;              /* the message of the first error, without FILE:LINE */
 	size_t errlen;
 	bool failed;
+	int err_line;
+	FILE *f;                /* the input: a file, or else text */
+	const char *text;
+	int line;               /* of the chunk read last */
+	int section_line;       /* of the last [section] header */
+	bool at_bol;            /* the next chunk starts a line */
 };
+
+static char *
+read_chunk(char *buf, int size, struct parse_state *st)
+{
+	if (st->failed)
+		return NULL; /* ends the parse: inih would go on to the next key */
+	if (st->f)
+		return fgets(buf, size, st->f);
+	if (!*st->text)
+		return NULL;
+	size_t want = strcspn(st->text, "\n");
+	if (st->text[want] == '\n')
+		want++;
+	if (want > (size_t)size - 1)
+		want = (size_t)size - 1;
+	memcpy(buf, st->text, want);
+	buf[want] = '\0';
+	st->text += want;
+	return buf;
+}
+
+static bool
+more_input(struct parse_state *st)
+{
+	if (!st->f)
+		return *st->text != '\0';
+	int c = getc(st->f);
+	if (c == EOF)
+		return false;
+	ungetc(c, st->f);
+	return true;
+}
+
+static int fail(struct parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static char *
+reader(char *buf, int size, void *stream)
+{
+	struct parse_state *st = stream;
+	bool bol = st->at_bol;
+	if (!read_chunk(buf, size, st))
+		return NULL;
+	if (bol)
+		st->line++;
+	size_t len = strlen(buf);
+	st->at_bol = len > 0 && buf[len - 1] == '\n';
+	if (!st->at_bol && more_input(st)) {
+		/* inih would take the rest for a line of its own. */
+		fail(st, "line over %d characters (continue it on an indented line)", size - 1);
+		return NULL;
+	}
+	const char *p = buf;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (bol && *p == '[')
+		st->section_line = st->line;
+	return buf;
+}
 
 static bool
 valid_name(const char *s)
@@ -620,7 +710,7 @@ valid_name(const char *s)
 }
 
 static struct sv_program *
-find_or_add(struct sv_config *c, const char *name)
+find_or_add(struct sv_config *c, const char *name, int line)
 {
 	for (size_t i = 0; i < c->nprogs; i++)
 		if (strcmp(c->progs[i].name, name) == 0)
@@ -630,7 +720,34 @@ find_or_add(struct sv_config *c, const char *name)
 		abort();
 	c->progs = p;
 	sv_program_defaults(&c->progs[c->nprogs], name);
+	c->progs[c->nprogs].line = line;
 	return &c->progs[c->nprogs++];
+}
+
+static int
+fail(struct parse_state *st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(st->err, st->errlen, fmt, ap);
+	va_end(ap);
+	st->failed = true;
+	st->err_line = st->line;
+	return 0;
+}
+
+static int
+on_supervise_key(struct parse_state *st, const char *key, const char *value)
+{
+	if (strcmp(key, "control") == 0) {
+		replace(&st->cfg->control, value);
+		return 1;
+	}
+	if (strcmp(key, "logdir") == 0) {
+		replace(&st->cfg->logdir, value);
+		return 1;
+	}
+	return fail(st, "[supervise]: unknown key '%s'", key);
 }
 
 static int
@@ -639,37 +756,21 @@ on_key(void *user, const char *section, const char *key, const char *value)
 	struct parse_state *st = user;
 	if (st->failed)
 		return 1;
-	if (strcmp(section, "supervise") == 0) {
-		if (strcmp(key, "control") == 0) {
-			replace(&st->cfg->control, value);
-			return 1;
-		}
-		if (strcmp(key, "logdir") == 0) {
-			replace(&st->cfg->logdir, value);
-			return 1;
-		}
-		seterr(st->err, st->errlen, "[supervise]: unknown key '%s'", key);
-		return 0;
-	}
-	if (strncmp(section, "program:", 8) != 0) {
-		seterr(st->err, st->errlen, "unknown section [%s] (expected [supervise] or [program:NAME])",
-		       section);
-		return 0;
-	}
-	if (!valid_name(section + 8)) {
-		seterr(st->err, st->errlen, "[%s]: a program name is letters, digits, '_', '-', '.'",
-		       section);
-		return 0;
-	}
-	struct sv_program *p = find_or_add(st->cfg, section + 8);
+	if (strcmp(section, "supervise") == 0)
+		return on_supervise_key(st, key, value);
+	if (strncmp(section, "program:", 8) != 0)
+		return fail(st, "unknown section [%s] (expected [supervise] or [program:NAME])",
+		            section);
+	if (!valid_name(section + 8))
+		return fail(st, "[%s]: a program name is letters, digits, '_', '-', '.'", section);
+	struct sv_program *p = find_or_add(st->cfg, section + 8, st->section_line);
 	char msg[400];
-	if (!sv_program_set(p, key, value, msg, sizeof msg)) {
-		seterr(st->err, st->errlen, "[%s] %s", section, msg);
-		return 0;
-	}
+	if (!sv_program_set(p, key, value, msg, sizeof msg))
+		return fail(st, "[%s] %s", section, msg);
 	return 1;
 }
 
+/* Checks that need the whole program; their errors point at its section. */
 static bool
 finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 {
@@ -681,7 +782,7 @@ finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 		struct sv_program *p = &c->progs[i];
 		char msg[400];
 		if (!sv_program_check(p, msg, sizeof msg)) {
-			seterr(err, errlen, "%s: %s", name, msg);
+			seterr(err, errlen, "%s:%d: %s", name, p->line, msg);
 			return false;
 		}
 		if (!p->log && c->logdir) {
@@ -695,19 +796,23 @@ finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 }
 
 static bool
-after_parse(int line, struct parse_state *st, const char *name)
+parse(struct parse_state *st, const char *name)
 {
-	if (line == -1) {
+	int line = ini_parse_stream(reader, st, on_key, st);
+	if (line == -1 || (st->f && ferror(st->f))) {
 		seterr(st->err, st->errlen, "%s: %s", name, strerror(errno));
 		return false;
 	}
-	if (line != 0) {
+	/* inih's own syntax errors come with no message of ours. */
+	if (line != 0 && (!st->failed || line < st->err_line)) {
+		seterr(st->err, st->errlen, "%s:%d: syntax error (expected [section] or key = value)",
+		       name, line);
+		return false;
+	}
+	if (st->failed) {
 		char msg[480];
-		if (*st->err)
-			snprintf(msg, sizeof msg, "%s", st->err);
-		else
-			snprintf(msg, sizeof msg, "syntax error (or a line over 199 characters)");
-		seterr(st->err, st->errlen, "%s:%d: %s", name, line, msg);
+		snprintf(msg, sizeof msg, "%s", st->err);
+		seterr(st->err, st->errlen, "%s:%d: %s", name, st->err_line, msg);
 		return false;
 	}
 	return finish(st->cfg, name, st->err, st->errlen);
@@ -718,9 +823,9 @@ sv_config_parse(const char *text, const char *name, struct sv_config *out, char 
 {
 	memset(out, 0, sizeof *out);
 	*err = '\0';
-	struct parse_state st = {out, err, errlen, false};
-	int line = ini_parse_string(text, on_key, &st);
-	if (!after_parse(line, &st, name)) {
+	struct parse_state st = {.cfg = out, .err = err, .errlen = errlen, .text = text,
+	                         .at_bol = true};
+	if (!parse(&st, name)) {
 		sv_config_free(out);
 		return false;
 	}
@@ -737,14 +842,12 @@ sv_config_load(const char *path, struct sv_config *out, char *err, size_t errlen
 		seterr(err, errlen, "%s: %s", path, strerror(errno));
 		return false;
 	}
-	struct parse_state st = {out, err, errlen, false};
-	int line = ini_parse_file(f, on_key, &st);
+	struct parse_state st = {.cfg = out, .err = err, .errlen = errlen, .f = f, .at_bol = true};
+	bool ok = parse(&st, path);
 	fclose(f);
-	if (!after_parse(line, &st, path)) {
+	if (!ok)
 		sv_config_free(out);
-		return false;
-	}
-	return true;
+	return ok;
 }
 
 void

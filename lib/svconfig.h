@@ -13,6 +13,11 @@
 /* Patterns that mean "the process ran out of descriptors"; the default restart_on. */
 extern const char *const sv_default_patterns[];
 
+/* The supervisor remembers this many restart times: max_restarts cannot be higher. */
+#define SV_MAX_RESTARTS 64
+/* A shorter backoff_initial would let a crashing program fork as fast as it can. */
+#define SV_MIN_BACKOFF_MS 10
+
 struct sv_program {
 	char *name;
 	char **argv;            /* the split command, NULL-terminated */
@@ -47,6 +52,7 @@ struct sv_program {
 	int fd_threshold_pct;   /* act above this share of the soft limit */
 	int fd_horizon_s;       /* act when the trend exhausts the limit within this */
 	bool fd_raise;          /* raise the soft limit live before restarting */
+	int line;               /* where its section starts in the file (0: not from a file) */
 };
 
 struct sv_config {

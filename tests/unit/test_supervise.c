@@ -213,6 +213,18 @@ config_errors(void **state)
 		{"[program:a]\ncommand = x\nenvironment = NOEQUALS\n", "KEY=VALUE"},
 		{"[supervise]\ncontrol = /x\n", "no [program:NAME] section"},
 		{"[program:a]\ncommand = x\nthis line is not ini\n", "t:3:"},
+		/* Values that would defeat the restart limits. */
+		{"[program:a]\ncommand = x\nmax_restarts = 100\n", "t:3: [program:a] max_restarts"},
+		{"[program:a]\ncommand = x\nrestart_window = 0\n", "t:3: [program:a] restart_window"},
+		{"[program:a]\ncommand = x\nbackoff_initial = 0\n", "t:3: [program:a] backoff_initial"},
+		{"[program:a]\ncommand = x\nbackoff_initial = 5ms\n", "t:3: [program:a] backoff_initial"},
+		/* The first error wins, with its own line and message. */
+		{"[program:a]\ncommand = x\nnofile = lots\nbogus = 1\n", "t:3: [program:a] nofile"},
+		{"[program:a]\nnot ini\nbogus = 1\n", "t:2: syntax error"},
+		{"[program:a]\nbogus = 1\nnot ini\n", "t:2: [program:a] unknown key 'bogus'"},
+		/* Whole-program checks point at the program's section. */
+		{"[supervise]\nlogdir = /x\n\n[program:b]\ndirectory = /\n", "t:4: program 'b' has no command"},
+		{"[program:a]\ncommand = x\nbackoff_initial = 2s\nbackoff_max = 1s\n", "t:1: program 'a'"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct sv_config c;
@@ -221,6 +233,19 @@ config_errors(void **state)
 		if (!strstr(err, bad[i].msg))
 			fail_msg("case %zu: '%s' does not contain '%s'", i, err, bad[i].msg);
 	}
+}
+
+static void
+config_long_line(void **state)
+{
+	(void)state;
+	char text[600];
+	snprintf(text, sizeof text, "[program:a]\ncommand = x\nenvironment = A=%0300d\nbogus = 1\n", 1);
+	struct sv_config c;
+	char err[600];
+	assert_false(sv_config_parse(text, "t", &c, err, sizeof err));
+	if (!strstr(err, "t:3: line over"))
+		fail_msg("'%s'", err);
 }
 
 static void
@@ -442,6 +467,7 @@ main(void)
 		cmocka_unit_test(config_all_keys),
 		cmocka_unit_test(config_defaults),
 		cmocka_unit_test(config_errors),
+		cmocka_unit_test(config_long_line),
 		cmocka_unit_test(backoff_and_window),
 		cmocka_unit_test(patterns),
 		cmocka_unit_test(required_literals),

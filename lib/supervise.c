@@ -35,7 +35,7 @@ extern char **environ;
 
 /* A descriptor-exhaustion hit this soon after a start means the limit, not a leak, is the problem. */
 #define EMFILE_RECUR_S 10.0
-#define RESTART_RING 64
+#define RESTART_RING SV_MAX_RESTARTS
 #define LINE_MAX_ 16384
 
 enum state { ST_STOPPED, ST_STARTING, ST_RUNNING, ST_BACKOFF, ST_STOPPING, ST_FATAL, ST_EXITED };
@@ -924,11 +924,13 @@ schedule_restart(struct instance *in, const char *why)
 	in->nring++;
 	in->restarts++;
 	in->state = ST_BACKOFF;
+	/*
+	 * Even with no delay the start goes through the timer: start_instance
+	 * calls us when it fails, and must not recurse.
+	 */
 	in->t_start = t + delay / 1000.0;
 	event(s, "%s: restarting in %.1f s (%s; restart %d within %d s)", in->name, delay / 1000.0,
 	      why, k + 1, c->restart_window_s);
-	if (delay == 0)
-		start_instance(in);
 }
 
 static void finish_program_removal(struct sv *s);

@@ -1553,11 +1553,12 @@ rolling_advance(struct program *p)
 		rolling_advance(p);
 }
 
+/* The program of that name, being removed or not: there is at most one. */
 static struct program *
 find_program(struct sv *s, const char *name)
 {
 	for (struct program *p = s->progs; p; p = p->next)
-		if (!p->removing && strcmp(p->cfg.name, name) == 0)
+		if (strcmp(p->cfg.name, name) == 0)
 			return p;
 	return NULL;
 }
@@ -1644,6 +1645,41 @@ remove_program(struct program *p, struct program *replacement)
 		stop_instance(&p->inst[i], AFTER_STOP, replacement ? "configuration changed" : "removed from the configuration");
 }
 
+/*
+ * A program still stopping from an earlier reload: the newest configuration
+ * replaces what was to start after it (np NULL: nothing starts).
+ */
+static void
+replace_pending(struct program *p, struct program *np)
+{
+	if (p->replacement)
+		program_free(p->replacement);
+	p->replacement = np;
+}
+
+/* Applies one program of the new configuration; returns 'a'dded, 'c'hanged or 0. */
+static int
+reload_program(struct sv *s, const struct sv_program *cfg)
+{
+	struct program *old = find_program(s, cfg->name);
+	if (old && !old->removing && sv_program_equal(&old->cfg, cfg))
+		return 0;
+	if (old && old->removing && old->replacement &&
+	    sv_program_equal(&old->replacement->cfg, cfg))
+		return 0;
+	struct program *np = program_new(s, cfg);
+	if (!old) {
+		append_program(s, np);
+		start_program(np);
+		return 'a';
+	}
+	if (old->removing)
+		replace_pending(old, np);
+	else
+		remove_program(old, np);
+	return 'c';
+}
+
 static void
 reload(struct sv *s)
 {
@@ -1664,30 +1700,22 @@ reload(struct sv *s)
 	event(s, "reloading %s", s->config_path);
 	int added = 0, changed = 0, removed = 0;
 	for (struct program *p = s->progs; p; p = p->next) {
-		if (p->removing)
-			continue;
 		bool keep = false;
 		for (size_t i = 0; i < cfg.nprogs; i++)
 			if (strcmp(cfg.progs[i].name, p->cfg.name) == 0)
 				keep = true;
-		if (!keep) {
+		if (keep || (p->removing && !p->replacement))
+			continue;
+		if (p->removing)
+			replace_pending(p, NULL);
+		else
 			remove_program(p, NULL);
-			removed++;
-		}
+		removed++;
 	}
 	for (size_t i = 0; i < cfg.nprogs; i++) {
-		struct program *old = find_program(s, cfg.progs[i].name);
-		if (old && sv_program_equal(&old->cfg, &cfg.progs[i]))
-			continue;
-		struct program *np = program_new(s, &cfg.progs[i]);
-		if (old) {
-			changed++;
-			remove_program(old, np);
-		} else {
-			added++;
-			append_program(s, np);
-			start_program(np);
-		}
+		int what = reload_program(s, &cfg.progs[i]);
+		added += what == 'a';
+		changed += what == 'c';
 	}
 	event(s, "reloaded: %d added, %d changed, %d removed", added, changed, removed);
 	sv_config_free(&cfg);

@@ -513,6 +513,51 @@ command = sleep 600
     assert s.stop() == 0
 
 
+def children_of(pid):
+    """The live (not zombie) children of pid, from /proc."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            kids.append(int(d))
+    return kids
+
+
+def test_two_reloads_while_a_changed_program_is_stopping(sup, workdir):
+    # Both ignore SIGTERM, so they are still stopping when the second SIGHUP comes.
+    slow = "sh -c 'trap \"\" TERM; exec sleep {}'\nstop_grace = 3s\n"
+    cfg = write_config(workdir, "[program:a]\ncommand = " + slow.format(3600)
+                       + "[program:b]\ncommand = " + slow.format(3600))
+    s = sup(["-c", cfg])
+    for n in ("a", "b"):
+        s.wait_status(n, lambda d: d["pid"] > 0)
+    write_config(workdir, "[program:a]\ncommand = sleep 3601\n[program:b]\ncommand = sleep 3601\n")
+    n = len(s.events)
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_event(r"reloaded: 0 added, 2 changed, 0 removed", after=n)
+    s.wait_event(r"b: stopping pid \d+ with SIGTERM \(configuration changed\)", after=n)
+    # a changes again and b goes, while both are still stopping.
+    write_config(workdir, "[program:a]\ncommand = sleep 3602\n")
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_event(r"reloaded: 0 added, 1 changed, 1 removed", after=n)
+    s.wait_event(r"a: stopped; starting it with the new configuration", after=n)
+    s.wait_event(r"b: removed", after=n)
+    s.wait_event(r"a: started pid \d+: sleep 3602", after=n)
+    with s.cond:
+        started = [e for e in s.events[n:] if "started pid" in e]
+    assert len(started) == 1, started
+    kids = children_of(s.proc.pid)
+    assert len(kids) == 1, kids
+    assert set(s.status()) == {"a"}
+    assert s.stop() == 0
+
+
 def test_second_supervisor_on_the_same_socket_is_refused(sup, workdir):
     s = sup(["--", "sleep", "600"])
     s.wait_event(r"started pid")

@@ -1967,6 +1967,11 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 		append_program(s, program_new(s, &cfg->progs[i]));
 	sv_config_free(cfg);
 
+	/*
+	 * An inherited SIGCHLD = SIG_IGN makes the kernel reap our children
+	 * itself: no exit status, and pidfds that stay readable forever.
+	 */
+	signal(SIGCHLD, SIG_DFL);
 	sigset_t mask;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);

@@ -55,14 +55,14 @@ def alive(pid):
 class Supervisor:
     """A running `gridfsctl supervise` with its event lines collected as they come."""
 
-    def __init__(self, workdir, args, env=None):
+    def __init__(self, workdir, args, env=None, preexec=None):
         self.dir = workdir
         self.control = os.path.join(workdir, "ctl.sock")
         self.env = dict(os.environ, **SAN_ENV, **(env or {}))
         self.env["GRIDFSCTL_CONFIG"] = "/dev/null"
         argv = [BIN, "supervise", "--control", self.control] + [str(a) for a in args]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     cwd=workdir, env=self.env)
+                                     cwd=workdir, env=self.env, preexec_fn=preexec)
         self.events, self.output = [], []
         self.cond = threading.Condition()
         self.threads = [threading.Thread(target=self._read, args=(self.proc.stderr, self.events)),
@@ -154,8 +154,8 @@ def workdir():
 def sup(workdir):
     started = []
 
-    def start(args, env=None):
-        s = Supervisor(workdir, args, env)
+    def start(args, env=None, preexec=None):
+        s = Supervisor(workdir, args, env, preexec)
         started.append(s)
         return s
 
@@ -280,6 +280,15 @@ max_restarts = 10
     exits = [stamp(e) for e in ev if re.search(r"flaky: pid \d+ exited", e)]
     starts = [stamp(e) for e in ev if "flaky: started pid" in e]
     assert starts[4] - exits[3] >= 0.75
+    assert s.stop() == 0
+
+
+def test_inherited_sigchld_ignore_is_reset(sup, workdir):
+    # Ignored SIGCHLD survives exec; with it the kernel would reap the children for us.
+    s = sup(["--name", "ig", "--", "sh", "-c", "exit 3"],
+            preexec=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    s.wait_event(r"ig: pid \d+ exited with code 3")
+    s.wait_event(r"ig: restarting in")
     assert s.stop() == 0
 
 

@@ -37,6 +37,8 @@ extern char **environ;
 #define EMFILE_RECUR_S 10.0
 #define RESTART_RING SV_MAX_RESTARTS
 #define LINE_MAX_ 16384
+/* How long the control socket goes unwatched when we have no descriptor to accept with. */
+#define ACCEPT_PAUSE_S 1.0
 
 enum state { ST_STOPPED, ST_STARTING, ST_RUNNING, ST_BACKOFF, ST_STOPPING, ST_FATAL, ST_EXITED };
 
@@ -125,6 +127,7 @@ struct sv {
 	struct watch w_sig, w_timer, w_ctl;
 	bool stopping;
 	int stop_signals;
+	double t_accept;        /* watch the control socket again then; 0: watched */
 	struct sv_config *pending;      /* unused beyond sv_new */
 };
 
@@ -1465,7 +1468,7 @@ consider(double *earliest, double t)
 static void
 arm_timer(struct sv *s)
 {
-	double earliest = 0;
+	double earliest = s->t_accept;
 	for (struct program *p = s->progs; p; p = p->next)
 		for (int i = 0; i < p->ninst; i++) {
 			struct instance *in = &p->inst[i];
@@ -1502,6 +1505,8 @@ on_timer(struct sv *s)
 	uint64_t ticks;
 	(void)!read(s->timerfd, &ticks, sizeof ticks);
 	double t = gfs_mono_seconds() + 0.0005;
+	if (due(&s->t_accept, t))
+		ep_add(s, s->ctlfd, &s->w_ctl, W_CONTROL, NULL);
 	for (struct program *p = s->progs; p; p = p->next)
 		for (int i = 0; i < p->ninst; i++) {
 			struct instance *in = &p->inst[i];
@@ -1890,10 +1895,15 @@ static void
 on_accept(struct sv *s)
 {
 	int fd = accept4(s->ctlfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	if (fd < 0) {
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+		/* The connection stays queued and the socket readable: pause, or we would spin. */
 		self_fd_note(s, "control connection");
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->ctlfd, NULL);
+		s->t_accept = gfs_mono_seconds() + ACCEPT_PAUSE_S;
 		return;
 	}
+	if (fd < 0)
+		return; /* gone before we got to it (ECONNABORTED, EAGAIN) */
 	struct client *cl = calloc(1, sizeof *cl);
 	if (!cl)
 		abort();

@@ -224,10 +224,15 @@ print_check(const struct sv_config *cfg)
 {
 	for (size_t i = 0; i < cfg->nprogs; i++) {
 		const struct sv_program *p = &cfg->progs[i];
+		char *cmd = sv_redact_command(p->command); /* --check output gets pasted into tickets */
 		printf("%s: %d instance%s: %s\n", p->name, p->instances, p->instances == 1 ? "" : "s",
-		       p->command);
-		for (char **a = p->argv; *a; a++)
-			printf("  argv: %s\n", *a);
+		       cmd);
+		free(cmd);
+		for (char **a = p->argv; *a; a++) {
+			char *arg = sv_redact_command(*a);
+			printf("  argv: %s\n", arg);
+			free(arg);
+		}
 		if (p->nofile)
 			printf("  nofile: %ld\n", p->nofile);
 		if (p->listen)

@@ -351,6 +351,50 @@ sv_line_is_emfile(const char *line)
 	return sv_patterns_match(&pats, line) >= 0;
 }
 
+/* Where the password of the URL whose authority starts at a ends, or NULL when it has none. */
+static const char *
+password_span(const char *a, const char **pw)
+{
+	size_t authlen = strcspn(a, "/?# \t\n'\"");
+	const char *at = NULL;
+	for (const char *q = a; q < a + authlen; q++)
+		if (*q == '@')
+			at = q;
+	if (!at)
+		return NULL;
+	const char *colon = memchr(a, ':', (size_t)(at - a));
+	if (!colon)
+		return NULL;
+	*pw = colon + 1;
+	return at;
+}
+
+char *
+sv_redact_command(const char *cmd)
+{
+	/* Each "***" is at most 3 bytes longer than what it stands for, and needs a "://". */
+	size_t len = strlen(cmd);
+	char *out = malloc(2 * len + 4);
+	if (!out)
+		abort();
+	char *o = out;
+	const char *p = cmd, *scheme;
+	while ((scheme = strstr(p, "://")) != NULL) {
+		const char *a = scheme + 3, *pw = NULL;
+		const char *at = password_span(a, &pw);
+		const char *upto = at ? pw : a;
+		memcpy(o, p, (size_t)(upto - p));
+		o += upto - p;
+		if (at) {
+			memcpy(o, "***", 3);
+			o += 3;
+		}
+		p = at ? at : a;
+	}
+	strcpy(o, p);
+	return out;
+}
+
 /* ---- control socket path ------------------------------------------------ */
 
 char *
@@ -853,7 +897,9 @@ start_instance(struct instance *in)
 	char lim[64] = "";
 	if (set_rl)
 		snprintf(lim, sizeof lim, ", nofile %ld", (long)rl.rlim_cur);
-	event(s, "%s: started pid %d%s: %s", in->name, (int)pid, lim, c->command);
+	char *shown = sv_redact_command(c->command); /* never a password in the log */
+	event(s, "%s: started pid %d%s: %s", in->name, (int)pid, lim, shown);
+	free(shown);
 }
 
 /*

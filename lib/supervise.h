@@ -77,6 +77,8 @@ char *sv_required_literal(const char *re);
 /* The index of the first pattern matching line, or -1. */
 int sv_patterns_match(const struct sv_patterns *p, const char *line);
 void sv_patterns_free(struct sv_patterns *p);
+/* A copy of a command line (malloc'd) with the password of every scheme://user:password@ as ***. */
+char *sv_redact_command(const char *cmd);
 /* True when line reports running out of descriptors (whatever restart_on says). */
 bool sv_line_is_emfile(const char *line);
 

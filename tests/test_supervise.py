@@ -567,6 +567,21 @@ def test_two_reloads_while_a_changed_program_is_stopping(sup, workdir):
     assert s.stop() == 0
 
 
+def test_password_in_a_command_stays_out_of_the_log(sup, workdir):
+    uri = "mongodb://app:hunter2@127.0.0.1:1/db"
+    cfg = write_config(workdir, f"[program:pw]\ncommand = sh -c 'exec sleep 600' sh {uri}\n")
+    p = subprocess.run([BIN, "supervise", "-c", cfg, "--check"], capture_output=True, text=True)
+    assert p.returncode == 0 and "mongodb://app:***@127.0.0.1:1/db" in p.stdout, p
+    assert "hunter2" not in p.stdout + p.stderr
+    s = sup(["-c", cfg])
+    s.wait_event(r"pw: started pid \d+: sh -c 'exec sleep 600' sh mongodb://app:\*\*\*@127\.0\.0\.1:1/db$")
+    n = len(s.events)
+    assert s.ctl("restart", "pw").returncode == 0
+    s.wait_event(r"pw: started pid", after=n)
+    assert s.stop() == 0
+    assert not any("hunter2" in e for e in s.events)
+
+
 def test_second_supervisor_on_the_same_socket_is_refused(sup, workdir):
     s = sup(["--", "sleep", "600"])
     s.wait_event(r"started pid")

@@ -249,6 +249,28 @@ config_long_line(void **state)
 }
 
 static void
+redaction(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{"gridfsctl serve --uri mongodb://u:s3cret@h:27017/db", "gridfsctl serve --uri mongodb://u:***@h:27017/db"},
+		{"x 'mongodb://u:p%40ss@a,b/?authSource=admin' y", "x 'mongodb://u:***@a,b/?authSource=admin' y"},
+		{"x --a=http://u:p@h/ --b=mongodb+srv://v:q@c", "x --a=http://u:***@h/ --b=mongodb+srv://v:***@c"},
+		{"x mongodb://user@h/db mongodb://h:27017/a@b", "x mongodb://user@h/db mongodb://h:27017/a@b"},
+		{"x http://h:80 ://", "x http://h:80 ://"},
+		{"x mongodb://u:@h", "x mongodb://u:***@h"},
+		{"sleep 600", "sleep 600"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char *r = sv_redact_command(cases[i].in);
+		assert_string_equal(r, cases[i].out);
+		free(r);
+	}
+}
+
+static void
 backoff_and_window(void **state)
 {
 	(void)state;
@@ -468,6 +490,7 @@ main(void)
 		cmocka_unit_test(config_defaults),
 		cmocka_unit_test(config_errors),
 		cmocka_unit_test(config_long_line),
+		cmocka_unit_test(redaction),
 		cmocka_unit_test(backoff_and_window),
 		cmocka_unit_test(patterns),
 		cmocka_unit_test(required_literals),

@@ -427,29 +427,57 @@ fill_sockaddr(struct sockaddr_un *sa, const char *path, char *err, size_t errlen
 	return true;
 }
 
-/* Creates the socket's directory owner-only when it is ours to create. */
-static void
-make_parent_dir(const char *path)
+static bool
+dir_is_private(const char *dir, char *err, size_t errlen)
+{
+	struct stat st;
+	if (lstat(dir, &st) != 0) {
+		snprintf(err, errlen, "control socket directory %s: %s", dir, strerror(errno));
+		return false;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0700) {
+		snprintf(err, errlen, "control socket directory %s is not a directory of uid %u with "
+		         "mode 0700 (%s, uid %u, mode %04o): refusing to use it; remove it or pass "
+		         "--control", dir, (unsigned)geteuid(), S_ISDIR(st.st_mode) ? "directory"
+		         : S_ISLNK(st.st_mode) ? "symlink" : "not a directory", (unsigned)st.st_uid,
+		         (unsigned)(st.st_mode & 07777));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Creates the socket's directory owner-only. The default one (in /tmp, or
+ * $XDG_RUNTIME_DIR) must also be ours alone when it exists already:
+ * another user could have made it first and would see, or swap, our socket.
+ */
+static bool
+make_parent_dir(const char *path, bool must_be_private, char *err, size_t errlen)
 {
 	char *dir = strdup(path);
 	if (!dir)
 		abort();
 	char *slash = strrchr(dir, '/');
+	bool ok = true;
 	if (slash && slash != dir) {
 		*slash = '\0';
 		mkdir(dir, 0700);
+		if (must_be_private)
+			ok = dir_is_private(dir, err, errlen);
 	}
 	free(dir);
+	return ok;
 }
 
 static int
-bind_control(const char *path, bool *busy, char *err, size_t errlen)
+bind_control(const char *path, bool is_default, bool *busy, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
 	*busy = false;
 	if (!fill_sockaddr(&sa, path, err, errlen))
 		return -1;
-	make_parent_dir(path);
+	if (!make_parent_dir(path, is_default, err, errlen))
+		return -1;
 	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
 		close(probe);
@@ -2011,7 +2039,7 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 		s->config_path = strdup(config_path);
 	s->control_path = control_path ? strdup(control_path)
 	                : cfg->control ? strdup(cfg->control) : sv_default_control_path();
-	s->ctlfd = bind_control(s->control_path, busy, err, errlen);
+	s->ctlfd = bind_control(s->control_path, !control_path && !cfg->control, busy, err, errlen);
 	if (s->ctlfd < 0) {
 		free(s->control_path);
 		s->control_path = NULL; /* not ours to unlink */

@@ -582,6 +582,22 @@ def test_password_in_a_command_stays_out_of_the_log(sup, workdir):
     assert not any("hunter2" in e for e in s.events)
 
 
+def test_default_socket_directory_must_be_private(workdir):
+    # $XDG_RUNTIME_DIR stands in for /tmp/gridfsctl-UID: the same check applies to both.
+    rt = os.path.join(workdir, "rt")
+    os.mkdir(rt)
+    os.chmod(rt, 0o755)
+    link = os.path.join(workdir, "link")
+    os.symlink(rt, link)
+    env = dict(os.environ, **SAN_ENV, GRIDFSCTL_CONFIG="/dev/null")
+    for d, what in ((rt, "directory, uid %d, mode 0755" % os.geteuid()), (link, "symlink")):
+        env["XDG_RUNTIME_DIR"] = d
+        p = subprocess.run([BIN, "supervise", "--", "sleep", "600"], capture_output=True,
+                           text=True, env=env, timeout=30)
+        assert p.returncode != 0 and "refusing to use it" in p.stderr and what in p.stderr, p
+        assert not os.path.exists(os.path.join(rt, "gridfsctl-supervise.sock"))
+
+
 def test_second_supervisor_on_the_same_socket_is_refused(sup, workdir):
     s = sup(["--", "sleep", "600"])
     s.wait_event(r"started pid")

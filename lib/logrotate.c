@@ -5,9 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "logrotate.h"
+
+/* How long after a failed rotation output goes on into the current file. */
+#define LOGFILE_RETRY_S 5.0
 
 static int
 open_append(const char *path, uint64_t *size)
@@ -70,6 +74,27 @@ numbered(const char *path, int n)
 	return s;
 }
 
+/* FILE -> FILE.1 ... FILE.N-1 -> FILE.N; the oldest falls off. */
+static bool
+shift_files(struct logfile *lf)
+{
+	for (int i = lf->backups - 1; i >= 0; i--) {
+		char *from = i == 0 ? strdup(lf->path) : numbered(lf->path, i);
+		char *to = numbered(lf->path, i + 1);
+		if (!from)
+			abort();
+		int rc = rename(from, to);
+		int e = errno;
+		free(from);
+		free(to);
+		if (rc != 0 && e != ENOENT) {
+			errno = e;
+			return false;
+		}
+	}
+	return true;
+}
+
 bool
 logfile_rotate(struct logfile *lf)
 {
@@ -79,22 +104,10 @@ logfile_rotate(struct logfile *lf)
 		lf->size = 0;
 		return true;
 	}
-	/* Shift FILE.N-1 -> FILE.N ... FILE -> FILE.1; the oldest falls off. */
-	for (int i = lf->backups - 1; i >= 0; i--) {
-		char *from = i == 0 ? strdup(lf->path) : numbered(lf->path, i);
-		char *to = numbered(lf->path, i + 1);
-		if (!from)
-			abort();
-		if (rename(from, to) != 0 && errno != ENOENT) {
-			int e = errno;
-			free(from);
-			free(to);
-			errno = e;
-			return false;
-		}
-		free(from);
-		free(to);
-	}
+	/* After a failed reopen FILE.1 is our file already: shifting again would drop a backup. */
+	if (!lf->shifted && !shift_files(lf))
+		return false;
+	lf->shifted = true;
 	uint64_t size;
 	int fd = open_append(lf->path, &size);
 	if (fd < 0)
@@ -102,7 +115,37 @@ logfile_rotate(struct logfile *lf)
 	close(lf->fd);
 	lf->fd = fd;
 	lf->size = size;
+	lf->shifted = false;
 	return true;
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* After a failed rotation, none is tried for a while: output goes on into the current file. */
+static bool
+backing_off(const struct logfile *lf)
+{
+	return lf->retry_at > 0 && now_s() < lf->retry_at;
+}
+
+/* On failure the old descriptor stays, so output is not lost. */
+static bool
+rotate_or_back_off(struct logfile *lf)
+{
+	if (logfile_rotate(lf)) {
+		lf->retry_at = 0;
+		return true;
+	}
+	int e = errno;
+	lf->retry_at = now_s() + LOGFILE_RETRY_S;
+	errno = e;
+	return false;
 }
 
 static bool
@@ -130,16 +173,17 @@ write_all(struct logfile *lf, const char *data, size_t len)
 bool
 logfile_write(struct logfile *lf, const char *data, size_t len)
 {
+	int failed = 0; /* the errno of a failed rotation */
 	while (len > 0) {
 		size_t n = len;
-		if (lf->max && lf->size + len > lf->max) {
+		if (lf->max && lf->size + len > lf->max && !backing_off(lf)) {
 			uint64_t room = lf->max > lf->size ? lf->max - lf->size : 0;
 			const char *nl = room ? memrchr(data, '\n', room < len ? (size_t)room : len) : NULL;
 			if (nl) {
 				n = (size_t)(nl - data) + 1;
 			} else if (lf->size > 0) {
-				if (!logfile_rotate(lf))
-					return false;
+				if (!rotate_or_back_off(lf))
+					failed = errno;
 				continue;
 			} else {
 				nl = memchr(data, '\n', len);
@@ -151,7 +195,8 @@ logfile_write(struct logfile *lf, const char *data, size_t len)
 		data += n;
 		len -= n;
 	}
-	return true;
+	errno = failed;
+	return failed == 0;
 }
 
 void

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -480,6 +481,79 @@ rotation(void **state)
 	rmdir(dir);
 }
 
+static void
+fill_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static long
+file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Takes every free descriptor under a low soft limit; returns how many (fds[] holds them). */
+static int
+exhaust_fds(int *fds, int max, struct rlimit *saved)
+{
+	getrlimit(RLIMIT_NOFILE, saved);
+	struct rlimit low = *saved;
+	low.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int n = 0;
+	while (n < max && (fds[n] = dup(0)) >= 0)
+		n++;
+	assert_true(n < max);
+	return n;
+}
+
+static void
+rotation_reopen_fails(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/sv-unit-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[128], p1[140], p2[140];
+	snprintf(path, sizeof path, "%s/x.log", dir);
+	snprintf(p1, sizeof p1, "%s.1", path);
+	snprintf(p2, sizeof p2, "%s.2", path);
+	fill_file(p1, "backup one\n");
+	struct logfile *lf = logfile_open(path, 20, 2);
+	assert_non_null(lf);
+	assert_true(logfile_write(lf, "0123456789012345\n", 17));
+	/* Renaming works, but no descriptor is left to open the new file with. */
+	int fds[128];
+	struct rlimit saved;
+	int n = exhaust_fds(fds, 128, &saved);
+	assert_false(logfile_write(lf, "second line\n", 12));
+	assert_int_equal(file_size(path), -1);
+	assert_int_equal(file_size(p1), 17 + 12); /* kept writing where it was */
+	assert_int_equal(file_size(p2), 11);      /* the old backup moved once */
+	/* Backing off: later writes go on into the same file, and shift nothing again. */
+	assert_true(logfile_write(lf, "third line\n", 11));
+	assert_int_equal(file_size(p1), 17 + 12 + 11);
+	assert_int_equal(file_size(p2), 11);
+	while (n > 0)
+		close(fds[--n]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	/* Once it can, the rotation makes FILE anew without shifting the backups again. */
+	assert_true(logfile_rotate(lf));
+	assert_true(logfile_write(lf, "fourth\n", 7));
+	logfile_close(lf);
+	assert_int_equal(file_size(path), 7);
+	assert_int_equal(file_size(p1), 17 + 12 + 11);
+	assert_int_equal(file_size(p2), 11);
+	unlink(path);
+	unlink(p1);
+	unlink(p2);
+	rmdir(dir);
+}
+
 int
 main(void)
 {
@@ -497,6 +571,7 @@ main(void)
 		cmocka_unit_test(limits_text),
 		cmocka_unit_test(trend_and_decision),
 		cmocka_unit_test(rotation),
+		cmocka_unit_test(rotation_reopen_fails),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1148,6 +1148,21 @@ find_pid(struct sv *s, pid_t pid, bool *checker)
 
 static void on_checker_exit(struct instance *in, int status);
 
+/*
+ * The main process has exited (still a zombie, so its group id cannot be
+ * reused yet): what it started in its group would otherwise outlive it and
+ * hold its port or files. A clean exit may be a daemon forking away, which
+ * on_exit_status adopts; and a stopping instance's group got the signal.
+ */
+static void
+signal_leftovers(struct instance *in, const siginfo_t *si)
+{
+	bool may_daemonise = si->si_code == CLD_EXITED && si->si_status == 0;
+	if (in->pgid <= 0 || in->state == ST_STOPPING || in->sv->stopping || may_daemonise)
+		return;
+	kill(-in->pgid, in->prog->cfg.stop_signal);
+}
+
 /* Reaps every exited child: ours, health checkers, and orphans adopted as subreaper. */
 static void
 reap(struct sv *s)
@@ -1155,12 +1170,16 @@ reap(struct sv *s)
 	for (;;) {
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
-		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+			break;
+		bool is_checker;
+		struct instance *in = find_pid(s, si.si_pid, &is_checker);
+		if (in && !is_checker)
+			signal_leftovers(in, &si);
+		if (waitid(P_PID, (id_t)si.si_pid, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
 			break;
 		int status = si.si_code == CLD_EXITED ? W_EXITCODE(si.si_status, 0)
 		           : si.si_code == CLD_DUMPED ? (si.si_status | 0x80) : si.si_status;
-		bool is_checker;
-		struct instance *in = find_pid(s, si.si_pid, &is_checker);
 		if (!in)
 			continue; /* an orphan that some child left behind */
 		if (is_checker)

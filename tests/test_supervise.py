@@ -292,6 +292,21 @@ def test_inherited_sigchld_ignore_is_reset(sup, workdir):
     assert s.stop() == 0
 
 
+def test_what_a_crashed_program_left_in_its_group_is_stopped(sup, workdir):
+    flag = os.path.join(workdir, "once")
+    s = sup(["--name", "lg", "--", "sh", "-c",
+             f"if [ -e {flag} ]; then exec sleep 600; fi; touch {flag}; "
+             "sleep 600 & echo bg $!; exit 3"])
+    _, line = s.wait_event(r"\[lg\] bg (\d+)", lines=s.output)
+    bg = int(line.split()[-1])
+    s.wait_event(r"lg: pid \d+ exited with code 3")
+    deadline = time.monotonic() + 10
+    while alive(bg) and time.monotonic() < deadline:
+        threading.Event().wait(0.02)  # until the leftover is gone, with a deadline
+    assert not alive(bg)
+    assert s.stop() == 0
+
+
 def test_crash_loop_goes_fatal_then_restart_revives(sup, workdir):
     cfg = write_config(workdir, """
 [program:crash]

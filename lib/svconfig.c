@@ -687,7 +687,7 @@ reader(char *buf, int size, void *stream)
 	st->at_bol = len > 0 && buf[len - 1] == '\n';
 	if (!st->at_bol && more_input(st)) {
 		/* inih would take the rest for a line of its own. */
-		fail(st, "line over %d characters (continue it on an indented line)", size - 1);
+		fail(st, "line longer than %d characters (continue it on an indented line)", size - 2);
 		return NULL;
 	}
 	const char *p = buf;

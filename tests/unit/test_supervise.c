@@ -245,7 +245,7 @@ config_long_line(void **state)
 	struct sv_config c;
 	char err[600];
 	assert_false(sv_config_parse(text, "t", &c, err, sizeof err));
-	if (!strstr(err, "t:3: line over"))
+	if (!strstr(err, "t:3: line longer than"))
 		fail_msg("'%s'", err);
 }
 

@@ -613,6 +613,34 @@ def test_default_socket_directory_must_be_private(workdir):
         assert not os.path.exists(os.path.join(rt, "gridfsctl-supervise.sock"))
 
 
+def test_control_socket_out_of_descriptors_does_not_spin(sup, workdir):
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    s = sup(["--name", "few", "--", "sleep", "600"],
+            preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, hard)))
+    s.wait_status("few", lambda d: d["pid"] > 0)
+    conns = []
+    try:
+        # Idle clients until the supervisor has no descriptor left to accept with.
+        while len(conns) < 64 and not s.count(r"out of descriptors \(control connection"):
+            c = socket.socket(socket.AF_UNIX)
+            c.settimeout(5)
+            try:
+                c.connect(s.control)
+            except OSError:
+                c.close()
+                break
+            conns.append(c)
+        s.wait_event(r"the supervisor itself is out of descriptors \(control connection")
+    finally:
+        for c in conns:
+            c.close()
+    # It answers again once the clients are gone, having logged a line a second, not a line a pass.
+    assert s.status()["few"]["pid"] > 0
+    assert s.count(r"out of descriptors \(control connection") <= 5
+    assert s.stop() == 0
+
+
 def test_second_supervisor_on_the_same_socket_is_refused(sup, workdir):
     s = sup(["--", "sleep", "600"])
     s.wait_event(r"started pid")

@@ -330,6 +330,30 @@ restart_window = 60
     assert s.stop() == 0
 
 
+def test_start_failures_go_through_the_backoff_to_fatal(sup, workdir):
+    # The listen address is taken: every start fails before fork, and must still back off.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        cfg = write_config(workdir, f"""
+[program:nb]
+command = sleep 600
+listen = 127.0.0.1:{port}
+backoff_initial = 50ms
+max_restarts = 3
+""")
+        s = sup(["-c", cfg])
+        s.wait_event(r"nb: giving up: 3 restarts within 60 s")
+    with s.cond:
+        ev = list(s.events)
+    assert sum("cannot bind its listen socket" in e for e in ev) == 3
+    assert not any("started pid" in e for e in ev)
+    tries = [stamp(e) for e in ev if re.search(r"nb: listen 127.0.0.1:\d+: ", e)]
+    assert len(tries) == 4 and tries[3] - tries[1] >= 0.14  # 50 + 100 ms of backoff
+    assert s.stop() == 0
+
+
 def test_hung_child_is_killed_after_grace(sup, workdir):
     cfg = write_config(workdir, """
 [program:hung]

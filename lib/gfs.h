@@ -204,10 +204,13 @@ void gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, in
 /* Removes the files document first, then its chunks. */
 bool gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err);
 /*
- * Removes every revision of name older than keep_id (the one just written).
- * keep: how many of the newest revisions to keep in all (>= 1).
+ * Removes the revisions of name older than keep_id (the one just written)
+ * beyond keep - 1 of them: keep counts keep_id, which is never removed,
+ * and revisions sorting before it by uploadDate stay too. keep_id NULL:
+ * keeps the keep newest by uploadDate.
  */
-bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, gfs_error *err);
+bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep,
+                              const bson_value_t *keep_id, gfs_error *err);
 bool gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_error *err);
 
 /* ---- hashing --------------------------------------------------------- */

@@ -99,7 +99,7 @@ upload(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel, c
 	bool ok = gfs_put(s, &po, typed_read, &src, NULL, err);
 	free(src.type);
 	bson_destroy(&meta);
-	if (ok && !gfs_delete_old_revisions(s, name, o->keep_revisions, err))
+	if (ok && !gfs_delete_old_revisions(s, name, o->keep_revisions, NULL, err))
 		ok = false;
 	return ok;
 }

@@ -288,8 +288,29 @@ gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err)
 	return true;
 }
 
-bool
-gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, gfs_error *err)
+static bool
+same_id(const bson_value_t *a, const bson_value_t *b)
+{
+	if (a->value_type != b->value_type)
+		return false;
+	if (a->value_type == BSON_TYPE_OID)
+		return bson_oid_equal(&a->value.v_oid, &b->value.v_oid);
+	char *x = gfs_id_string(a), *y = gfs_id_string(b);
+	bool same = strcmp(x, y) == 0;
+	free(x);
+	free(y);
+	return same;
+}
+
+/*
+ * Which revisions go, newest first: ranks alone cannot be trusted, since
+ * another writer's clock may be ahead of ours or tie to the millisecond.
+ * So keep_id is never among them, counts as one of the keep, and what
+ * sorts before it (a later write, or a later date) is not ours to remove.
+ */
+static bool
+old_revision_ids(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
+                 bson_value_t **out, size_t *nout, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
 	BSON_APPEND_UTF8(&filter, "filename", name);
@@ -300,19 +321,30 @@ gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, gfs_error *
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
 	BSON_APPEND_INT32(&proj, "_id", 1);
 	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT64(&opts, "skip", keep < 1 ? 1 : keep);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 
-	/* Collect first: deleting while the cursor is open would shift its skip. */
 	bson_value_t *ids = NULL;
 	size_t count = 0, cap = 0;
+	int kept = 0;
+	bool passed = keep_id == NULL;
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
 		if (!bson_iter_init_find(&it, doc, "_id"))
 			continue;
+		if (keep_id && same_id(bson_iter_value(&it), keep_id)) {
+			passed = true;
+			kept++;
+			continue;
+		}
+		if (!passed)
+			continue;
+		if (kept < keep) {
+			kept++;
+			continue;
+		}
 		if (count == cap) {
 			cap = cap ? cap * 2 : 8;
 			ids = realloc(ids, cap * sizeof *ids);
@@ -326,6 +358,19 @@ gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, gfs_error *
 	if (!ok)
 		gfs_error_from_bson(err, &berr, "find old revisions");
 	mongoc_cursor_destroy(cur);
+	*out = ids;
+	*nout = count;
+	return ok;
+}
+
+bool
+gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
+                         gfs_error *err)
+{
+	bson_value_t *ids;
+	size_t count;
+	/* Collect first: deleting while the cursor is open could make it skip or repeat. */
+	bool ok = old_revision_ids(s, name, keep < 1 ? 1 : keep, keep_id, &ids, &count, err);
 	for (size_t i = 0; i < count; i++) {
 		gfs_error derr;
 		if (ok && !gfs_delete(s, &ids[i], &derr) && derr.code != GFS_ENOTFOUND) {

@@ -401,9 +401,26 @@ def test_put_keep_never_deletes_the_new_revision(gfs, db, tmp_path):
                             "uploadDate": future})
     (tmp_path / "skew").write_bytes(b"new")
     r = gfs.run("put", tmp_path / "skew", "--keep-revisions", "1", "--json")
-    assert r.rc == 1 and "not removed" in r.err, r
+    assert r.rc == 1 and "dated later" in r.err, r
     new = ObjectId(json.loads(r.text)["id"])
     assert {d["_id"] for d in db.fs.files.find({"filename": "skew"})} == {fid, new}
+    assert db.fs.chunks.count_documents({"files_id": new}) == 1
+
+
+def test_put_keep_trims_older_revisions_despite_skew(gfs, bucket, db, tmp_path):
+    # The trim anchors on the new revision's id, not its rank: the one dated
+    # later stays (readers get it, hence the warning), the older one goes.
+    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    old = bucket.upload_from_stream("skew2", b"old")
+    fid = ObjectId()
+    db.fs.files.insert_one({"_id": fid, "filename": "skew2", "length": 0, "chunkSize": CHUNK,
+                            "uploadDate": future})
+    (tmp_path / "skew2").write_bytes(b"new")
+    r = gfs.run("put", tmp_path / "skew2", "--keep-revisions", "1", "--json")
+    assert r.rc == 1 and "dated later" in r.err, r
+    new = ObjectId(json.loads(r.text)["id"])
+    assert {d["_id"] for d in db.fs.files.find({"filename": "skew2"})} == {fid, new}
+    assert db.fs.chunks.count_documents({"files_id": old}) == 0
     assert db.fs.chunks.count_documents({"files_id": new}) == 1
 
 

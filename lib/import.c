@@ -35,6 +35,7 @@ struct entry {
 	char *name;
 	bool existing;        /* a files document has this name */
 	bool seen;            /* the walk produced this name */
+	bool link_dir;        /* a symlink to a directory, not followed: names below it exist */
 	int64_t length;       /* of the newest revision */
 	int64_t upload_ms;
 	bson_oid_t oid;       /* its _id, when an ObjectId: breaks uploadDate ties */
@@ -1328,15 +1329,31 @@ walk_failed(gfs_import *imp, const gfs_walk_entry *e, bool incomplete)
 }
 
 /* A path that is there but cannot be stored keeps its stored copy safe from --delete. */
-static void
+static struct entry *
 mark_seen(gfs_import *imp, const gfs_walk_entry *e)
 {
 	bool escaped, created;
 	char *rel_name = gfs_name_from_bytes(e->rel, e->rel_len, &escaped);
 	char *name = gfs_prefix_join(imp->prefix, rel_name);
-	table_get(&imp->table, name, &created)->seen = true;
+	struct entry *ent = table_get(&imp->table, name, &created);
+	ent->seen = true;
 	free(rel_name);
 	free(name);
+	return ent;
+}
+
+/*
+ * A symlink not followed still leads to a file or a tree that is there:
+ * its stored copies are not "gone from disk". A dangling link or a loop
+ * leads nowhere and hides nothing, as with -L.
+ */
+static void
+mark_link(gfs_import *imp, const gfs_walk_entry *e)
+{
+	struct stat st;
+	if (fstatat(imp->root_fd, e->rel, &st, 0) != 0)
+		return;
+	mark_seen(imp, e)->link_dir = S_ISDIR(st.st_mode);
 }
 
 static bool
@@ -1346,7 +1363,7 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	if (stopping(imp))
 		return false;
 	switch (e->kind) {
-	case GFS_WALK_SYMLINK: return true;
+	case GFS_WALK_SYMLINK: mark_link(imp, e); return true;
 	/* A dangling link or a loop hides no file, so --delete can still trust the walk. */
 	case GFS_WALK_ERROR: walk_failed(imp, e, !e->broken_link); return true;
 	case GFS_WALK_SPECIAL: mark_seen(imp, e); walk_failed(imp, e, false); return true;
@@ -1365,6 +1382,8 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 		snprintf(reason, sizeof reason, "name too long (%zu bytes, at most %d)", strlen(name),
 		         GFS_IMPORT_MAX_NAME);
 		file_failed(imp, e->rel, NULL, false, 0, reason);
+		bool created;
+		table_get(&imp->table, name, &created)->seen = true;
 		free(name);
 		return true;
 	}
@@ -1468,6 +1487,24 @@ delete_batch(gfs_import *imp, gfs_session *s, char **names, size_t n, gfs_error 
 	return true;
 }
 
+/* Whether a directory above name is a symlink the walk did not follow. */
+static bool
+under_link(const gfs_import *imp, const char *name)
+{
+	char *copy = strdup(name);
+	if (!copy)
+		abort();
+	bool found = false;
+	for (char *slash = strchr(copy, '/'); !found && slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		const struct entry *e = table_find(&imp->table, copy, hash_name(copy));
+		found = e && e->link_dir;
+		*slash = '/';
+	}
+	free(copy);
+	return found;
+}
+
 static bool
 delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
@@ -1480,6 +1517,8 @@ delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 			/* Names the walk would not have taken (excluded, hidden, temporary) are left alone. */
 			const char *rel = gfs_prefix_strip(imp->prefix, e->name);
 			if (!rel || !*rel || !gfs_walk_path_selected(&imp->o.walk, rel))
+				continue;
+			if (under_link(imp, e->name))
 				continue;
 			if (n == cap) {
 				cap = cap ? cap * 2 : 64;

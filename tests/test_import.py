@@ -561,6 +561,43 @@ def test_dangling_symlink_does_not_block_delete(gfs, db, tree):
     assert set(stored(db)) == {"a.txt", "d/c.txt"}
 
 
+def test_delete_keeps_what_unfollowed_symlinks_lead_to(gfs, db, tree, tmp_path):
+    other = tmp_path / "other"
+    write(other / "x.txt", b"x")
+    write(other / "f.txt", b"f")
+    for n in ("f.txt", "d/x.txt", "gone.txt", "dangling.txt", "keep.txt"):
+        write(tree / n, n.encode())
+    assert gfs.run("import", tree).rc == 0
+    # A file and a directory replaced by symlinks to what is still there,
+    # a file replaced by a dangling symlink, and one really gone.
+    os.unlink(tree / "f.txt")
+    os.symlink(other / "f.txt", tree / "f.txt")
+    shutil.rmtree(tree / "d")
+    os.symlink(other, tree / "d")
+    os.unlink(tree / "dangling.txt")
+    os.symlink("nowhere", tree / "dangling.txt")
+    os.unlink(tree / "gone.txt")
+    res = gfs.run("import", tree, "--delete", "--json")
+    assert res.rc == 0, res
+    assert summary(res)["deleted"] == 2
+    assert set(stored(db)) == {"f.txt", "d/x.txt", "keep.txt"}
+    assert orphan_chunks(db) == []
+
+
+def test_delete_keeps_a_name_too_long(gfs, db, tree):
+    deep = tree
+    for i in range(5):
+        deep = deep / (chr(ord("a") + i) * 250)
+    name = os.path.relpath(deep / "f.txt", tree)
+    db.fs.files.insert_one({"_id": 9, "filename": name, "length": 0, "chunkSize": CHUNK,
+                            "uploadDate": __import__("datetime").datetime.utcnow()})
+    write(deep / "f.txt", b"too deep for a name")
+    res = gfs.run("import", tree, "--delete", "--json")
+    assert res.rc == 1 and "name too long" in res.err, res
+    assert summary(res)["deleted"] == 0
+    assert set(stored(db)) == {name}
+
+
 def test_chunk_numbers_stay_int32(gfs, db, bucket, tree):
     # 2**31 + 1 bytes in 1-byte chunks would need chunk n = 2**31: refused before reading.
     with open(tree / "huge.bin", "wb") as f:

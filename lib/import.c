@@ -346,20 +346,28 @@ gfs_import_free(gfs_import *imp)
 
 /* ---- bulk helpers ---------------------------------------------------- */
 
-/* filter = {field: {$in: [values]}} */
+/* doc.field = [values] */
 static void
-in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n)
+append_array(bson_t *doc, const char *field, const bson_value_t *values, size_t n)
 {
-	bson_t in, arr;
-	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &in);
-	BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
+	bson_t arr;
+	BSON_APPEND_ARRAY_BEGIN(doc, field, &arr);
 	for (size_t i = 0; i < n; i++) {
 		char key[16];
 		const char *k;
 		bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
 		BSON_APPEND_VALUE(&arr, k, &values[i]);
 	}
-	bson_append_array_end(&in, &arr);
+	bson_append_array_end(doc, &arr);
+}
+
+/* filter = {field: {$in: [values]}} */
+static void
+in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n)
+{
+	bson_t in;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &in);
+	append_array(&in, "$in", values, n);
 	bson_append_document_end(filter, &in);
 }
 
@@ -413,13 +421,43 @@ idlist_free(struct idlist *l)
 	memset(l, 0, sizeof *l);
 }
 
+/*
+ * Once the files documents are gone, nothing names the chunks but their
+ * ids: recovery's trim finds revisions by filename. So the ids go first
+ * into a marker {_id, deleting: [ids]} next to the upload markers, which
+ * the next import's recovery finishes if we die before removing it.
+ */
+static bool
+delete_files_marked(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads,
+                    const bson_value_t *ids, size_t n, gfs_error *err)
+{
+	bson_t doc = BSON_INITIALIZER;
+	bson_value_t mid = {.value_type = BSON_TYPE_OID};
+	bson_oid_init(&mid.value.v_oid, NULL);
+	BSON_APPEND_VALUE(&doc, "_id", &mid);
+	append_array(&doc, "deleting", ids, n);
+	BSON_APPEND_UTF8(&doc, "owner", imp->owner);
+	BSON_APPEND_DATE_TIME(&doc, "started", gfs_now_ms());
+	bson_error_t berr;
+	bool ok = mongoc_collection_insert_one(uploads, &doc, NULL, NULL, &berr);
+	bson_destroy(&doc);
+	if (!ok) {
+		gfs_error_from_bson(err, &berr, "insert deletion marker");
+		return false;
+	}
+	return delete_files(s, ids, n, err) &&
+	       delete_in(uploads, "_id", &mid, 1, "remove deletion marker", err);
+}
+
 /* Removes the files of ids, IN_BATCH at a time. */
 static bool
-delete_idlist(gfs_session *s, const struct idlist *ids, gfs_error *err)
+delete_idlist(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads,
+              const struct idlist *ids, gfs_error *err)
 {
 	bool ok = true;
 	for (size_t i = 0; ok && i < ids->n; i += IN_BATCH)
-		ok = delete_files(s, ids->v + i, ids->n - i < IN_BATCH ? ids->n - i : IN_BATCH, err);
+		ok = delete_files_marked(imp, s, uploads, ids->v + i,
+		                         ids->n - i < IN_BATCH ? ids->n - i : IN_BATCH, err);
 	return ok;
 }
 
@@ -443,7 +481,8 @@ cmp_newrev(const void *a, const void *b)
 }
 
 static bool
-trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
+trim_revisions(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, struct newrev *revs,
+               size_t n, gfs_error *err)
 {
 	if (n == 0)
 		return true;
@@ -503,7 +542,7 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 	mongoc_cursor_destroy(cur);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
-	ok = ok && delete_idlist(s, &old, err);
+	ok = ok && delete_idlist(imp, s, uploads, &old, err);
 	idlist_free(&old);
 	return ok;
 }
@@ -519,7 +558,10 @@ struct marker {
 static bool
 load_markers(mongoc_collection_t *uploads, struct marker **out, size_t *count, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, exists;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
+	BSON_APPEND_BOOL(&exists, "$exists", false);
+	bson_append_document_end(&filter, &exists);
 	BSON_APPEND_INT32(&opts, "batchSize", 1000);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
 	struct marker *m = NULL;
@@ -615,7 +657,7 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 		}
 	}
 	ok = ok && delete_in(s->chunks, "files_id", orphans.v, orphans.n, "remove orphan chunks", err) &&
-	     trim_revisions(s, revs, nrevs, err) &&
+	     trim_revisions(imp, s, uploads, revs, nrevs, err) &&
 	     delete_in(uploads, "_id", all.v, all.n, "remove upload markers", err);
 	if (ok)
 		imp->st.recovered += orphans.n;
@@ -623,6 +665,72 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	idlist_free(&all);
 	free(complete);
 	free(revs);
+	return ok;
+}
+
+/* A deletion marker: the ids it names lose files documents, then chunks, then it goes. */
+static bool
+finish_deletion(gfs_session *s, mongoc_collection_t *uploads, const bson_t *doc, size_t *files,
+                gfs_error *err)
+{
+	bson_iter_t it, arr;
+	if (!bson_iter_init_find(&it, doc, "_id"))
+		return true;
+	bson_value_t mid;
+	bson_value_copy(bson_iter_value(&it), &mid);
+	struct idlist ids = {0};
+	if (bson_iter_init_find(&it, doc, "deleting") && BSON_ITER_HOLDS_ARRAY(&it) &&
+	    bson_iter_recurse(&it, &arr))
+		while (bson_iter_next(&arr))
+			idlist_add(&ids, bson_iter_value(&arr));
+	bool ok = true;
+	for (size_t i = 0; ok && i < ids.n; i += IN_BATCH)
+		ok = delete_files(s, ids.v + i, ids.n - i < IN_BATCH ? ids.n - i : IN_BATCH, err);
+	ok = ok && delete_in(uploads, "_id", &mid, 1, "remove deletion marker", err);
+	if (ok)
+		*files += ids.n;
+	idlist_free(&ids);
+	bson_value_destroy(&mid);
+	return ok;
+}
+
+/* Deletions an interrupted run started: chunks whose files documents may be gone already. */
+static bool
+finish_deletions(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, exists;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
+	BSON_APPEND_BOOL(&exists, "$exists", true);
+	bson_append_document_end(&filter, &exists);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, NULL, NULL);
+	bson_destroy(&filter);
+	/* Few (one per writer at most): read them all before deleting any. */
+	bson_t **docs = NULL;
+	size_t n = 0, cap = 0;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 8;
+			docs = realloc(docs, cap * sizeof *docs);
+			if (!docs)
+				abort();
+		}
+		docs[n++] = bson_copy(doc);
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read deletion markers");
+	mongoc_cursor_destroy(cur);
+	size_t files = 0;
+	for (size_t i = 0; i < n; i++) {
+		ok = ok && finish_deletion(s, uploads, docs[i], &files, err);
+		bson_destroy(docs[i]);
+	}
+	free(docs);
+	if (ok && files)
+		notice(imp, "finished deleting %zu file%s an interrupted import had begun to delete",
+		       files, files == 1 ? "" : "s");
 	return ok;
 }
 
@@ -637,7 +745,7 @@ recover(gfs_import *imp, gfs_session *s, gfs_error *err)
 	    mongoc_client_get_collection(s->client, gfs_conn_db(imp->conn), imp->uploads_name);
 	struct marker *m = NULL;
 	size_t n = 0;
-	bool ok = load_markers(uploads, &m, &n, err);
+	bool ok = finish_deletions(imp, s, uploads, err) && load_markers(uploads, &m, &n, err);
 	for (size_t i = 0; ok && i < n; i += IN_BATCH)
 		ok = recover_batch(imp, s, uploads, m + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);
 	for (size_t i = 0; i < n; i++) {
@@ -917,7 +1025,7 @@ finish_pending(struct worker *w, gfs_error *err)
 			revs[nrevs++].keep = imp->o.keep_revisions;
 		}
 	}
-	bool ok = trim_revisions(w->s, revs, nrevs, err) &&
+	bool ok = trim_revisions(imp, w->s, w->uploads, revs, nrevs, err) &&
 	          delete_in(w->s->chunks, "files_id", failed.v, failed.n, "remove chunks of failed files", err) &&
 	          delete_in(w->uploads, "_id", finished.v, finished.n, "remove upload markers", err);
 	idlist_free(&failed);
@@ -1441,7 +1549,8 @@ cmp_str(const void *a, const void *b)
 }
 
 static bool
-delete_batch(gfs_import *imp, gfs_session *s, char **names, size_t n, gfs_error *err)
+delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, char **names, size_t n,
+             gfs_error *err)
 {
 	if (!imp->o.dry_run) {
 		bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, proj;
@@ -1473,7 +1582,7 @@ delete_batch(gfs_import *imp, gfs_session *s, char **names, size_t n, gfs_error 
 		mongoc_cursor_destroy(cur);
 		bson_destroy(&filter);
 		bson_destroy(&opts);
-		ok = ok && delete_idlist(s, &ids, err);
+		ok = ok && delete_idlist(imp, s, uploads, &ids, err);
 		idlist_free(&ids);
 		if (!ok)
 			return false;
@@ -1531,9 +1640,12 @@ delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 	}
 	if (n > 0)
 		qsort(names, n, sizeof *names, cmp_str);
+	mongoc_collection_t *uploads =
+	    mongoc_client_get_collection(s->client, gfs_conn_db(imp->conn), imp->uploads_name);
 	bool ok = true;
 	for (size_t i = 0; ok && i < n && !atomic_load(&imp->cancel); i += IN_BATCH)
-		ok = delete_batch(imp, s, names + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);
+		ok = delete_batch(imp, s, uploads, names + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);
+	mongoc_collection_destroy(uploads);
 	free(names);
 	return ok;
 }

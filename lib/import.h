@@ -16,6 +16,10 @@
  * next import (holding the bucket's "import" lock, so no other import can
  * be writing) finishes or undoes whatever the markers name: chunks without
  * a files document are removed, old revisions of completed files trimmed.
+ * Files being removed (old revisions, --delete) get a marker
+ * {_id, deleting: [ids]} first, so that their chunks can still be found
+ * by id when a crash leaves them without files documents; recovery
+ * finishes those removals before anything else.
  * Readers never see a partial file, since they find files documents first.
  */
 #ifndef GFS_IMPORT_H

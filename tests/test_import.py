@@ -419,6 +419,44 @@ def test_kill9_then_rerun_completes(gfs, db, bucket, tree):
     assert s["skipped"] == s["scanned"] == 121
 
 
+def test_rerun_finishes_a_deletion_cut_short(gfs, db, bucket, tree):
+    # The state a crash leaves while removing files: the deletion marker is
+    # written, one file has lost its files document but not its chunks, the
+    # other has lost nothing yet. Recovery finishes both by id.
+    half = bucket.upload_from_stream("old/half.txt", b"h" * (CHUNK + 1))
+    whole = bucket.upload_from_stream("old/whole.txt", b"w")
+    kept = bucket.upload_from_stream("old/kept.txt", b"k")
+    db.fs.files.delete_one({"_id": half})
+    marker = db["fs.gridfsctl_uploads"].insert_one(
+        {"deleting": [half, whole], "owner": "gone/1",
+         "started": __import__("datetime").datetime.utcnow()}).inserted_id
+    write(tree / "a.txt", b"a")
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 0, res
+    assert "finished deleting 2 files" in res.err
+    assert summary(res)["recovered"] == 0
+    assert db["fs.gridfsctl_uploads"].count_documents({"_id": marker}) == 0
+    assert set(stored(db)) == {"a.txt", "old/kept.txt"}
+    assert orphan_chunks(db) == []
+    assert db.fs.chunks.count_documents({"files_id": kept}) == 1
+
+
+def test_delete_and_trim_leave_no_markers(gfs, db, tree):
+    for n in ("a.txt", "b.txt"):
+        write(tree / n, n.encode())
+    assert gfs.run("import", tree).rc == 0
+    os.unlink(tree / "b.txt")
+    write(tree / "a.txt", b"changed", mtime_ns=1_000_000_000_000_000_000)
+    res = gfs.run("import", tree, "--delete", "--json")
+    assert res.rc == 0, res
+    s = summary(res)
+    assert (s["replaced"], s["deleted"]) == (1, 1), s
+    assert set(stored(db)) == {"a.txt"}
+    assert db.fs.files.count_documents({}) == 1
+    assert orphan_chunks(db) == []
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
 def test_sigint_stops_cleanly(gfs, db, bucket, tree):
     make_big_tree(tree)
     proc = gfs.popen("import", tree, "--batch-size", "64K", "-j", "2", "--json",

@@ -96,11 +96,15 @@ upload(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel, c
 		.chunk_size = o->chunk_size,
 	};
 	struct typed_source src = {.fd = fd, .magic = m, .po = &po};
-	bool ok = gfs_put(s, &po, typed_read, &src, NULL, err);
+	gfs_file stored;
+	bool ok = gfs_put(s, &po, typed_read, &src, &stored, err);
 	free(src.type);
 	bson_destroy(&meta);
-	if (ok && !gfs_delete_old_revisions(s, name, o->keep_revisions, NULL, err))
-		ok = false;
+	if (!ok)
+		return false;
+	/* Named, the new revision survives even when another writer's clock runs ahead. */
+	ok = gfs_delete_old_revisions(s, name, o->keep_revisions, &stored.id, err);
+	gfs_file_free(&stored);
 	return ok;
 }
 

@@ -1475,12 +1475,20 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 
 /* ---- sweeping -------------------------------------------------------- */
 
+/*
+ * The sweep holds one descriptor per level it is inside, so its depth is
+ * capped well below the usual limit of 1024 open files.
+ */
+#define SWEEP_DEPTH_MAX 512
+
 struct sweep {
 	const gfs_mirror_plan *plan;
 	bool del, dry_run;
 	gfs_mirror_sweep_fn fn;
 	void *ctx;
 	bool ok;
+	dev_t dev;          /* DIR's file system: other mounts beneath are left alone */
+	int depth;
 	char path[GFS_SAFEPATH_MAX + GFS_SAFEPATH_SEG_MAX + 8];
 };
 
@@ -1507,19 +1515,54 @@ sweep_unlink(struct sweep *sw, int dirfd, const char *name, size_t len,
 	return true;
 }
 
-static size_t sweep_dir(struct sweep *sw, int dirfd, size_t plen);
+static size_t sweep_dir(struct sweep *sw, int fd, size_t plen);
+
+/*
+ * Opens a subdirectory to sweep; -1 when it cannot be or must not be: a
+ * mount point (another file system, perhaps a bind mount of something the
+ * user cares about) is not ours to empty, and too deep a tree would run
+ * out of descriptors.
+ */
+static int
+sweep_open(struct sweep *sw, int dirfd, const char *name, size_t len)
+{
+	if (sw->depth >= SWEEP_DEPTH_MAX) {
+		gfs_error err;
+		/* The reason first: a path this deep does not fit in the message. */
+		gfs_error_set(&err, GFS_ELOCAL, "not swept, more than %d levels deep: %.*s",
+		              SWEEP_DEPTH_MAX, (int)len, sw->path);
+		sw->ok = false;
+		sw->fn(GFS_MIRROR_RMDIR, sw->path, len, &err, sw->ctx);
+		return -1;
+	}
+	int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0) {
+		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot open", errno);
+		return -1;
+	}
+	struct stat st;
+	if (fstat(sub, &st) < 0) {
+		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot stat", errno);
+		close(sub);
+		return -1;
+	}
+	if (st.st_dev != sw->dev) {
+		close(sub);
+		return -1;
+	}
+	return sub;
+}
 
 /* Sweeps a subdirectory, then removes it if it is left empty and unplanned. */
 static bool
 sweep_subdir(struct sweep *sw, int dirfd, const char *name, size_t len)
 {
-	int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sub < 0) {
-		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot open", errno);
+	int sub = sweep_open(sw, dirfd, name, len);
+	if (sub < 0)
 		return false;
-	}
+	sw->depth++;
 	size_t kept = sweep_dir(sw, sub, len);
-	close(sub);
+	sw->depth--;
 	if (!sw->del || kept > 0 || plan_has_dir(sw->plan, sw->path, len))
 		return false;
 	if (!sw->dry_run && unlinkat(dirfd, name, AT_REMOVEDIR) < 0) {
@@ -1532,16 +1575,36 @@ sweep_subdir(struct sweep *sw, int dirfd, const char *name, size_t len)
 	return true;
 }
 
-/* Returns how many entries stay in the directory. */
-static size_t
-sweep_dir(struct sweep *sw, int dirfd, size_t plen)
+/* Sweeps one entry of the directory dirfd; true when it is gone. */
+static bool
+sweep_entry(struct sweep *sw, int dirfd, const struct dirent *de, size_t len)
 {
-	int dfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-	DIR *dp = dfd >= 0 ? fdopendir(dfd) : NULL;
+	const char *name = de->d_name;
+	size_t nl = strlen(name);
+	unsigned char type = de->d_type;
+	struct stat st;
+	if (type == DT_UNKNOWN && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		type = S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
+	if (type == DT_DIR)
+		return sweep_subdir(sw, dirfd, name, len);
+	if (gfs_mirror_is_temp_name(name, nl))
+		return sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_CLEAN);
+	if (sw->del && !plan_has_file(sw->plan, sw->path, len))
+		return sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_DELETE);
+	return false;
+}
+
+/*
+ * Sweeps the directory open as fd, which it takes over (one descriptor per
+ * level, not two). Returns how many entries stay in it.
+ */
+static size_t
+sweep_dir(struct sweep *sw, int fd, size_t plen)
+{
+	DIR *dp = fdopendir(fd);
 	if (!dp) {
 		sweep_fail(sw, GFS_MIRROR_RMDIR, plen, "cannot read directory", errno);
-		if (dfd >= 0)
-			close(dfd);
+		close(fd);
 		return 1;
 	}
 	size_t kept = 0;
@@ -1560,20 +1623,7 @@ sweep_dir(struct sweep *sw, int dirfd, size_t plen)
 			sw->path[plen] = '/';
 		memcpy(sw->path + len - nl, name, nl);
 		sw->path[len] = '\0';
-		unsigned char type = de->d_type;
-		struct stat st;
-		if (type == DT_UNKNOWN && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			type = S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
-		bool gone;
-		if (type == DT_DIR)
-			gone = sweep_subdir(sw, dirfd, name, len);
-		else if (gfs_mirror_is_temp_name(name, nl))
-			gone = sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_CLEAN);
-		else if (sw->del && !plan_has_file(sw->plan, sw->path, len))
-			gone = sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_DELETE);
-		else
-			gone = false;
-		kept += !gone;
+		kept += !sweep_entry(sw, fd, de, len);
 		sw->path[plen] = '\0';
 	}
 	if (errno != 0)
@@ -1595,7 +1645,16 @@ gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run
 	sw->fn = fn;
 	sw->ctx = ctx;
 	sw->ok = true;
-	sweep_dir(sw, rootfd, 0);
+	struct stat st;
+	int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		sweep_fail(sw, GFS_MIRROR_RMDIR, 0, "cannot read directory", errno);
+		if (fd >= 0)
+			close(fd);
+	} else {
+		sw->dev = st.st_dev;
+		sweep_dir(sw, fd, 0);
+	}
 	bool ok = sw->ok;
 	free(sw);
 	return ok;

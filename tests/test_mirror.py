@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import stat as statmod
 import subprocess
@@ -608,3 +609,65 @@ def test_interrupt_removes_partial_file(gfs, bucket, tmp_path, read):
     assert p.returncode == 130, err
     assert (dst / "a").exists() and not (dst / "zz-big").exists()
     no_temp_files(dst)
+
+
+# ---- the sweep ---------------------------------------------------------------
+
+
+def run_limited(gfs, *args, nofile=1024):
+    """Runs gridfsctl with at most nofile descriptors, the usual soft limit."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    argv = [gfs_bin()] + [str(a) for a in args] + ["--db", gfs.dbname]
+    return subprocess.run(argv, env=gfs.env, capture_output=True, text=True, preexec_fn=limit, timeout=120)
+
+
+def test_deep_tree_is_swept_within_the_descriptor_limit(gfs, bucket, tmp_path):
+    store(bucket, "deep/keep", b"k")
+    dst = tmp_path / "d"
+    levels = 510  # two descriptors a level would need more than 1024
+    deep = dst.joinpath(*["x"] * levels)
+    deep.mkdir(parents=True)
+    (deep / "stale").write_bytes(b"not in the bucket")
+    (deep / ".gridfsctl-mirror-0123456789abcdef.tmp").write_bytes(b"left by a killed run")
+    p = run_limited(gfs, "mirror", dst, "--prefix", "deep", "--delete", "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout.splitlines()[-1])
+    assert (s["deleted"], s["cleaned"], s["removedDirs"]) == (1, 1, levels), s
+    assert os.listdir(dst) == ["keep"]
+
+    # Past the cap the sweep says so and leaves the tree alone.
+    too_deep = dst.joinpath(*["y"] * 600)
+    too_deep.mkdir(parents=True)
+    (too_deep / "stale").write_bytes(b"x")
+    p = run_limited(gfs, "mirror", dst, "--prefix", "deep", "--delete")
+    assert p.returncode == 1, p.stderr
+    assert "not swept, more than 512 levels deep" in p.stderr, p.stderr[:200]
+    assert (too_deep / "stale").exists()
+
+
+def test_sweep_stays_on_dirs_file_system(gfs, bucket, tmp_path):
+    """A file system mounted beneath DIR is not emptied by --delete."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) to mount in a private namespace")
+    store(bucket, "mnt/a", b"a")
+    dst = tmp_path / "d"
+    (dst / "other").mkdir(parents=True)
+    (dst / "stale").write_bytes(b"not in the bucket")
+    # The mount lives only in the namespace of this shell: checked there, gone after.
+    script = ('mount -t tmpfs gridfsctl-test "$0/other" || exit 99\n'
+              'echo precious > "$0/other/keep"\n'
+              '"$@"; rc=$?\n'
+              'test -f "$0/other/keep" && echo KEPT >&2\n'
+              'exit $rc\n')
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(dst),
+            gfs_bin(), "mirror", str(dst), "--prefix", "mnt", "--delete", "--json", "--db", gfs.dbname]
+    p = subprocess.run(argv, env=gfs.env, capture_output=True, text=True, timeout=120)
+    if p.returncode == 99 or "unshare failed" in p.stderr:
+        pytest.skip("cannot mount here: " + p.stderr.strip())
+    assert p.returncode == 0, p.stderr
+    assert "KEPT" in p.stderr, p.stderr
+    s = json.loads(p.stdout.splitlines()[-1])
+    assert s["deleted"] == 1 and s["removedDirs"] == 0, s
+    assert sorted(os.listdir(dst)) == ["a", "other"]

@@ -2,6 +2,7 @@
  * gridfsctl mirror: write the newest revision of every file under a prefix
  * back to a directory tree, incrementally and atomically, never outside it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 const char mirror_help[] =
     "  -p, --prefix P     mirror the files under folder P (DIR/x for P/x)\n"
     "      --delete       remove local files the bucket does not have (never after an error)\n"
+    "      --allow-empty  let --delete empty DIR when nothing is stored under the prefix\n"
     "  -n, --dry-run      print what would be done, change nothing\n"
     "  -j, --jobs N       files read in parallel (default 4)\n"
     "  -c, --checksum     compare content by sha256, not size and mtime\n"
@@ -28,11 +30,12 @@ const char mirror_help[] =
     "      --read MODE    each (default: a query per file), scan (one pass over all chunks) or auto\n"
     "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
 
-enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ };
+enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY };
 
 const struct option mirror_options[] = {
 	{"prefix", required_argument, NULL, 'p'},
 	{"delete", no_argument, NULL, OPT_DELETE},
+	{"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
 	{"dry-run", no_argument, NULL, 'n'},
 	{"jobs", required_argument, NULL, 'j'},
 	{"checksum", no_argument, NULL, 'c'},
@@ -52,7 +55,7 @@ enum read_mode { READ_AUTO, READ_SCAN, READ_EACH };
 struct mirror {
 	/* options */
 	const char *dir, *prefix;
-	bool del, dry_run, checksum, no_fsync, json;
+	bool del, allow_empty, dry_run, checksum, no_fsync, json;
 	long jobs;
 
 	gfs_conn *conn;
@@ -71,6 +74,7 @@ struct mirror {
 	atomic_uint_fast64_t bytes, done_bytes;
 	atomic_bool backend_down;
 	size_t refused;
+	bool empty_refused;     /* --delete refused: nothing planned, DIR not empty */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -105,6 +109,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	switch (opt) {
 	case 'p': m->prefix = arg; return 0;
 	case OPT_DELETE: m->del = true; return 0;
+	case OPT_ALLOW_EMPTY: m->allow_empty = true; return 0;
 	case 'n': m->dry_run = true; return 0;
 	case 'c': m->checksum = true; return 0;
 	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
@@ -606,6 +611,53 @@ load_plan(struct mirror *m, gfs_error *err)
 	return ok;
 }
 
+/* True when DIR holds anything but temporary files (or cannot be read). */
+static bool
+holds_files(int rootfd)
+{
+	int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+	DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dp) {
+		if (fd >= 0)
+			close(fd);
+		return true;
+	}
+	bool found = false;
+	struct dirent *de;
+	while (!found && (de = readdir(dp)) != NULL) {
+		const char *n = de->d_name;
+		found = strcmp(n, ".") != 0 && strcmp(n, "..") != 0 &&
+		        !gfs_mirror_is_temp_name(n, strlen(n));
+	}
+	closedir(dp);
+	return found;
+}
+
+/*
+ * An empty plan with --delete would remove everything in DIR, and that is
+ * what a mistyped --prefix or the wrong bucket look like: refused unless
+ * the user says it is meant.
+ */
+static bool
+refuse_empty_delete(struct mirror *m)
+{
+	if (m->plan.count > 0 || m->allow_empty || !holds_files(m->rootfd))
+		return false;
+	char *safe = printable(m->dir, strlen(m->dir));
+	if (m->prefix && m->prefix[0]) {
+		char *p = printable(m->prefix, strlen(m->prefix));
+		warnx_("not deleting anything: no files under '%s' in the bucket, and %s is not "
+		       "empty; --allow-empty to delete all of it", p, safe);
+		free(p);
+	} else {
+		warnx_("not deleting anything: the bucket has no files, and %s is not empty; "
+		       "--allow-empty to delete all of it", safe);
+	}
+	free(safe);
+	m->empty_refused = true;
+	return true;
+}
+
 /* Removes stale temporary files always, and with --delete what the bucket lacks. */
 static void
 sweep(struct mirror *m)
@@ -618,6 +670,8 @@ sweep(struct mirror *m)
 		warnx_("not deleting anything: %zu error%s in this run", failed, failed == 1 ? "" : "s");
 		del = false;
 	}
+	if (del && refuse_empty_delete(m))
+		del = false;
 	gfs_mirror_sweep(m->rootfd, &m->plan, del, m->dry_run, on_swept, m);
 }
 
@@ -628,7 +682,7 @@ exit_status(struct mirror *m)
 		return EXIT_INTERRUPTED;
 	if (atomic_load(&m->backend_down))
 		return EXIT_BACKEND;
-	return atomic_load(&m->failed) ? EXIT_PARTIAL : EXIT_OK;
+	return atomic_load(&m->failed) || m->empty_refused ? EXIT_PARTIAL : EXIT_OK;
 }
 
 static int

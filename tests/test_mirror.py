@@ -512,6 +512,36 @@ def test_dry_run_then_delete(gfs, bucket, tmp_path):
     assert (dst / "keep/a").read_bytes() == b"a"
 
 
+def test_delete_with_nothing_stored_refuses(gfs, bucket, tmp_path):
+    """A mistyped --prefix or an empty bucket must not turn --delete into wiping DIR."""
+    store(bucket, "real/a", b"a")
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst, "--prefix", "real").rc == 0
+    (dst / "sub").mkdir()
+    (dst / "sub/mine").write_bytes(b"local")
+    before = snapshot(dst)
+    for extra in ([], ["--dry-run"]):
+        r = gfs.run("mirror", dst, "--prefix", "typo", "--delete", "--json", *extra)
+        assert r.rc == 1, r
+        assert len(r.err.splitlines()) == 1, r.err
+        assert "no files under 'typo'" in r.err and "--allow-empty" in r.err, r.err
+        s = summary(r)
+        assert (s["files"], s["deleted"], s["removedDirs"]) == (0, 0, 0), s
+        assert snapshot(dst) == before
+    r = gfs.run("mirror", dst, "--delete", "--bucket", "never-used")
+    assert r.rc == 1 and "the bucket has no files" in r.err, r
+    assert snapshot(dst) == before
+    # Nothing to lose: an empty DIR is no reason to fail.
+    r = gfs.run("mirror", tmp_path / "empty", "--prefix", "typo", "--delete")
+    assert r.rc == 0 and r.err == "", r
+    # Said to be meant: everything goes.
+    r = gfs.run("mirror", dst, "--prefix", "typo", "--delete", "--allow-empty", "--json")
+    assert r.rc == 0, r
+    s = summary(r)
+    assert (s["deleted"], s["removedDirs"]) == (2, 1), s
+    assert os.listdir(dst) == []
+
+
 def test_control_characters_in_names_are_escaped_for_humans(gfs, bucket, tmp_path):
     """A newline or ESC in a stored name must not forge an output line or reach the terminal raw."""
     store(bucket, "esc/evil\nwrite forged", b"1")
@@ -561,7 +591,7 @@ def test_usage_and_busy(gfs, bucket, tmp_path):
     r = gfs.run("mirror", "")
     assert r.rc == 2 and "empty" in r.err, r
     r = gfs.run("_options", "mirror", db=False)
-    assert r.rc == 0 and b"--dry-run" in r.out and b"--prefix=" in r.out
+    assert r.rc == 0 and b"--dry-run" in r.out and b"--prefix=" in r.out and b"--allow-empty" in r.out
     store(bucket, "b/a", b"a")
     (tmp_path / "afile").write_bytes(b"")
     r = gfs.run("mirror", tmp_path / "afile", "--prefix", "b")

@@ -714,6 +714,10 @@ mirror_run(struct mirror *m)
 	m->opts.fsync = !m->no_fsync;
 	m->opts.create_mode = 0666 & ~um;
 	m->opts.stop = &interrupted_flag;
+	m->opts.clear = m->del;
+	m->opts.plan = &m->plan;
+	m->opts.removed = on_swept;
+	m->opts.removed_ctx = m;
 
 	run_workers(m);
 	if (m->dry_run)

@@ -628,6 +628,21 @@ prefix_name(gfs_error *err, const struct gfs_mirror_item *it)
 	gfs_error_set(err, err->code, "%s: %s", item_name(it), msg);
 }
 
+/* errno from opening a folder on a file's path: something that is not a directory is there. */
+static bool
+blocked(int e)
+{
+	return e == ENOTDIR || e == ELOOP;
+}
+
+static void
+add_hint(gfs_error *err, const char *hint)
+{
+	char msg[sizeof err->msg];
+	memcpy(msg, err->msg, sizeof msg);
+	gfs_error_set(err, err->code, "%s (%s)", msg, hint);
+}
+
 /* The mtime to set, split without overflow even at the int64 limits. */
 static void
 times_of(const struct gfs_mirror_item *it, struct timespec ts[2])
@@ -746,9 +761,12 @@ gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_ite
 	const char *leaf = leaf_of(it, &dl);
 	int pfd = dir_get(d, it->rel, dl, false, err);
 	if (pfd < 0) {
-		if (errno == ENOENT)
-			return true;
+		int e = errno;
+		if (e == ENOENT || (blocked(e) && d->opts->clear))
+			return true; /* written after what is in the way goes */
 		prefix_name(err, it);
+		if (blocked(e))
+			add_hint(err, "--delete replaces it with a directory");
 		return false;
 	}
 	struct stat st;
@@ -759,7 +777,10 @@ gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_ite
 		return false;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		gfs_error_set(err, GFS_ELOCAL, "%s: a directory is in the way", item_name(it));
+		if (d->opts->clear)
+			return true;
+		gfs_error_set(err, GFS_ELOCAL, "%s: a directory is in the way (--delete replaces it)",
+		              item_name(it));
 		return false;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size != it->file.length)
@@ -837,6 +858,101 @@ set_attrs(int fd, const struct gfs_mirror_item *it, mode_t create_mode, gfs_erro
 	return true;
 }
 
+/* ---- clearing the way ------------------------------------------------ */
+
+static bool sweep_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd,
+                              const char *leaf, const char *rel, size_t len);
+
+static void
+report_removed(const struct gfs_mirror_opts *opts, enum gfs_mirror_sweep_kind kind,
+               const char *rel, size_t len)
+{
+	if (opts->removed)
+		opts->removed(kind, rel, len, NULL, opts->removed_ctx);
+}
+
+/*
+ * Removes the first non-directory on the folder path rel[0..dl) of it. The
+ * planning refused names whose folders are planned files, so what is there
+ * is not planned. unlinkat without AT_REMOVEDIR never takes a directory,
+ * so another thread that got there first and made the folder is harmless.
+ */
+static bool
+clear_path(gfs_mirror_dir *d, const struct gfs_mirror_item *it, size_t dl, gfs_error *err)
+{
+	char seg[GFS_SAFEPATH_SEG_MAX + 1];
+	int fd = fcntl(d->rootfd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return local_error(err, it, "duplicate a descriptor", errno);
+	bool ok = true;
+	for (size_t start = 0; start < dl;) {
+		const char *slash = memchr(it->rel + start, '/', dl - start);
+		size_t end = slash ? (size_t)(slash - it->rel) : dl;
+		memcpy(seg, it->rel + start, end - start);
+		seg[end - start] = '\0';
+		struct stat st;
+		if (fstatat(fd, seg, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT)
+				ok = local_error(err, it, "stat a folder on its path", errno);
+			break; /* missing: the walk that creates folders makes it */
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			if (unlinkat(fd, seg, 0) == 0)
+				report_removed(d->opts, GFS_MIRROR_DELETE, it->rel, end);
+			else if (errno != ENOENT && errno != EISDIR)
+				ok = local_error(err, it, "remove what is in the way", errno);
+			break;
+		}
+		int next = openat(fd, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0) {
+			ok = local_error(err, it, "open a folder on its path", errno);
+			break;
+		}
+		close(fd);
+		fd = next;
+		start = end + 1;
+	}
+	close(fd);
+	return ok;
+}
+
+/* Removes a directory tree standing where the file of it is to go. */
+static bool
+clear_leaf(gfs_mirror_dir *d, const struct gfs_mirror_item *it, int pfd, gfs_error *err)
+{
+	size_t dl;
+	const char *leaf = leaf_of(it, &dl);
+	struct stat st;
+	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+		return true; /* nothing there, or what the rename replaces */
+	if (sweep_remove_tree(d->opts, d->rootfd, pfd, leaf, it->rel, it->rel_len))
+		return true;
+	gfs_error_set(err, GFS_ELOCAL, "%s: a directory is in the way and could not all be removed",
+	              item_name(it));
+	return false;
+}
+
+/* The target's directory, made if missing and, with clear, cleared of what is in the way. */
+static int
+target_dir(gfs_mirror_dir *d, const struct gfs_mirror_item *it, gfs_error *err)
+{
+	size_t dl;
+	leaf_of(it, &dl);
+	int pfd = dir_get(d, it->rel, dl, true, err);
+	if (pfd < 0 && d->opts->clear && blocked(errno)) {
+		if (!clear_path(d, it, dl, err))
+			return -1;
+		pfd = dir_get(d, it->rel, dl, true, err);
+	}
+	if (pfd < 0) {
+		prefix_name(err, it);
+		return -1;
+	}
+	if (d->opts->clear && !clear_leaf(d, it, pfd, err))
+		return -1;
+	return pfd;
+}
+
 /* A temporary file beside the target, ready for the content. */
 struct temp {
 	int pfd;            /* the target's directory (owned by the gfs_mirror_dir) */
@@ -847,14 +963,10 @@ struct temp {
 static bool
 temp_open(gfs_mirror_dir *d, const struct gfs_mirror_item *it, struct temp *t, gfs_error *err)
 {
-	size_t dl;
-	leaf_of(it, &dl);
 	t->fd = -1;
-	t->pfd = dir_get(d, it->rel, dl, true, err);
-	if (t->pfd < 0) {
-		prefix_name(err, it);
+	t->pfd = target_dir(d, it, err);
+	if (t->pfd < 0)
 		return false;
-	}
 	for (int tries = 0; tries < 16 && t->fd < 0; tries++) {
 		gfs_mirror_temp_name(t->name);
 		t->fd = openat(t->pfd, t->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -1630,6 +1742,44 @@ sweep_dir(struct sweep *sw, int fd, size_t plen)
 		sweep_fail(sw, GFS_MIRROR_RMDIR, plen, "cannot read directory", errno);
 	closedir(dp);
 	return kept;
+}
+
+static void
+removed_nowhere(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len,
+                const gfs_error *err, void *ctx)
+{
+	(void)kind;
+	(void)rel;
+	(void)len;
+	(void)err;
+	(void)ctx;
+}
+
+/*
+ * Removes the directory leaf beneath pfd (rel[0..len) beneath DIR) with
+ * everything in it, as the sweep with --delete would; true when it is gone.
+ */
+static bool
+sweep_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd, const char *leaf,
+                  const char *rel, size_t len)
+{
+	struct stat st;
+	if (!opts->plan || len > GFS_SAFEPATH_MAX || fstat(rootfd, &st) < 0)
+		return false;
+	struct sweep *sw = calloc(1, sizeof *sw);
+	if (!sw)
+		abort();
+	sw->plan = opts->plan;
+	sw->del = true;
+	sw->fn = opts->removed ? opts->removed : removed_nowhere;
+	sw->ctx = opts->removed_ctx;
+	sw->ok = true;
+	sw->dev = st.st_dev;
+	memcpy(sw->path, rel, len);
+	sw->path[len] = '\0';
+	bool gone = sweep_subdir(sw, pfd, leaf, len);
+	free(sw);
+	return gone;
 }
 
 bool

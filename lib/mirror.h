@@ -83,11 +83,33 @@ enum gfs_mirror_action {
 	GFS_MIRROR_ATTRS,   /* same content: only mode or mtime to fix */
 };
 
+/* What the sweep does (or, in a dry run, would do) with one local entry. */
+enum gfs_mirror_sweep_kind {
+	GFS_MIRROR_CLEAN,   /* a temporary file left by an earlier run */
+	GFS_MIRROR_DELETE,  /* a file (or symlink, or special file) the bucket does not have */
+	GFS_MIRROR_RMDIR,   /* a directory left empty */
+};
+/* err is NULL when the step worked (or would, in a dry run). */
+typedef void (*gfs_mirror_sweep_fn)(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len,
+                                    const gfs_error *err, void *ctx);
+
 struct gfs_mirror_opts {
 	bool checksum;      /* compare sha256 rather than size and mtime */
 	bool fsync;         /* fsync files and directories */
 	mode_t create_mode; /* mode for files without metadata.mode (0666 less umask) */
 	const atomic_int *stop;       /* when set, reads in progress give up (GFS_ECANCELED) */
+	/*
+	 * With clear, what stands where a file is to be written is removed
+	 * first, rather than failing that file on every run: a non-directory
+	 * where its folder must be, or a directory tree (on DIR's file system,
+	 * holding nothing in plan) where the file must be. Each removal goes
+	 * to removed, as the sweep reports them; it may be called from any
+	 * thread. Without clear, decide fails such a file.
+	 */
+	bool clear;
+	const struct gfs_mirror_plan *plan;
+	gfs_mirror_sweep_fn removed;
+	void *removed_ctx;
 };
 
 /*
@@ -162,16 +184,6 @@ bool gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err);
  */
 bool gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
                              gfs_mirror_finisher *f, gfs_error *err);
-
-/* What the sweep does (or, in a dry run, would do) with one local entry. */
-enum gfs_mirror_sweep_kind {
-	GFS_MIRROR_CLEAN,   /* a temporary file left by an earlier run */
-	GFS_MIRROR_DELETE,  /* a file (or symlink, or special file) the bucket does not have */
-	GFS_MIRROR_RMDIR,   /* a directory left empty */
-};
-/* err is NULL when the step worked (or would, in a dry run). */
-typedef void (*gfs_mirror_sweep_fn)(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len,
-                                    const gfs_error *err, void *ctx);
 
 /*
  * Walks the tree beneath rootfd without following symlinks. Always removes

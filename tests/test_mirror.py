@@ -331,11 +331,56 @@ def test_symlink_swapped_in_for_dir_is_not_followed(gfs, bucket, tmp_path):
     (dst / "sub/a").unlink()
     (dst / "sub").rmdir()
     os.symlink(outside, dst / "sub")
-    r = gfs.run("mirror", dst, "--delete")
+    r = gfs.run("mirror", dst)
     assert r.rc == 1, r
-    assert "sub/a" in r.err and "symlink" in r.err
+    assert "sub/a" in r.err and "symlink" in r.err and "--delete" in r.err, r.err
     assert os.listdir(outside) == []
-    assert os.path.islink(dst / "sub")  # --delete skipped after an error
+    assert os.path.islink(dst / "sub")
+    # --delete removes the link itself (never what it points to) and makes the folder.
+    r = gfs.run("mirror", dst, "--delete")
+    assert r.rc == 0, r
+    assert os.listdir(outside) == []
+    assert not os.path.islink(dst / "sub") and (dst / "sub/a").read_bytes() == b"1"
+
+
+@pytest.mark.parametrize("read", READS)
+def test_file_and_folder_swapped_settle_with_delete(gfs, bucket, tmp_path, read):
+    """A stale local file where the bucket now has a folder, and a stale folder where it has a file."""
+    store(bucket, "tc/a/b", b"a is a folder now")
+    store(bucket, "tc/d", b"d is a file now")
+    store(bucket, "tc/ok", b"ok")
+    dst = tmp_path / "d"
+    dst.mkdir()
+    (dst / "a").write_bytes(b"stale file")
+    (dst / "d/x/y").mkdir(parents=True)
+    (dst / "d/x/y/old").write_bytes(b"old")
+    (dst / "d/top").write_bytes(b"old")
+    for _ in range(2):  # without --delete: the same clear verdict every run, nothing removed
+        r = gfs.run("mirror", dst, "--prefix", "tc", "--read", read)
+        assert r.rc == 1, r
+        assert "tc/a/b: 'a' is not a directory (--delete replaces it with a directory)" in r.err, r.err
+        assert "tc/d: a directory is in the way (--delete replaces it)" in r.err, r.err
+        assert (dst / "a").read_bytes() == b"stale file"
+        assert (dst / "d/x/y/old").exists() and (dst / "d/top").exists()
+        assert (dst / "ok").read_bytes() == b"ok"
+
+    before = snapshot(dst)
+    r = gfs.run("mirror", dst, "--prefix", "tc", "--delete", "--dry-run")
+    assert r.rc == 0, r
+    assert set(r.text.splitlines()) == {"write a/b", "write d", "delete a", "delete d/top",
+                                        "delete d/x/y/old", "rmdir d/x/y", "rmdir d/x", "rmdir d"}, r.text
+    assert snapshot(dst) == before
+
+    r = gfs.run("mirror", dst, "--prefix", "tc", "--delete", "--json", "--read", read)
+    assert r.rc == 0, r
+    s = summary(r)
+    assert (s["written"], s["deleted"], s["removedDirs"], s["failed"]) == (2, 3, 3, 0), s
+    assert (dst / "a/b").read_bytes() == b"a is a folder now"
+    assert (dst / "d").read_bytes() == b"d is a file now"
+    assert sorted(os.listdir(dst)) == ["a", "d", "ok"]
+    no_temp_files(dst)
+    r = gfs.run("mirror", dst, "--prefix", "tc", "--delete", "--json")
+    assert r.rc == 0 and summary(r)["skipped"] == 3, r
 
 
 # ---- damage -----------------------------------------------------------------

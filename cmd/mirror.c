@@ -624,11 +624,13 @@ holds_files(int rootfd)
 	}
 	bool found = false;
 	struct dirent *de;
-	while (!found && (de = readdir(dp)) != NULL) {
+	while (!found && (errno = 0, de = readdir(dp)) != NULL) {
 		const char *n = de->d_name;
 		found = strcmp(n, ".") != 0 && strcmp(n, "..") != 0 &&
 		        !gfs_mirror_is_temp_name(n, strlen(n));
 	}
+	if (!found && errno != 0)
+		found = true; /* unreadable: assume the worst */
 	closedir(dp);
 	return found;
 }

@@ -186,7 +186,9 @@ bool gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
                              gfs_mirror_finisher *f, gfs_error *err);
 
 /*
- * Walks the tree beneath rootfd without following symlinks. Always removes
+ * Walks the tree beneath rootfd without following symlinks, without going
+ * into other file systems mounted beneath it, and at most 512 levels deep
+ * (one descriptor a level; deeper directories are reported). Always removes
  * temporary files; with del, also what the plan does not have, and
  * directories that end up empty and hold nothing planned. With dry_run,
  * only reports. False when the walk itself failed somewhere (also reported).

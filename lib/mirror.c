@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1593,13 +1594,50 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
  */
 #define SWEEP_DEPTH_MAX 512
 
+/*
+ * Which mount a directory is on. The device tells file systems apart but
+ * not a bind mount of a folder of the same file system; the mount id does,
+ * where statx has it (Linux 5.8).
+ */
+struct mount_id {
+	dev_t dev;
+	uint64_t mnt;
+	bool has_mnt;
+};
+
+static bool
+mount_of(int fd, struct mount_id *id)
+{
+	struct statx stx;
+	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) == 0) {
+		id->dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+		id->has_mnt = (stx.stx_mask & STATX_MNT_ID) != 0;
+		id->mnt = stx.stx_mnt_id;
+		return true;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return false;
+	id->dev = st.st_dev;
+	id->has_mnt = false;
+	return true;
+}
+
+static bool
+same_mount(const struct mount_id *a, const struct mount_id *b)
+{
+	if (a->dev != b->dev)
+		return false;
+	return !a->has_mnt || !b->has_mnt || a->mnt == b->mnt;
+}
+
 struct sweep {
 	const gfs_mirror_plan *plan;
 	bool del, dry_run;
 	gfs_mirror_sweep_fn fn;
 	void *ctx;
 	bool ok;
-	dev_t dev;          /* DIR's file system: other mounts beneath are left alone */
+	struct mount_id root;   /* DIR's mount: other mounts beneath are left alone */
 	int depth;
 	char path[GFS_SAFEPATH_MAX + GFS_SAFEPATH_SEG_MAX + 8];
 };
@@ -1652,13 +1690,13 @@ sweep_open(struct sweep *sw, int dirfd, const char *name, size_t len)
 		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot open", errno);
 		return -1;
 	}
-	struct stat st;
-	if (fstat(sub, &st) < 0) {
+	struct mount_id id;
+	if (!mount_of(sub, &id)) {
 		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot stat", errno);
 		close(sub);
 		return -1;
 	}
-	if (st.st_dev != sw->dev) {
+	if (!same_mount(&id, &sw->root)) {
 		close(sub);
 		return -1;
 	}
@@ -1763,18 +1801,18 @@ static bool
 sweep_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd, const char *leaf,
                   const char *rel, size_t len)
 {
-	struct stat st;
-	if (!opts->plan || len > GFS_SAFEPATH_MAX || fstat(rootfd, &st) < 0)
+	struct mount_id root;
+	if (!opts->plan || len > GFS_SAFEPATH_MAX || !mount_of(rootfd, &root))
 		return false;
 	struct sweep *sw = calloc(1, sizeof *sw);
 	if (!sw)
 		abort();
+	sw->root = root;
 	sw->plan = opts->plan;
 	sw->del = true;
 	sw->fn = opts->removed ? opts->removed : removed_nowhere;
 	sw->ctx = opts->removed_ctx;
 	sw->ok = true;
-	sw->dev = st.st_dev;
 	memcpy(sw->path, rel, len);
 	sw->path[len] = '\0';
 	bool gone = sweep_subdir(sw, pfd, leaf, len);
@@ -1795,14 +1833,12 @@ gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run
 	sw->fn = fn;
 	sw->ctx = ctx;
 	sw->ok = true;
-	struct stat st;
 	int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0 || fstat(fd, &st) < 0) {
+	if (fd < 0 || !mount_of(fd, &sw->root)) {
 		sweep_fail(sw, GFS_MIRROR_RMDIR, 0, "cannot read directory", errno);
 		if (fd >= 0)
 			close(fd);
 	} else {
-		sw->dev = st.st_dev;
 		sweep_dir(sw, fd, 0);
 	}
 	bool ok = sw->ok;

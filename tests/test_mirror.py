@@ -722,16 +722,20 @@ def test_deep_tree_is_swept_within_the_descriptor_limit(gfs, bucket, tmp_path):
     assert (too_deep / "stale").exists()
 
 
-def test_sweep_stays_on_dirs_file_system(gfs, bucket, tmp_path):
-    """A file system mounted beneath DIR is not emptied by --delete."""
+@pytest.mark.parametrize("how", ["tmpfs", "bind"])
+def test_sweep_stays_on_dirs_mount(gfs, bucket, tmp_path, how):
+    """A file system, or a bind mount of a folder of the same one, mounted beneath DIR is not emptied by --delete."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare(1) to mount in a private namespace")
     store(bucket, "mnt/a", b"a")
     dst = tmp_path / "d"
     (dst / "other").mkdir(parents=True)
     (dst / "stale").write_bytes(b"not in the bucket")
+    (tmp_path / "elsewhere").mkdir()
+    mount = {"tmpfs": 'mount -t tmpfs gridfsctl-test "$0/other"',
+             "bind": 'mount --bind "$0/../elsewhere" "$0/other"'}[how]
     # The mount lives only in the namespace of this shell: checked there, gone after.
-    script = ('mount -t tmpfs gridfsctl-test "$0/other" || exit 99\n'
+    script = (mount + ' || exit 99\n'
               'echo precious > "$0/other/keep"\n'
               '"$@"; rc=$?\n'
               'test -f "$0/other/keep" && echo KEPT >&2\n'

@@ -82,6 +82,9 @@ struct instance {
 	char last_exit[96];
 	/* deadlines, monotonic seconds; 0 = none */
 	double t_start, t_kill, t_running, t_health, t_check_deadline, t_fd;
+	/* what the exited main process left in its group after a stop signal: SIGKILLed at t_group_kill */
+	pid_t leftover_pgid;
+	double t_group_kill;
 	/* health */
 	pid_t checker;
 	int checker_pidfd, checker_pipe;
@@ -669,9 +672,16 @@ static bool
 program_quiet(const struct program *p)
 {
 	for (int i = 0; i < p->ninst; i++)
-		if (alive(&p->inst[i]) || p->inst[i].checker > 0)
+		if (alive(&p->inst[i]) || p->inst[i].checker > 0 || p->inst[i].leftover_pgid > 0)
 			return false;
 	return true;
+}
+
+/* True while some process, even a zombie, still has process group pgid. */
+static bool
+group_exists(pid_t pgid)
+{
+	return kill(-pgid, 0) == 0 || errno == EPERM;
 }
 
 static const char *
@@ -1027,6 +1037,65 @@ describe_status(int status, char *buf, size_t len)
 
 static void handle_output(struct instance *in, bool drain_all);
 
+/*
+ * The main process is gone but its group was told to stop (by stop_instance,
+ * or by signal_leftovers after a crash): what ignores that signal gets
+ * SIGKILL when the grace period ends, as the main process would have.
+ * Without this a stop left such processes running for ever.
+ */
+static void
+watch_leftovers(struct instance *in, bool was_stopping, int status, double t_kill)
+{
+	bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (in->pgid <= 0 || !group_exists(in->pgid))
+		return;
+	if (!was_stopping && clean)
+		return; /* nobody was signalled: a daemon forking away, see signal_leftovers */
+	if (was_stopping && t_kill == 0)
+		return; /* the grace period is over: the whole group got SIGKILL already */
+	in->leftover_pgid = in->pgid;
+	in->t_group_kill = was_stopping ? t_kill
+	                 : gfs_mono_seconds() + in->prog->cfg.stop_grace_ms / 1000.0;
+}
+
+/*
+ * SIGKILLs what is left of a group when its grace period ends. A process
+ * group id is the pid of its first leader, and Linux does not hand out a
+ * pid again while any process, zombie included, still uses it as a group
+ * id. Leftovers whose parent died are reparented to us (the subreaper), so
+ * the last of them stays a zombie in the group until we reap it, which we
+ * do only in reap(), never between the check and the kill below. So a
+ * group that exists here is still the one we started, not a stranger's.
+ * (Only a leftover that a process outside the group parents could end it
+ * behind our back, and that takes a program moving processes between
+ * groups.)
+ */
+static void
+kill_leftovers(struct instance *in)
+{
+	pid_t pgid = in->leftover_pgid;
+	in->leftover_pgid = 0;
+	if (!group_exists(pgid))
+		return;
+	event(in->sv, "%s: what pid %d left in its process group did not stop within %.1f s: "
+	      "sending SIGKILL", in->name, (int)pgid, in->prog->cfg.stop_grace_ms / 1000.0);
+	kill(-pgid, SIGKILL);
+}
+
+/* Forgets leftovers whose group has emptied, so a stop need not wait out their grace. */
+static void
+forget_gone_leftovers(struct sv *s)
+{
+	for (struct program *p = s->progs; p; p = p->next)
+		for (int i = 0; i < p->ninst; i++) {
+			struct instance *in = &p->inst[i];
+			if (in->leftover_pgid > 0 && !group_exists(in->leftover_pgid)) {
+				in->leftover_pgid = 0;
+				in->t_group_kill = 0;
+			}
+		}
+}
+
 /* A daemonising child exits 0 and leaves its real process behind, reparented to us. */
 static bool
 adopt_orphan(struct instance *in)
@@ -1084,6 +1153,7 @@ on_exit_status(struct instance *in, int status)
 	double ran = gfs_mono_seconds() - in->started_at;
 	ep_close(s, &in->pidfd);
 	pid_t pid = in->pid;
+	double t_kill = in->t_kill;
 	in->pid = 0;
 	in->t_kill = in->t_health = in->t_fd = in->t_running = 0;
 	describe_status(status, in->last_exit, sizeof in->last_exit);
@@ -1095,6 +1165,7 @@ on_exit_status(struct instance *in, int status)
 	if (!was_stopping && !s->stopping && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
 	    adopt_orphan(in))
 		return;
+	watch_leftovers(in, was_stopping, status, t_kill);
 	in->exiting = true;
 	handle_output(in, true);
 	ep_close(s, &in->outfd);
@@ -1187,6 +1258,7 @@ reap(struct sv *s)
 		else
 			on_exit_status(in, status);
 	}
+	forget_gone_leftovers(s);
 	finish_program_removal(s);
 }
 
@@ -1567,6 +1639,7 @@ arm_timer(struct sv *s)
 			struct instance *in = &p->inst[i];
 			consider(&earliest, in->t_start);
 			consider(&earliest, in->t_kill);
+			consider(&earliest, in->t_group_kill);
 			consider(&earliest, in->t_running);
 			consider(&earliest, in->t_health);
 			consider(&earliest, in->t_check_deadline);
@@ -1608,6 +1681,8 @@ on_timer(struct sv *s)
 				      (int)in->pid, p->cfg.stop_grace_ms / 1000.0);
 				signal_group(in, SIGKILL);
 			}
+			if (due(&in->t_group_kill, t) && in->leftover_pgid > 0)
+				kill_leftovers(in);
 			if (due(&in->t_start, t) && in->state == ST_BACKOFF)
 				start_instance(in);
 			if (due(&in->t_running, t) && in->state == ST_STARTING) {
@@ -2026,9 +2101,12 @@ on_signal(struct sv *s)
 			if (s->stopping && ++s->stop_signals > 1) {
 				event(s, "%s again: killing every program now", sv_signal_name((int)si.ssi_signo));
 				for (struct program *p = s->progs; p; p = p->next)
-					for (int i = 0; i < p->ninst; i++)
+					for (int i = 0; i < p->ninst; i++) {
 						if (alive(&p->inst[i]))
 							signal_group(&p->inst[i], SIGKILL);
+						if (p->inst[i].leftover_pgid > 0)
+							kill_leftovers(&p->inst[i]);
+					}
 			}
 			stop_all(s, sv_signal_name((int)si.ssi_signo));
 			s->stop_signals++;

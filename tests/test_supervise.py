@@ -307,6 +307,42 @@ def test_what_a_crashed_program_left_in_its_group_is_stopped(sup, workdir):
     assert s.stop() == 0
 
 
+def group_members(pgid):
+    """Live (not zombie) processes in process group pgid."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(d))
+    return found
+
+
+def test_stop_kills_what_ignores_the_stop_signal_after_the_main_process(sup, workdir):
+    # The main process dies of SIGTERM at once; its child ignores SIGTERM (so does the
+    # sleep it execs) and is left in the group: the grace period must still end in SIGKILL.
+    s = sup(["--name", "ig", "--stop-grace", "500ms", "--", "sh", "-c",
+             "sh -c 'trap \"\" TERM; echo bg $$; exec sleep 600' & wait"])
+    _, line = s.wait_event(r"\[ig\] bg (\d+)", lines=s.output)
+    bg = int(line.split()[-1])
+    pgid = s.status()["ig"]["pid"]
+    assert bg in group_members(pgid)
+    p = s.ctl("stop")
+    assert p.returncode == 0 and p.stdout.strip() == "stopped", p
+    s.wait_event(r"ig: what pid \d+ left in its process group did not stop within 0.5 s: "
+                 r"sending SIGKILL")
+    deadline = time.monotonic() + 10
+    while group_members(pgid) and time.monotonic() < deadline:
+        threading.Event().wait(0.02)  # until SIGKILL has done its work, with a deadline
+    assert not group_members(pgid) and not alive(bg)
+    assert s.stop() == 0
+
+
 def test_crash_loop_goes_fatal_then_restart_revives(sup, workdir):
     cfg = write_config(workdir, """
 [program:crash]

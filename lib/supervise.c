@@ -1096,6 +1096,45 @@ forget_gone_leftovers(struct sv *s)
 		}
 }
 
+/* True when pid has the read end's pipe (inode ino) among its descriptors. */
+static bool
+holds_pipe(pid_t pid, ino_t ino)
+{
+	char dir[64], want[64];
+	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof want, "pipe:[%lu]", (unsigned long)ino);
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *e;
+	while (!found && (e = readdir(d)) != NULL) {
+		char link[64];
+		ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		found = strcmp(link, want) == 0;
+	}
+	closedir(d);
+	return found;
+}
+
+/*
+ * Every orphan below us is reparented to us, whichever program left it.
+ * Only one still in the instance's process group, or still writing to its
+ * output pipe, is the instance's: what another program left must not be
+ * taken for this one's daemon.
+ */
+static bool
+orphan_is_ours(const struct instance *in, pid_t pid)
+{
+	if (in->pgid > 0 && getpgid(pid) == in->pgid)
+		return true;
+	struct stat st;
+	return in->outfd >= 0 && fstat(in->outfd, &st) == 0 && holds_pipe(pid, st.st_ino);
+}
+
 /* A daemonising child exits 0 and leaves its real process behind, reparented to us. */
 static bool
 adopt_orphan(struct instance *in)
@@ -1130,7 +1169,7 @@ adopt_orphan(struct instance *in)
 			for (int i = 0; i < p->ninst; i++)
 				if (p->inst[i].pid == pid || p->inst[i].checker == pid)
 					known = true;
-		if (!known)
+		if (!known && orphan_is_ours(in, pid))
 			found = pid;
 	}
 	closedir(d);

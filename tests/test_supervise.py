@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -684,7 +685,9 @@ def test_control_socket_out_of_descriptors_does_not_spin(sup, workdir):
         # Idle clients until the supervisor has no descriptor left to accept with.
         while len(conns) < 64 and not s.count(r"out of descriptors \(control connection"):
             c = socket.socket(socket.AF_UNIX)
-            c.settimeout(5)
+            # Blocking, so that a full backlog waits for the supervisor to accept (a unix
+            # connect waits up to SO_SNDTIMEO) instead of ending the loop too early.
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 2, 0))
             try:
                 c.connect(s.control)
             except OSError:

@@ -138,14 +138,6 @@ print_event(void *ctx, const char *line)
 	fflush(stderr);
 }
 
-static void
-print_output(void *ctx, const char *instance, const char *line)
-{
-	(void)ctx;
-	printf("[%s] %s\n", instance, line);
-	fflush(stdout);
-}
-
 /* ---- running ------------------------------------------------------------- */
 
 /* Quotes a word so that sv_split_command() gives it back unchanged. */
@@ -258,7 +250,7 @@ run_supervisor(struct opts *o, struct sv_config *cfg)
 		sv_config_free(cfg);
 		return EXIT_OK;
 	}
-	struct sv_callbacks cb = {print_event, print_output, NULL};
+	struct sv_callbacks cb = {.event = print_event, .ctx = NULL, .output_fd = STDOUT_FILENO};
 	bool busy;
 	char err[600];
 	struct sv *s = sv_new(cfg, o->config, o->control, &cb, &busy, err, sizeof err);

@@ -39,6 +39,8 @@ extern char **environ;
 #define LINE_MAX_ 16384
 /* How long the control socket goes unwatched when we have no descriptor to accept with. */
 #define ACCEPT_PAUSE_S 1.0
+/* Relayed output held for a reader that falls behind; beyond it, lines are dropped. */
+#define RELAY_MAX (1024 * 1024)
 
 enum state { ST_STOPPED, ST_STARTING, ST_RUNNING, ST_BACKOFF, ST_STOPPING, ST_FATAL, ST_EXITED };
 
@@ -48,7 +50,7 @@ static const char *const state_names[] = {"STOPPED", "STARTING", "RUNNING", "BAC
 /* What to do once a stopping child has exited. */
 enum after { AFTER_POLICY, AFTER_NOW, AFTER_STOP, AFTER_FATAL };
 
-enum wkind { W_SIGNAL, W_TIMER, W_CONTROL, W_CLIENT, W_OUTPUT, W_PIDFD, W_CHECKER };
+enum wkind { W_SIGNAL, W_TIMER, W_CONTROL, W_CLIENT, W_OUTPUT, W_PIDFD, W_CHECKER, W_RELAY };
 
 struct watch {
 	enum wkind kind;
@@ -120,8 +122,21 @@ struct client {
 	struct client *next;
 };
 
+/* Children's output without a log file, on its way to output_fd. */
+struct relay {
+	int fd;                 /* -1: the output goes nowhere */
+	bool own;               /* fd is our own opening of output_fd: closed at the end */
+	bool sock;              /* written with MSG_DONTWAIT: the socket's flags are shared */
+	bool watched;           /* in epoll, waiting for fd to become writable */
+	char *buf;              /* RELAY_MAX + 1 bytes once needed */
+	size_t off, len;        /* buf[off..len) is still to be written */
+	unsigned long long dropped; /* bytes dropped since the buffer last emptied */
+	struct watch w;
+};
+
 struct sv {
 	struct sv_callbacks cb;
+	struct relay out;
 	char *config_path;
 	char *control_path;
 	struct program *progs;
@@ -1301,6 +1316,155 @@ reap(struct sv *s)
 	finish_program_removal(s);
 }
 
+/* ---- relaying output that has no log file ------------------------------- */
+
+/*
+ * A reader of our standard output that stops (a pager, a full pipe) must
+ * not stop the supervisor: a blocked write would leave every child's pipe
+ * unread, and the children blocked in turn. So the relay never blocks. It
+ * holds what the reader has not taken up to RELAY_MAX, then drops whole
+ * lines until the reader has caught up, and then says how much went.
+ */
+static void
+relay_open(struct sv *s, int fd)
+{
+	struct relay *r = &s->out;
+	r->fd = -1;
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0)
+		return;
+	if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+		r->fd = fd; /* a local file never waits for a reader */
+		return;
+	}
+	if (S_ISSOCK(st.st_mode)) {
+		r->fd = fd;
+		r->sock = true;
+		return;
+	}
+	/*
+	 * A pipe, FIFO or terminal. O_NONBLOCK on fd itself would change the
+	 * open file description we share with our parent (and maybe stderr);
+	 * an opening of our own makes only our writes non-blocking.
+	 */
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	int own = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (own >= 0) {
+		r->fd = own;
+		r->own = true;
+		return;
+	}
+	/* No /proc: better a shared O_NONBLOCK than a supervisor that blocks. */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	r->fd = fd;
+}
+
+static void
+relay_watch(struct sv *s, bool on)
+{
+	struct relay *r = &s->out;
+	if (r->fd < 0 || on == r->watched)
+		return;
+	r->w.kind = W_RELAY;
+	r->w.ptr = NULL;
+	struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = &r->w};
+	if (epoll_ctl(s->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, r->fd, &ev) == 0)
+		r->watched = on;
+}
+
+static void
+relay_close(struct sv *s)
+{
+	struct relay *r = &s->out;
+	relay_watch(s, false);
+	if (r->own && r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	r->off = r->len = 0;
+}
+
+static ssize_t
+relay_write(const struct relay *r, const char *data, size_t len)
+{
+	if (r->sock)
+		return send(r->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	return write(r->fd, data, len);
+}
+
+/* Once the buffer has emptied, what was dropped is said where it went missing. */
+static void
+relay_note_dropped(struct relay *r)
+{
+	if (r->dropped == 0)
+		return;
+	int n = snprintf(r->buf, RELAY_MAX + 1, "[%llu bytes dropped: standard output was not "
+	                 "being read]\n", r->dropped);
+	r->off = 0;
+	r->len = n > 0 ? (size_t)n : 0;
+	r->dropped = 0;
+}
+
+/* Writes what the reader takes now; waits in epoll for the rest. */
+static void
+relay_flush(struct sv *s)
+{
+	struct relay *r = &s->out;
+	while (r->fd >= 0 && r->off < r->len) {
+		ssize_t n = relay_write(r, r->buf + r->off, r->len - r->off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			relay_watch(s, true);
+			if (!r->watched)
+				break; /* cannot wait for it: give up below */
+			return;
+		}
+		if (n <= 0)
+			break;
+		r->off += (size_t)n;
+		if (r->off == r->len) {
+			r->off = r->len = 0;
+			relay_note_dropped(r);
+		}
+	}
+	if (r->fd >= 0 && r->off < r->len) {
+		event(s, "standard output: %s: children's output without a log file is discarded "
+		      "from now on", strerror(errno));
+		relay_close(s);
+		return;
+	}
+	relay_watch(s, false);
+}
+
+static void
+relay_line(struct sv *s, const char *name, const char *line)
+{
+	struct relay *r = &s->out;
+	if (r->fd < 0)
+		return;
+	size_t need = strlen(name) + strlen(line) + 4; /* "[name] line\n" */
+	if (!r->buf) {
+		r->buf = malloc(RELAY_MAX + 1);
+		if (!r->buf)
+			abort();
+	}
+	/* Dropping goes on until the reader has caught up, so the note marks one gap. */
+	if (r->dropped > 0 || RELAY_MAX - r->len < need) {
+		if (r->dropped == 0)
+			event(s, "standard output is not being read: dropping children's output "
+			      "until it is");
+		r->dropped += need;
+		return;
+	}
+	snprintf(r->buf + r->len, need + 1, "[%s] %s\n", name, line);
+	r->len += need;
+	if (!r->watched)
+		relay_flush(s);
+}
+
 /* ---- output ------------------------------------------------------------- */
 
 static void
@@ -1354,8 +1518,8 @@ on_line(struct instance *in, char *line, size_t len)
 {
 	struct sv *s = in->sv;
 	line[len] = '\0';
-	if (!in->log && s->cb.output)
-		s->cb.output(s->cb.ctx, in->name, line);
+	if (!in->log)
+		relay_line(s, in->name, line);
 	int which = sv_patterns_match(&in->prog->pats, line);
 	if (which >= 0)
 		restart_for_pattern(in, line, which);
@@ -2170,6 +2334,7 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 		abort();
 	s->cb = *cb;
 	s->epfd = s->sigfd = s->timerfd = s->ctlfd = -1;
+	s->out.fd = -1;
 	s->config_path = config_path ? realpath(config_path, NULL) : NULL;
 	if (config_path && !s->config_path)
 		s->config_path = strdup(config_path);
@@ -2210,6 +2375,7 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 	ep_add(s, s->sigfd, &s->w_sig, W_SIGNAL, NULL);
 	ep_add(s, s->timerfd, &s->w_timer, W_TIMER, NULL);
 	ep_add(s, s->ctlfd, &s->w_ctl, W_CONTROL, NULL);
+	relay_open(s, cb->output_fd);
 	/* A closed stdout or control client must not kill the supervisor of everything. */
 	signal(SIGPIPE, SIG_IGN);
 	/* Orphans of daemonising children become ours, not init's: we can still see them. */
@@ -2245,6 +2411,7 @@ sv_run(struct sv *s)
 			case W_OUTPUT: handle_output(w->ptr, false); break;
 			case W_PIDFD:
 			case W_CHECKER: reap(s); break;
+			case W_RELAY: relay_flush(s); break;
 			}
 			/* Handlers may free what later events point at: re-poll instead of going on. */
 			if (kind == W_SIGNAL || kind == W_CLIENT || kind == W_PIDFD || kind == W_CHECKER)
@@ -2252,6 +2419,7 @@ sv_run(struct sv *s)
 		}
 	}
 	event(s, "every program stopped; exiting");
+	relay_flush(s); /* what the reader takes now; the rest is lost with us */
 	for (struct client *cl = s->clients; cl; cl = cl->next)
 		if (cl->waiting_stop)
 			client_send(cl, reply_json(true, "stopped"));
@@ -2265,6 +2433,8 @@ sv_free(struct sv *s)
 		return;
 	while (s->clients)
 		client_close(s, s->clients);
+	relay_close(s);
+	free(s->out.buf);
 	struct program *p = s->progs;
 	while (p) {
 		struct program *next = p->next;

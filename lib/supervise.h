@@ -1,7 +1,8 @@
 /*
  * The supervisor: runs the programs of a configuration, watches them in a
  * single-threaded epoll loop and restarts them by policy. It reports what
- * it does through callbacks, never by printing.
+ * it does through callbacks, and children's output through a descriptor
+ * that it never lets block it.
  *
  * Event sources, all in one epoll set:
  *   signalfd    SIGCHLD (also orphans adopted as subreaper), SIGTERM, SIGINT, SIGHUP
@@ -27,9 +28,14 @@ struct sv;
 struct sv_callbacks {
 	/* One line describing something the supervisor did or saw (no newline). */
 	void (*event)(void *ctx, const char *line);
-	/* A line of a child's output that has no log file. */
-	void (*output)(void *ctx, const char *instance, const char *line);
 	void *ctx;
+	/*
+	 * Where the lines of a child's output that has no log file go, as
+	 * "[instance] line" (-1: nowhere). Never written in a way that blocks:
+	 * while its reader falls behind, lines are held up to a limit, then
+	 * dropped and counted.
+	 */
+	int output_fd;
 };
 
 /*

@@ -56,7 +56,7 @@ def alive(pid):
 class Supervisor:
     """A running `gridfsctl supervise` with its event lines collected as they come."""
 
-    def __init__(self, workdir, args, env=None, preexec=None):
+    def __init__(self, workdir, args, env=None, preexec=None, read_stdout=True):
         self.dir = workdir
         self.control = os.path.join(workdir, "ctl.sock")
         self.env = dict(os.environ, **SAN_ENV, **(env or {}))
@@ -70,7 +70,13 @@ class Supervisor:
                         threading.Thread(target=self._read, args=(self.proc.stdout, self.output))]
         for t in self.threads:
             t.daemon = True
-            t.start()
+        self.threads[0].start()
+        if read_stdout:
+            self.threads[1].start()
+
+    def read_stdout(self):
+        """Starts reading standard output, for a test that left it unread."""
+        self.threads[1].start()
 
     def _read(self, stream, into):
         for raw in stream:
@@ -155,8 +161,8 @@ def workdir():
 def sup(workdir):
     started = []
 
-    def start(args, env=None, preexec=None):
-        s = Supervisor(workdir, args, env, preexec)
+    def start(args, env=None, preexec=None, read_stdout=True):
+        s = Supervisor(workdir, args, env, preexec, read_stdout)
         started.append(s)
         return s
 
@@ -248,6 +254,42 @@ def test_too_many_open_files_restarts_within_1s(sup, workdir):
     st = s.wait_status("app", lambda d: d["state"] in ("STARTING", "RUNNING"))
     assert st["restarts"] == 1 and st["pid"] == int(re.search(r"pid (\d+)", started).group(1))
     assert "[app] accept: Too many open files" in s.output
+    assert s.stop() == 0
+
+
+FLOOD = """import os, sys
+if not os.path.exists(sys.argv[1]):
+    open(sys.argv[1], 'w').close()
+    for _ in range(3000):
+        sys.stdout.write('x' * 999 + '\\n')
+    sys.stdout.write('accept: Too many open files\\n')
+    sys.stdout.flush()
+os.execvp('sleep', ['sleep', '600'])
+"""
+
+
+def test_unread_stdout_does_not_stop_supervision(sup, workdir):
+    # 3 MB of output, then EMFILE, while nobody reads the supervisor's stdout: it must
+    # still read the child, restart it and answer, dropping what does not fit.
+    script = os.path.join(workdir, "flood.py")
+    with open(script, "w") as f:
+        f.write(FLOOD)
+    s = sup(["--name", "app", "--", PY, script, os.path.join(workdir, "once")],
+            read_stdout=False)
+    i, _ = s.wait_event(r"app: output matched restart_on 'Too many open files'", timeout=30)
+    s.wait_event(r"app: started pid", after=i)
+    assert s.count(r"standard output is not being read: dropping") == 1
+    st = s.wait_status("app", lambda d: d["restarts"] == 1 and d["pid"] > 0)
+    assert st["state"] in ("STARTING", "RUNNING")
+    s.read_stdout()
+    _, note = s.wait_event(r"^\[(\d+) bytes dropped", lines=s.output)
+    dropped = int(re.search(r"\d+", note).group(0))
+    with s.cond:
+        got = [line for line in s.output if line.startswith("[app] ")]
+    # Whole lines only, and every byte accounted for: relayed or counted as dropped.
+    assert all(line == "[app] " + "x" * 999 for line in got)
+    total = 3000 * len("[app] " + "x" * 999 + "\n") + len("[app] accept: Too many open files\n")
+    assert sum(len(line) + 1 for line in got) + dropped == total
     assert s.stop() == 0
 
 

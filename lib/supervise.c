@@ -1451,6 +1451,12 @@ relay_line(struct sv *s, const char *name, const char *line)
 		if (!r->buf)
 			abort();
 	}
+	if (r->dropped == 0 && r->off > 0 && RELAY_MAX - r->len < need) {
+		/* What the reader took leaves room at the front. */
+		memmove(r->buf, r->buf + r->off, r->len - r->off);
+		r->len -= r->off;
+		r->off = 0;
+	}
 	/* Dropping goes on until the reader has caught up, so the note marks one gap. */
 	if (r->dropped > 0 || RELAY_MAX - r->len < need) {
 		if (r->dropped == 0)

@@ -766,6 +766,59 @@ def test_daemonising_child_is_tracked(sup, workdir):
     assert not alive(pid)
 
 
+ORPHAN = """import os, sys
+sup = os.getppid()
+r, w = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        # In a session of its own, writing nowhere near a's pipe: nothing says whose it is.
+        os.close(w)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.read(r, 1)  # end of file: the middle process has exited
+        while os.getppid() != sup:
+            pass  # its exit is reparenting us to the supervisor, at once
+        fifo = os.open(sys.argv[1], os.O_WRONLY)
+        os.write(fifo, str(os.getpid()).encode() + b'\\n')
+        os.close(fifo)
+        os.execvp('sleep', ['sleep', '600'])
+    os._exit(0)
+os.close(r)
+os.close(w)
+os.execvp('sleep', ['sleep', '600'])
+"""
+
+
+def test_exit_0_does_not_adopt_an_orphan_of_another_program(sup, workdir):
+    # a leaves an orphan (reparented to the supervisor, its subreaper); b then exits 0.
+    # The orphan is neither in b's process group nor holding b's pipe: not b's daemon.
+    script = os.path.join(workdir, "orphan.py")
+    with open(script, "w") as f:
+        f.write(ORPHAN)
+    fifo = os.path.join(workdir, "fifo")
+    os.mkfifo(fifo)
+    cfg = write_config(workdir, f"""
+[program:a]
+command = {PY} {script} {fifo}
+[program:b]
+command = sh -c 'read x < {fifo}; echo orphan $x'
+autorestart = no
+""")
+    s = sup(["-c", cfg])
+    _, line = s.wait_event(r"\[b\] orphan (\d+)", lines=s.output)
+    orphan = int(line.split()[-1])
+    try:
+        s.wait_event(r"b: pid \d+ exited with code 0")
+        st = s.wait_status("b", lambda d: d["state"] == "EXITED")
+        assert st["pid"] == 0 and alive(orphan)
+        assert s.count(r"it daemonised") == 0
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    assert s.stop() == 0
+
+
 def test_listen_socket_is_passed_and_held(sup, workdir):
     port = port_in(18400, 18450)
     code = ("import os,socket\\n"

@@ -17,7 +17,12 @@ struct gfs_lock {
 	char *name;
 	char owner[512];
 	int ttl_s;
-	int64_t expires_ms;
+	/*
+	 * When the last successful take or renewal was sent, on a clock that
+	 * counts through suspend and ignores changes to the time of day: our
+	 * lease ends ttl_s after it, whatever the heartbeat has noticed.
+	 */
+	_Atomic int64_t granted_ns;
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
@@ -31,6 +36,27 @@ struct identity {
 	long pid;
 	long long start;   /* process start time, clock ticks after boot */
 };
+
+static int64_t
+boot_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Whether the lease may have run out, as others would see it: another
+ * process may take the lock over once the expiry passes, and hosts' clocks
+ * differ, so stop a third of the ttl (at least a second) early.
+ */
+static bool
+lease_over(gfs_lock *l)
+{
+	int64_t margin = (int64_t)(l->ttl_s / 3 > 0 ? l->ttl_s / 3 : 1) * 1000000000;
+	int64_t until = atomic_load(&l->granted_ns) + (int64_t)l->ttl_s * 1000000000 - margin;
+	return boot_ns() > until;
+}
 
 static void
 read_line(const char *path, char *buf, size_t len)
@@ -192,10 +218,11 @@ take(gfs_lock *l, gfs_error *err)
 	snprintf(l->owner, sizeof l->owner, "%s/%s/%ld/%lld", me.host, me.boot, me.pid, me.start);
 	/* A few rounds: the holder may release or be taken over between our steps. */
 	for (int round = 0; round < 3; round++) {
+		int64_t sent = boot_ns();
 		int64_t now = gfs_now_ms();
-		l->expires_ms = now + (int64_t)l->ttl_s * 1000;
 		bson_t mine = BSON_INITIALIZER, reply;
-		lock_doc(&mine, l->name, &me, l->owner, now, l->expires_ms);
+		lock_doc(&mine, l->name, &me, l->owner, now, now + (int64_t)l->ttl_s * 1000);
+		atomic_store(&l->granted_ns, sent);
 		bson_error_t berr;
 		bool ok = mongoc_collection_insert_one(l->coll, &mine, NULL, &reply, &berr);
 		bson_destroy(&reply);
@@ -239,6 +266,7 @@ take(gfs_lock *l, gfs_error *err)
 static bool
 renew(gfs_lock *l)
 {
+	int64_t sent = boot_ns();
 	int64_t expires = gfs_now_ms() + (int64_t)l->ttl_s * 1000;
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, reply;
 	BSON_APPEND_UTF8(&filter, "_id", l->name);
@@ -252,15 +280,19 @@ renew(gfs_lock *l)
 	if (ok) {
 		bson_iter_t it;
 		still_ours = !(bson_iter_init_find(&it, &reply, "matchedCount") && bson_iter_as_int64(&it) == 0);
-		l->expires_ms = expires;
 	}
 	bson_destroy(&filter);
 	bson_destroy(&update);
 	bson_destroy(&reply);
-	/* A failed renewal is retried; the lock is lost only once it has run out. */
-	if (!ok && gfs_now_ms() >= l->expires_ms)
+	if (!still_ours)
 		return false;
-	return still_ours;
+	/* Nobody took it over in between (the filter names us): the lease runs from the send. */
+	if (ok) {
+		atomic_store(&l->granted_ns, sent);
+		return true;
+	}
+	/* A failed renewal is retried; the lock is lost only once it has run out. */
+	return !lease_over(l);
 }
 
 static void *
@@ -270,7 +302,8 @@ heartbeat(void *arg)
 	pthread_mutex_lock(&l->mu);
 	while (!l->stop) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
+		/* The condition variable waits on CLOCK_MONOTONIC: setting the date back must not stall us. */
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += l->ttl_s / 3 > 0 ? l->ttl_s / 3 : 1;
 		pthread_cond_timedwait(&l->cond, &l->mu, &ts);
 		if (l->stop)
@@ -300,7 +333,12 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 	l->coll = mongoc_client_get_collection(l->s->client, gfs_conn_db(conn), coll);
 	bson_free(coll);
 	pthread_mutex_init(&l->mu, NULL);
-	pthread_cond_init(&l->cond, NULL);
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0)
+		abort();
+	pthread_cond_init(&l->cond, &attr);
+	pthread_condattr_destroy(&attr);
 	if (!take(l, err)) {
 		mongoc_collection_destroy(l->coll);
 		gfs_session_push(l->s);
@@ -323,7 +361,12 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 bool
 gfs_lock_lost(gfs_lock *l)
 {
-	return l && atomic_load(&l->lost);
+	if (!l)
+		return false;
+	/* Once over, for good: someone may have taken over and cleaned up after us meanwhile. */
+	if (!atomic_load(&l->lost) && lease_over(l))
+		atomic_store(&l->lost, true);
+	return atomic_load(&l->lost);
 }
 
 void

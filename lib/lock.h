@@ -22,7 +22,12 @@ typedef struct gfs_lock gfs_lock;
 
 /* Takes the lock or fails with GFS_EBUSY naming the holder (or GFS_EBACKEND). */
 gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err);
-/* True once the lock was taken over by another process or could not be renewed in time. */
+/*
+ * True once the lock was taken over by another process, or once our lease
+ * may have run out (no renewal got through for ttl less a third of it, on
+ * a clock that counts while the process is stopped or the host sleeps):
+ * check it right before each write that others' clean-up must not race.
+ */
 bool gfs_lock_lost(gfs_lock *l);
 /* Stops renewing and removes the lock document if it is still ours. */
 void gfs_lock_release(gfs_lock *l);

@@ -279,6 +279,18 @@ set_fatal(gfs_import *imp, const gfs_error *err)
 	pthread_mutex_unlock(&imp->mu);
 }
 
+/* False, with err set, once the import lock may be another's: the next write must not go out. */
+static bool
+lock_held(gfs_import *imp, gfs_error *err)
+{
+	if (!gfs_lock_lost(imp->lock))
+		return true;
+	gfs_error_set(err, GFS_EBUSY,
+	              "lost the import lock (its lease ran out or it was taken over); stopped "
+	              "before writing more");
+	return false;
+}
+
 static bool
 stopping(gfs_import *imp)
 {
@@ -1075,13 +1087,15 @@ flush(struct worker *w)
 {
 	gfs_error err;
 	gfs_error_clear(&err);
-	if (gfs_lock_lost(w->imp->lock)) {
-		gfs_error_set(&err, GFS_EBUSY, "lost the import lock (it expired or was taken over)");
-		set_fatal(w->imp, &err);
-		return false;
-	}
-	bool ok = insert_markers(w, &err) && gfs_chunk_batch_flush(w->batch, w->s, &err) &&
-	          insert_files(w, &err) && finish_pending(w, &err);
+	/*
+	 * Each step can take long or be paused: once the lease may have run
+	 * out, another import may have removed our chunks and markers, and
+	 * a files document written then would name chunks that are gone.
+	 */
+	bool ok = lock_held(w->imp, &err) && insert_markers(w, &err) &&
+	          lock_held(w->imp, &err) && gfs_chunk_batch_flush(w->batch, w->s, &err) &&
+	          lock_held(w->imp, &err) && insert_files(w, &err) &&
+	          lock_held(w->imp, &err) && finish_pending(w, &err);
 	if (!ok) {
 		set_fatal(w->imp, &err);
 		return false;
@@ -1553,6 +1567,8 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, char
              gfs_error *err)
 {
 	if (!imp->o.dry_run) {
+		if (!lock_held(imp, err))
+			return false;
 		bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, proj;
 		BSON_APPEND_DOCUMENT_BEGIN(&filter, "filename", &in);
 		BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);

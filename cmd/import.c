@@ -283,6 +283,16 @@ cmd_import(int argc, char **argv)
 		goto out;
 	}
 	c.o.dir = argv[first];
+	/* Mostly for tests: a lease that runs out in seconds, not a minute. */
+	const char *ttl = getenv("GRIDFSCTL_IMPORT_LOCK_TTL");
+	long v;
+	if (ttl && *ttl) {
+		if (!parse_int(ttl, 3, 3600, &v)) {
+			usage_error("GRIDFSCTL_IMPORT_LOCK_TTL takes seconds from 3 to 3600, not '%s'", ttl);
+			goto out;
+		}
+		c.o.lock_ttl = (int)v;
+	}
 	if (c.o.prefix && !gfs_utf8_valid(c.o.prefix, strlen(c.o.prefix))) {
 		usage_error("the prefix must be UTF-8");
 		goto out;

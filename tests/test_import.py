@@ -387,6 +387,51 @@ def test_lock_with_live_import(gfs, db, tree):
     assert locks.count_documents({}) == 0
 
 
+def assert_no_partial_files(db):
+    """Every files document has all its chunks."""
+    have = {}
+    for c in db.fs.chunks.find({}, {"files_id": 1, "n": 1}, batch_size=1000):
+        have.setdefault(c["files_id"], set()).add(c["n"])
+    for f in db.fs.files.find({}, {"filename": 1, "length": 1, "chunkSize": 1}):
+        count = (f["length"] + f["chunkSize"] - 1) // f["chunkSize"]
+        assert have.get(f["_id"], set()) >= set(range(count)), f
+
+
+def test_lease_run_out_while_stopped(gfs, db, bucket, tree):
+    """Stopped past its lease, taken over and cleaned up after, an import
+    writes no files document on resume and exits 6."""
+    make_big_tree(tree)
+    locks = db["fs.gridfsctl_locks"]
+    first = gfs.popen("import", tree, "--batch-size", "64K", "-j", "1",
+                      env={"GRIDFSCTL_IMPORT_LOCK_TTL": "3"},
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: db.fs.chunks.estimated_document_count() > 0 or first.poll() is not None,
+                 what="chunks in the database")
+        first.send_signal(signal.SIGSTOP)
+        assert first.poll() is None, "the import finished before it could be stopped"
+        held = locks.find_one({"_id": "import"})
+        assert held and held["pid"] == first.pid
+        wait_for(lambda: locks.find_one({"_id": "import"})["expires"]
+                 < __import__("datetime").datetime.utcnow(), what="the lease to run out")
+        # The second import takes over, removes the first one's unfinished chunks, imports all.
+        res = gfs.run("import", tree, "--json", timeout=300)
+        assert res.rc == 0, res
+    finally:
+        first.send_signal(signal.SIGCONT)
+        _, err = first.communicate(timeout=120)
+    err = err.decode("utf-8", "replace")
+    assert first.returncode == 6, err
+    assert "lost the import lock" in err
+    assert_no_partial_files(db)
+    docs = stored(db)
+    assert db.fs.files.count_documents({}) == len(docs) == 121
+    for name, d in docs.items():
+        assert d["metadata"]["sha256"] == sha256(open(tree / name, "rb").read()), name
+    s = summary(gfs.run("import", tree, "--json"))
+    assert s["skipped"] == s["scanned"] == 121
+
+
 def make_big_tree(root, files=120, size=120_000):
     for i in range(files):
         write(os.path.join(root, f"{i % 7:02x}", f"{i:04d}.bin"), os.urandom(size + i))

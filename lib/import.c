@@ -24,6 +24,12 @@
 #define IN_BATCH 500
 /* Chunks per bulk insert, at most: with a tiny --chunk-size, bytes alone allow millions. */
 #define MAX_BATCH_CHUNKS 10000
+/*
+ * A file modified this close to (or after) the start of its read may change
+ * again within the same timestamp tick (coarse kernel ticks; 2 s on FAT,
+ * server rounding on NFS) without its size or mtime changing.
+ */
+#define RACY_WINDOW_NS 2000000000LL
 #define TOO_MANY_CHUNKS \
 	"needs more than 2147483648 chunks, GridFS's limit; use a larger --chunk-size"
 
@@ -43,6 +49,7 @@ struct entry {
 	int64_t mtime_ns;     /* meaningful only with has_mtime: before 1970 it is negative */
 	bool has_mtime;
 	bool mtime_ms_only;   /* only metadata.mtime (ms) was stored */
+	bool racy;            /* metadata.mtimeRacy: size and mtime prove nothing */
 	char sha[65];
 };
 
@@ -138,7 +145,9 @@ struct job {
 	char *name;           /* the GridFS filename */
 	bool escaped;         /* rel was not UTF-8: store metadata.rawName */
 	bool replacing;       /* the name exists */
-	char old_sha[65];     /* checksum mode: the stored sha256 to compare with */
+	char old_sha[65];     /* the stored sha256 to compare with (checksum mode, racy state) */
+	bool settle;          /* racy state: once found the same, clear the flag on old_id */
+	bson_oid_t old_id;
 	struct stat st;
 };
 
@@ -790,6 +799,7 @@ read_metadata(bson_iter_t *meta, struct entry *e)
 	int64_t v;
 	e->has_mtime = false;
 	e->mtime_ms_only = false;
+	e->racy = false;
 	e->sha[0] = '\0';
 	if (!BSON_ITER_HOLDS_DOCUMENT(meta) || !bson_iter_recurse(meta, &it))
 		return;
@@ -808,6 +818,8 @@ read_metadata(bson_iter_t *meta, struct entry *e)
 				ms = v;
 				has_ms = true;
 			}
+		} else if (strcmp(k, "mtimeRacy") == 0) {
+			e->racy = bson_iter_as_bool(&it);
 		} else if (strcmp(k, "sha256") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
 			uint32_t len;
 			const char *s = bson_iter_utf8(&it, &len);
@@ -856,7 +868,7 @@ add_existing(gfs_import *imp, const bson_t *doc)
 	if (bson_iter_init_find(&it, doc, "metadata"))
 		read_metadata(&it, e);
 	else
-		e->has_mtime = false, e->sha[0] = '\0';
+		e->has_mtime = false, e->racy = false, e->sha[0] = '\0';
 }
 
 static bool
@@ -870,6 +882,7 @@ load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
 	BSON_APPEND_INT32(&proj, "uploadDate", 1);
 	BSON_APPEND_INT32(&proj, "metadata.mtimeNs", 1);
 	BSON_APPEND_INT32(&proj, "metadata.mtime", 1);
+	BSON_APPEND_INT32(&proj, "metadata.mtimeRacy", 1);
 	BSON_APPEND_INT32(&proj, "metadata.sha256", 1);
 	bson_append_document_end(&opts, &proj);
 	BSON_APPEND_INT32(&opts, "batchSize", 5000);
@@ -896,6 +909,7 @@ struct upload {
 	struct job *job;
 	enum upload_state state;
 	bool marked;              /* its marker is in the uploads collection */
+	bool racy;                /* modified too close to its read for size and mtime to tell */
 	int64_t length;
 	char sha[65];
 	char *content_type;
@@ -974,6 +988,8 @@ files_doc(gfs_import *imp, const struct upload *u, int64_t now, bson_t *doc)
 	int64_t ms = ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000);
 	BSON_APPEND_DATE_TIME(&meta, "mtime", ms);
 	BSON_APPEND_INT64(&meta, "mtimeNs", ns);
+	if (u->racy)
+		BSON_APPEND_BOOL(&meta, "mtimeRacy", true);
 	BSON_APPEND_INT64(&meta, "size", u->length);
 	BSON_APPEND_INT32(&meta, "mode", (int32_t)(st->st_mode & 07777));
 	if (u->job->escaped)
@@ -1181,6 +1197,58 @@ same_file_state(const struct stat *a, const struct stat *b)
 	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec && a->st_ino == b->st_ino;
 }
 
+static int64_t
+mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static int64_t
+realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * "Racily clean", as git says: a file modified within RACY_WINDOW_NS of
+ * the start of its read (or later, by a clock ahead of ours) may have
+ * changed again after the read without a new size or mtime.
+ */
+static bool
+racy_state(const struct stat *st, int64_t read_start_ns)
+{
+	return mtime_ns(st) >= read_start_ns - RACY_WINDOW_NS;
+}
+
+/* The content proved the same long enough after its mtime: size and mtime can be trusted again. */
+static bool
+settle(struct worker *w, const struct job *j)
+{
+	gfs_error err;
+	gfs_error_clear(&err);
+	if (!lock_held(w->imp, &err)) {
+		set_fatal(w->imp, &err);
+		return false;
+	}
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, unset;
+	BSON_APPEND_OID(&filter, "_id", &j->old_id);
+	BSON_APPEND_INT64(&filter, "metadata.mtimeNs", mtime_ns(&j->st));
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
+	BSON_APPEND_UTF8(&unset, "metadata.mtimeRacy", "");
+	bson_append_document_end(&update, &unset);
+	bson_error_t berr;
+	bool ok = mongoc_collection_update_one(w->s->files, &filter, &update, NULL, NULL, &berr);
+	if (!ok) {
+		gfs_error_from_bson(&err, &berr, "record an unchanged file's state");
+		set_fatal(w->imp, &err);
+	}
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	return ok;
+}
+
 static void
 skip_unchanged(gfs_import *imp, struct job *j)
 {
@@ -1257,6 +1325,7 @@ process(struct worker *w, struct job *j)
 	}
 	/* O_NONBLOCK only kept a FIFO swapped in since the walk from hanging the open. */
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	bool racy = racy_state(&before, realtime_ns());
 	if (j->old_sha[0] && before.st_size == j->st.st_size) {
 		char hex[65];
 		if (!hash_file(w, fd, before.st_size, hex)) {
@@ -1268,7 +1337,12 @@ process(struct worker *w, struct job *j)
 		}
 		if (strcmp(hex, j->old_sha) == 0) {
 			close(fd);
-			skip_unchanged(imp, j);
+			/* Settle only a state read well after its mtime, and the one stored. */
+			bool settled = true;
+			if (j->settle && !racy && mtime_ns(&before) == mtime_ns(&j->st))
+				settled = settle(w, j);
+			if (settled)
+				skip_unchanged(imp, j);
 			job_free(j);
 			return;
 		}
@@ -1276,6 +1350,7 @@ process(struct worker *w, struct job *j)
 	}
 	struct upload *u = upload_new(w, j);
 	u->st = before;
+	u->racy = racy;
 	if (!read_into_batch(w, fd, u)) {
 		close(fd);
 		return;
@@ -1372,7 +1447,7 @@ unchanged(const struct entry *e, const struct stat *st)
 {
 	if (e->length != (int64_t)st->st_size || !e->has_mtime)
 		return false;
-	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	int64_t ns = mtime_ns(st);
 	if (e->mtime_ms_only)
 		return e->mtime_ns / 1000000 == (ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000));
 	return e->mtime_ns == ns;
@@ -1529,7 +1604,8 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	j->escaped = escaped;
 	j->st = *e->st;
 	j->replacing = ent->existing;
-	if (ent->existing && !imp->o.checksum && unchanged(ent, e->st)) {
+	bool same_state = ent->existing && unchanged(ent, e->st);
+	if (same_state && !ent->racy && !imp->o.checksum) {
 		skip_unchanged(imp, j);
 		job_free(j);
 		return true;
@@ -1539,8 +1615,15 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 		job_free(j);
 		return true;
 	}
-	if (ent->existing && imp->o.checksum && ent->sha[0] && ent->length == (int64_t)e->st->st_size)
+	/* A racy state is not trusted: the content decides, and settles it when the same. */
+	bool recheck = same_state && ent->racy;
+	if (ent->existing && (imp->o.checksum || recheck) && ent->sha[0] &&
+	    ent->length == (int64_t)e->st->st_size)
 		memcpy(j->old_sha, ent->sha, 65);
+	if (recheck && ent->has_oid && !ent->mtime_ms_only) {
+		j->settle = true;
+		bson_oid_copy(&ent->oid, &j->old_id);
+	}
 	pthread_mutex_lock(&imp->mu);
 	imp->st.queued_files++;
 	imp->st.queued_bytes += (uint64_t)e->st->st_size;

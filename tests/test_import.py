@@ -219,6 +219,40 @@ def test_checksum_ignores_touch(gfs, db, tree):
     assert db.fs.files.find_one({"filename": "f"})["metadata"]["mtimeNs"] == 1_400_000_005_000_000_000
 
 
+def test_racily_clean_file_is_checked_again(gfs, db, bucket, tree):
+    """A file modified as it is read (or just before) is not trusted by size
+    and mtime: the next run compares its content, then trusts it again."""
+    # An mtime 2 s ahead is "within 2 s of the read" for any first run that starts reading soon.
+    when = time.time_ns() + 2_000_000_000
+    write(tree / "racy.txt", b"version 1", mtime_ns=when)
+    write(tree / "same.txt", b"unchanged", mtime_ns=when)
+    write(tree / "old.txt", b"old", mtime_ns=1_500_000_000_000_000_000)
+    assert gfs.run("import", tree).rc == 0
+    docs = stored(db)
+    assert docs["racy.txt"]["metadata"]["mtimeRacy"] is True
+    assert docs["same.txt"]["metadata"]["mtimeRacy"] is True
+    assert "mtimeRacy" not in docs["old.txt"]["metadata"]
+
+    # Rewritten within the same tick: same size, same mtime, other content.
+    write(tree / "racy.txt", b"version 2", mtime_ns=when)
+    # The next run must start reading 2 s after the mtime, so that it may settle the state.
+    wait_for(lambda: time.time_ns() > when + 2_500_000_000, timeout=30, what="the mtime to age")
+    s = summary(gfs.run("import", tree, "--json"))
+    assert (s["replaced"], s["skipped"], s["uploaded"]) == (1, 2, 0), s
+    assert bucket.open_download_stream_by_name("racy.txt").read() == b"version 2"
+    after = stored(db)
+    assert "mtimeRacy" not in after["racy.txt"]["metadata"]
+    # The same content is not stored again, and its state is now trusted.
+    assert after["same.txt"]["_id"] == docs["same.txt"]["_id"]
+    assert after["same.txt"]["uploadDate"] == docs["same.txt"]["uploadDate"]
+    assert "mtimeRacy" not in after["same.txt"]["metadata"]
+    assert after["same.txt"]["metadata"]["mtimeNs"] == when
+
+    s = summary(gfs.run("import", tree, "--json"))
+    assert (s["replaced"], s["skipped"], s["uploaded"]) == (0, 3, 0), s
+    assert stored(db) == after
+
+
 def test_special_file_and_symlink_loop(gfs, db, bucket, tree):
     write(tree / "ok" / "good.txt", b"good")
     write(tree / "target.txt", b"target")

@@ -1,15 +1,13 @@
 /*
  * gridfsctl supervise: run backends and servers, restart them when they die,
  * print "Too many open files", fail health checks or run out of descriptors.
- * The work is in lib/supervise.c; this file parses options, prints events,
- * and is the control client (status, restart, stop, reload).
+ * The work is in lib/supervise.c; this file parses options and is the
+ * control client (status, restart, stop, reload).
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../lib/supervise.h"
@@ -120,22 +118,6 @@ on_opt(int opt, const char *arg, void *ctx)
 		return 0;
 	}
 	return -1;
-}
-
-/* ---- events -------------------------------------------------------------- */
-
-static void
-print_event(void *ctx, const char *line)
-{
-	(void)ctx;
-	struct timeval tv;
-	gettimeofday(&tv, NULL);
-	struct tm tm;
-	gmtime_r(&tv.tv_sec, &tm);
-	char ts[32];
-	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-	fprintf(stderr, "%s %s: %s.%03ldZ %s\n", progname, cmdname, ts, (long)(tv.tv_usec / 1000), line);
-	fflush(stderr);
 }
 
 /* ---- running ------------------------------------------------------------- */
@@ -250,7 +232,11 @@ run_supervisor(struct opts *o, struct sv_config *cfg)
 		sv_config_free(cfg);
 		return EXIT_OK;
 	}
-	struct sv_callbacks cb = {.event = print_event, .ctx = NULL, .output_fd = STDOUT_FILENO};
+	/* Event lines go through the supervisor's own non-blocking relay, not stdio. */
+	char prefix[128];
+	snprintf(prefix, sizeof prefix, "%s %s: ", progname, cmdname);
+	struct sv_callbacks cb = {.event_fd = STDERR_FILENO, .event_prefix = prefix,
+	                          .output_fd = STDOUT_FILENO};
 	bool busy;
 	char err[600];
 	struct sv *s = sv_new(cfg, o->config, o->control, &cb, &busy, err, sizeof err);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -41,6 +42,10 @@ extern char **environ;
 #define ACCEPT_PAUSE_S 1.0
 /* Relayed output held for a reader that falls behind; beyond it, lines are dropped. */
 #define RELAY_MAX (1024 * 1024)
+/* Event lines held for a reader of standard error; they are short, so this is thousands of them. */
+#define EVENTS_MAX (256 * 1024)
+/* How long an exiting supervisor gives its readers to take what is held. */
+#define EXIT_DRAIN_S 1.0
 
 enum state { ST_STOPPED, ST_STARTING, ST_RUNNING, ST_BACKOFF, ST_STOPPING, ST_FATAL, ST_EXITED };
 
@@ -122,21 +127,24 @@ struct client {
 	struct client *next;
 };
 
-/* Children's output without a log file, on its way to output_fd. */
+/* Children's output without a log file, or event lines, on their way to a descriptor. */
 struct relay {
 	int fd;                 /* -1: the output goes nowhere */
-	bool own;               /* fd is our own opening of output_fd: closed at the end */
+	bool own;               /* fd is our own opening of the caller's: closed at the end */
 	bool sock;              /* written with MSG_DONTWAIT: the socket's flags are shared */
 	bool watched;           /* in epoll, waiting for fd to become writable */
-	char *buf;              /* RELAY_MAX + 1 bytes once needed */
+	char *buf;              /* max + 1 bytes once needed */
+	size_t max;
 	size_t off, len;        /* buf[off..len) is still to be written */
-	unsigned long long dropped; /* bytes dropped since the buffer last emptied */
+	unsigned long long dropped, dropped_lines; /* since the buffer last emptied */
+	const char *what;       /* "standard output" or "standard error", for messages */
 	struct watch w;
 };
 
 struct sv {
 	struct sv_callbacks cb;
-	struct relay out;
+	struct relay out, err;
+	struct relay *ev;       /* where event lines go: &err, or &out when both are one file */
 	char *config_path;
 	char *control_path;
 	struct program *progs;
@@ -151,6 +159,8 @@ struct sv {
 
 /* ---- small helpers ------------------------------------------------------ */
 
+static void relay_event(struct sv *s, const char *line);
+
 static void
 event(struct sv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -164,6 +174,7 @@ event(struct sv *s, const char *fmt, ...)
 	va_end(ap);
 	if (s->cb.event)
 		s->cb.event(s->cb.ctx, line);
+	relay_event(s, line);
 }
 
 static void
@@ -1316,20 +1327,21 @@ reap(struct sv *s)
 	finish_program_removal(s);
 }
 
-/* ---- relaying output that has no log file ------------------------------- */
+/* ---- relaying output and event lines ------------------------------------ */
 
 /*
- * A reader of our standard output that stops (a pager, a full pipe) must
- * not stop the supervisor: a blocked write would leave every child's pipe
- * unread, and the children blocked in turn. So the relay never blocks. It
- * holds what the reader has not taken up to RELAY_MAX, then drops whole
- * lines until the reader has caught up, and then says how much went.
+ * A reader of our standard output or error that stops (a pager, a full
+ * pipe) must not stop the supervisor: a blocked write would leave every
+ * child's pipe unread, and the children blocked in turn. So a relay never
+ * blocks. It holds what the reader has not taken up to its max, then drops
+ * whole lines until the reader has caught up, and then says how much went.
  */
 static void
-relay_open(struct sv *s, int fd)
+relay_open(struct relay *r, int fd, size_t max, const char *what)
 {
-	struct relay *r = &s->out;
 	r->fd = -1;
+	r->max = max;
+	r->what = what;
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) != 0)
 		return;
@@ -1362,24 +1374,47 @@ relay_open(struct sv *s, int fd)
 	r->fd = fd;
 }
 
-static void
-relay_watch(struct sv *s, bool on)
+/* True when a and b lead to the same pipe, terminal, socket or file. */
+static bool
+same_file(int a, int b)
 {
-	struct relay *r = &s->out;
+	struct stat sa, sb;
+	return a >= 0 && b >= 0 && fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/*
+ * With 2>&1 two relays would each hold and drop their own lines and write
+ * in whatever order their reader let them: event lines could overtake the
+ * output they are about, or split a long line. One relay keeps the order.
+ */
+static void
+relays_open(struct sv *s, const struct sv_callbacks *cb)
+{
+	relay_open(&s->out, cb->output_fd, RELAY_MAX, "standard output");
+	s->ev = &s->err;
+	if (cb->event_fd >= 0 && s->out.fd >= 0 && same_file(cb->output_fd, cb->event_fd))
+		s->ev = &s->out;
+	else
+		relay_open(&s->err, cb->event_fd, EVENTS_MAX, "standard error");
+}
+
+static void
+relay_watch(struct sv *s, struct relay *r, bool on)
+{
 	if (r->fd < 0 || on == r->watched)
 		return;
 	r->w.kind = W_RELAY;
-	r->w.ptr = NULL;
+	r->w.ptr = r;
 	struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = &r->w};
 	if (epoll_ctl(s->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, r->fd, &ev) == 0)
 		r->watched = on;
 }
 
 static void
-relay_close(struct sv *s)
+relay_close(struct sv *s, struct relay *r)
 {
-	struct relay *r = &s->out;
-	relay_watch(s, false);
+	relay_watch(s, r, false);
 	if (r->own && r->fd >= 0)
 		close(r->fd);
 	r->fd = -1;
@@ -1400,24 +1435,23 @@ relay_note_dropped(struct relay *r)
 {
 	if (r->dropped == 0)
 		return;
-	int n = snprintf(r->buf, RELAY_MAX + 1, "[%llu bytes dropped: standard output was not "
-	                 "being read]\n", r->dropped);
+	int n = snprintf(r->buf, r->max + 1, "[%llu bytes dropped (%llu lines): %s was not being "
+	                 "read]\n", r->dropped, r->dropped_lines, r->what);
 	r->off = 0;
 	r->len = n > 0 ? (size_t)n : 0;
-	r->dropped = 0;
+	r->dropped = r->dropped_lines = 0;
 }
 
 /* Writes what the reader takes now; waits in epoll for the rest. */
 static void
-relay_flush(struct sv *s)
+relay_flush(struct sv *s, struct relay *r)
 {
-	struct relay *r = &s->out;
 	while (r->fd >= 0 && r->off < r->len) {
 		ssize_t n = relay_write(r, r->buf + r->off, r->len - r->off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN) {
-			relay_watch(s, true);
+			relay_watch(s, r, true);
 			if (!r->watched)
 				break; /* cannot wait for it: give up below */
 			return;
@@ -1431,44 +1465,96 @@ relay_flush(struct sv *s)
 		}
 	}
 	if (r->fd >= 0 && r->off < r->len) {
-		event(s, "standard output: %s: children's output without a log file is discarded "
-		      "from now on", strerror(errno));
-		relay_close(s);
+		const char *why = strerror(errno);
+		relay_close(s, r);
+		/* Reaches the event callback, or standard error when only stdout failed. */
+		event(s, "%s: %s: %s discarded from now on", r->what, why,
+		      r != s->ev ? "children's output without a log file is"
+		      : r == &s->out ? "children's output and event lines are" : "event lines are");
 		return;
 	}
-	relay_watch(s, false);
+	relay_watch(s, r, false);
 }
 
-static void
-relay_line(struct sv *s, const char *name, const char *line)
+/* Makes room for need more bytes, or counts them as dropped. */
+static bool
+relay_room(struct sv *s, struct relay *r, size_t need)
 {
-	struct relay *r = &s->out;
-	if (r->fd < 0)
-		return;
-	size_t need = strlen(name) + strlen(line) + 4; /* "[name] line\n" */
 	if (!r->buf) {
-		r->buf = malloc(RELAY_MAX + 1);
+		r->buf = malloc(r->max + 1);
 		if (!r->buf)
 			abort();
 	}
-	if (r->dropped == 0 && r->off > 0 && RELAY_MAX - r->len < need) {
+	if (r->dropped == 0 && r->off > 0 && r->max - r->len < need) {
 		/* What the reader took leaves room at the front. */
 		memmove(r->buf, r->buf + r->off, r->len - r->off);
 		r->len -= r->off;
 		r->off = 0;
 	}
+	if (r->dropped == 0 && r->max - r->len >= need)
+		return true;
 	/* Dropping goes on until the reader has caught up, so the note marks one gap. */
-	if (r->dropped > 0 || RELAY_MAX - r->len < need) {
-		if (r->dropped == 0)
-			event(s, "standard output is not being read: dropping children's output "
-			      "until it is");
-		r->dropped += need;
+	bool first = r->dropped == 0;
+	r->dropped += need;
+	r->dropped_lines++;
+	/* Said on standard error; when that is this relay, the note will say it. */
+	if (first && r != s->ev)
+		event(s, "%s is not being read: dropping children's output until it is", r->what);
+	return false;
+}
+
+static void
+relay_printf(struct sv *s, struct relay *r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+relay_printf(struct sv *s, struct relay *r, const char *fmt, ...)
+{
+	if (r->fd < 0)
 		return;
-	}
-	snprintf(r->buf + r->len, need + 1, "[%s] %s\n", name, line);
-	r->len += need;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n <= 0 || !relay_room(s, r, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(r->buf + r->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	r->len += (size_t)n;
 	if (!r->watched)
-		relay_flush(s);
+		relay_flush(s, r);
+}
+
+static void
+relay_event(struct sv *s, const char *line)
+{
+	struct timespec ts;
+	struct tm tm;
+	char when[32];
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+	relay_printf(s, s->ev, "%s%s.%03ldZ %s\n", s->cb.event_prefix ? s->cb.event_prefix : "",
+	             when, ts.tv_nsec / 1000000, line);
+}
+
+/*
+ * At exit nothing is left to supervise, and a reader that is merely slow
+ * (systemd's journal, a busy terminal) should still get the last lines.
+ * One that has stopped costs us EXIT_DRAIN_S.
+ */
+static void
+relay_drain(struct sv *s, struct relay *r, double deadline)
+{
+	relay_flush(s, r);
+	while (r->fd >= 0 && r->off < r->len) {
+		double left = deadline - gfs_mono_seconds();
+		struct pollfd pfd = {.fd = r->fd, .events = POLLOUT};
+		if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
+			return;
+		relay_flush(s, r);
+	}
 }
 
 /* ---- output ------------------------------------------------------------- */
@@ -1525,7 +1611,7 @@ on_line(struct instance *in, char *line, size_t len)
 	struct sv *s = in->sv;
 	line[len] = '\0';
 	if (!in->log)
-		relay_line(s, in->name, line);
+		relay_printf(s, &s->out, "[%s] %s\n", in->name, line);
 	int which = sv_patterns_match(&in->prog->pats, line);
 	if (which >= 0)
 		restart_for_pattern(in, line, which);
@@ -2339,8 +2425,11 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 	if (!s)
 		abort();
 	s->cb = *cb;
-	s->epfd = s->sigfd = s->timerfd = s->ctlfd = -1;
-	s->out.fd = -1;
+	s->sigfd = s->timerfd = s->ctlfd = -1;
+	s->out.fd = s->err.fd = -1;
+	/* Before anything can have an event to tell, and a relay to wait for its reader with. */
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	relays_open(s, cb);
 	s->config_path = config_path ? realpath(config_path, NULL) : NULL;
 	if (config_path && !s->config_path)
 		s->config_path = strdup(config_path);
@@ -2371,7 +2460,6 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (s->sigfd < 0 || s->epfd < 0 || s->timerfd < 0) {
 		snprintf(err, errlen, "event loop setup: %s", strerror(errno));
@@ -2381,7 +2469,6 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 	ep_add(s, s->sigfd, &s->w_sig, W_SIGNAL, NULL);
 	ep_add(s, s->timerfd, &s->w_timer, W_TIMER, NULL);
 	ep_add(s, s->ctlfd, &s->w_ctl, W_CONTROL, NULL);
-	relay_open(s, cb->output_fd);
 	/* A closed stdout or control client must not kill the supervisor of everything. */
 	signal(SIGPIPE, SIG_IGN);
 	/* Orphans of daemonising children become ours, not init's: we can still see them. */
@@ -2417,7 +2504,7 @@ sv_run(struct sv *s)
 			case W_OUTPUT: handle_output(w->ptr, false); break;
 			case W_PIDFD:
 			case W_CHECKER: reap(s); break;
-			case W_RELAY: relay_flush(s); break;
+			case W_RELAY: relay_flush(s, w->ptr); break;
 			}
 			/* Handlers may free what later events point at: re-poll instead of going on. */
 			if (kind == W_SIGNAL || kind == W_CLIENT || kind == W_PIDFD || kind == W_CHECKER)
@@ -2425,7 +2512,9 @@ sv_run(struct sv *s)
 		}
 	}
 	event(s, "every program stopped; exiting");
-	relay_flush(s); /* what the reader takes now; the rest is lost with us */
+	double deadline = gfs_mono_seconds() + EXIT_DRAIN_S;
+	relay_drain(s, &s->out, deadline);
+	relay_drain(s, s->ev, deadline);
 	for (struct client *cl = s->clients; cl; cl = cl->next)
 		if (cl->waiting_stop)
 			client_send(cl, reply_json(true, "stopped"));
@@ -2439,8 +2528,10 @@ sv_free(struct sv *s)
 		return;
 	while (s->clients)
 		client_close(s, s->clients);
-	relay_close(s);
+	relay_close(s, &s->out);
+	relay_close(s, &s->err);
 	free(s->out.buf);
+	free(s->err.buf);
 	struct program *p = s->progs;
 	while (p) {
 		struct program *next = p->next;

@@ -1,8 +1,8 @@
 /*
  * The supervisor: runs the programs of a configuration, watches them in a
  * single-threaded epoll loop and restarts them by policy. It reports what
- * it does through callbacks, and children's output through a descriptor
- * that it never lets block it.
+ * it does and children's output through descriptors that it never lets
+ * block it (and through a callback).
  *
  * Event sources, all in one epoll set:
  *   signalfd    SIGCHLD (also orphans adopted as subreaper), SIGTERM, SIGINT, SIGHUP
@@ -26,9 +26,16 @@
 struct sv;
 
 struct sv_callbacks {
-	/* One line describing something the supervisor did or saw (no newline). */
+	/* One line describing something the supervisor did or saw (no newline), or NULL. */
 	void (*event)(void *ctx, const char *line);
 	void *ctx;
+	/*
+	 * Where the same lines go as "<event_prefix><UTC time> line" (-1:
+	 * nowhere), written as output_fd is. When both are the same file or
+	 * pipe, one buffer serves both, so lines keep their order.
+	 */
+	int event_fd;
+	const char *event_prefix;
 	/*
 	 * Where the lines of a child's output that has no log file go, as
 	 * "[instance] line" (-1: nowhere). Never written in a way that blocks:

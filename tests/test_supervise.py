@@ -4,6 +4,7 @@ Synchronisation is always on something the supervisor says (its event lines
 on stderr, read by a thread) or on its status, with a deadline; never a
 sleep standing in for an event.
 """
+import fcntl
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import pytest
 from conftest import BIN, ROOT, SAN_ENV, SAN_MARKERS
 
 PY = sys.executable
+F_SETPIPE_SZ = 1031
 TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
 
 
@@ -56,23 +58,41 @@ def alive(pid):
 class Supervisor:
     """A running `gridfsctl supervise` with its event lines collected as they come."""
 
-    def __init__(self, workdir, args, env=None, preexec=None, read_stdout=True):
+    def __init__(self, workdir, args, env=None, preexec=None, read_stdout=True, stderr=None):
+        """stderr: None (a pipe read as it comes), "stdout" (2>&1), or "unread" (a small
+        pipe left unread until read_stderr())."""
         self.dir = workdir
         self.control = os.path.join(workdir, "ctl.sock")
         self.env = dict(os.environ, **SAN_ENV, **(env or {}))
         self.env["GRIDFSCTL_CONFIG"] = "/dev/null"
         argv = [BIN, "supervise", "--control", self.control] + [str(a) for a in args]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        err, self.stderr = subprocess.PIPE, None
+        if stderr == "stdout":
+            err = subprocess.STDOUT
+        elif stderr == "unread":
+            r, err = os.pipe()
+            fcntl.fcntl(r, F_SETPIPE_SZ, 4096)  # fills after a few lines
+            self.stderr = os.fdopen(r, "rb")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err,
                                      cwd=workdir, env=self.env, preexec_fn=preexec)
-        self.events, self.output = [], []
+        if stderr == "unread":
+            os.close(err)
+        self.stderr = self.stderr or self.proc.stderr
+        self.output = []
+        self.events = self.output if stderr == "stdout" else []
         self.cond = threading.Condition()
-        self.threads = [threading.Thread(target=self._read, args=(self.proc.stderr, self.events)),
+        self.threads = [threading.Thread(target=self._read, args=(self.stderr, self.events)),
                         threading.Thread(target=self._read, args=(self.proc.stdout, self.output))]
         for t in self.threads:
             t.daemon = True
-        self.threads[0].start()
+        if stderr is None:
+            self.threads[0].start()
         if read_stdout:
             self.threads[1].start()
+
+    def read_stderr(self):
+        """Starts reading standard error, for a test that left it unread."""
+        self.threads[0].start()
 
     def read_stdout(self):
         """Starts reading standard output, for a test that left it unread."""
@@ -136,7 +156,8 @@ class Supervisor:
             self.proc.send_signal(sig)
         rc = self.proc.wait(timeout=timeout)
         for t in self.threads:
-            t.join(timeout=5)
+            if t.is_alive():
+                t.join(timeout=5)
         text = "\n".join(self.events)
         for m in SAN_MARKERS:
             assert m not in text, text
@@ -161,8 +182,8 @@ def workdir():
 def sup(workdir):
     started = []
 
-    def start(args, env=None, preexec=None, read_stdout=True):
-        s = Supervisor(workdir, args, env, preexec, read_stdout)
+    def start(args, env=None, preexec=None, read_stdout=True, stderr=None):
+        s = Supervisor(workdir, args, env, preexec, read_stdout, stderr)
         started.append(s)
         return s
 
@@ -282,7 +303,7 @@ def test_unread_stdout_does_not_stop_supervision(sup, workdir):
     st = s.wait_status("app", lambda d: d["restarts"] == 1 and d["pid"] > 0)
     assert st["state"] in ("STARTING", "RUNNING")
     s.read_stdout()
-    _, note = s.wait_event(r"^\[(\d+) bytes dropped", lines=s.output)
+    _, note = s.wait_event(r"^\[(\d+) bytes dropped \(\d+ lines\): standard output", lines=s.output)
     dropped = int(re.search(r"\d+", note).group(0))
     with s.cond:
         got = [line for line in s.output if line.startswith("[app] ")]
@@ -291,6 +312,61 @@ def test_unread_stdout_does_not_stop_supervision(sup, workdir):
     total = 3000 * len("[app] " + "x" * 999 + "\n") + len("[app] accept: Too many open files\n")
     assert sum(len(line) + 1 for line in got) + dropped == total
     assert s.stop() == 0
+
+
+def total_restarts(s):
+    return sum(d["restarts"] for d in s.status().values())
+
+
+def test_unread_stderr_does_not_stop_supervision(sup, workdir):
+    # Four programs that exit at once and are restarted every 20 ms, each start an event
+    # line of ~1 KB, while nobody reads the supervisor's stderr (a 4 KiB pipe): it must go
+    # on restarting and answering, dropping event lines beyond what it holds (256 KiB).
+    pad = "\n".join("  " + "p" * 150 for _ in range(6))
+    cfg = write_config(workdir, f"""
+[program:app]
+command = sh -c 'exit 3'
+{pad}
+instances = 4
+backoff_initial = 10ms
+backoff_max = 20ms
+restart_window = 1
+max_restarts = 64
+""")
+    s = sup(["-c", cfg], stderr="unread")
+    while True:  # up to the line that says the control socket answers; no more
+        line = s.stderr.readline().decode()
+        assert line, s.events
+        s.events.append(line.rstrip("\n"))
+        if "control socket" in line:
+            break
+    # 400 starts are over 360 KiB of event lines: more than the pipe and the buffer hold.
+    deadline = time.monotonic() + 60
+    while (n := total_restarts(s)) < 400:
+        assert time.monotonic() < deadline, n
+        threading.Event().wait(0.05)  # between two status requests
+    while total_restarts(s) < n + 40:  # and still restarting while lines are dropped
+        assert time.monotonic() < deadline, n
+        threading.Event().wait(0.05)
+    assert s.proc.poll() is None
+    s.read_stderr()
+    i, note = s.wait_event(r"^\[(\d+) bytes dropped \((\d+) lines\): standard error was not "
+                           r"being read\]$", timeout=30)
+    assert int(re.search(r"\((\d+) lines", note).group(1)) > 0
+    s.wait_event(r"app:\d: started pid", after=i + 1)  # and lines flow again
+    assert s.count(r"is not being read: dropping") == 0  # stdout was read
+    assert s.stop() == 0
+
+
+def test_stderr_on_stdout_is_written_once_in_order(sup):
+    # 2>&1: one relay for both, so each line comes once, events before the output after them.
+    s = sup(["--name", "app", "--", "sh", "-c", "echo one; exec sleep 600"], stderr="stdout")
+    i, _ = s.wait_event(r"app: started pid")
+    j, _ = s.wait_event(r"^\[app\] one$")
+    assert i < j
+    assert s.stop() == 0
+    assert s.count(r"supervising one program") == 1 and s.count(r"started pid") == 1
+    assert s.count(r"^\[app\] one$") == 1 and s.count(r"every program stopped") == 1
 
 
 def test_emfile_right_after_restart_means_limit_too_low(sup, workdir):

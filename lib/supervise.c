@@ -1777,6 +1777,24 @@ check_http(const char *url, int timeout_ms, char *msg, size_t len)
 	return true;
 }
 
+/*
+ * A checker inherits our stderr as the caller's blocking descriptor, not
+ * the relay's: a driver warning written there while nobody reads it would
+ * hold the check until its deadline and fail a healthy program. Its answer
+ * goes through its pipe, so it says nothing anywhere else.
+ */
+static void
+checker_quiet(void)
+{
+	int fd = open("/dev/null", O_WRONLY);
+	if (fd < 0)
+		return;
+	dup2(fd, STDOUT_FILENO);
+	dup2(fd, STDERR_FILENO);
+	if (fd > STDERR_FILENO)
+		close(fd);
+}
+
 static void
 start_check(struct instance *in)
 {
@@ -1798,6 +1816,7 @@ start_check(struct instance *in)
 	}
 	if (pid == 0) {
 		close(pfd[0]);
+		checker_quiet();
 		char msg[400] = "";
 		bool ok = strncmp(c->health, "http://", 7) == 0
 		              ? check_http(c->health, c->health_timeout_ms, msg, sizeof msg)

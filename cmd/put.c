@@ -177,16 +177,6 @@ struct put_job {
 	const struct stat *st;
 };
 
-static bool
-same_id(const bson_value_t *a, const bson_value_t *b)
-{
-	char *x = gfs_id_string(a), *y = gfs_id_string(b);
-	bool same = strcmp(x, y) == 0;
-	free(x);
-	free(y);
-	return same;
-}
-
 /*
  * Readers get the revision that sorts first by uploadDate. The trim keeps
  * one dated later than ours (another writer's clock ahead, or a put that
@@ -196,34 +186,15 @@ same_id(const bson_value_t *a, const bson_value_t *b)
 static bool
 newest_is(gfs_session *s, const char *name, const bson_value_t *id, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
-	BSON_APPEND_UTF8(&filter, "filename", name);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "uploadDate", -1);
-	BSON_APPEND_INT32(&sort, "_id", -1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	bool found = false;
-	const bson_t *doc;
-	bson_iter_t it;
-	if (mongoc_cursor_next(cur, &doc))
-		found = bson_iter_init_find(&it, doc, "_id") && same_id(bson_iter_value(&it), id);
-	bson_error_t berr;
-	if (mongoc_cursor_error(cur, &berr)) {
-		gfs_error_set(err, GFS_EBACKEND, "find the newest revision: %s", berr.message);
-		found = false;
-	} else if (!found) {
+	gfs_file newest;
+	if (!gfs_find_by_name(s, name, -1, &newest, err))
+		return false;
+	bool same = gfs_id_equal(&newest.id, id);
+	gfs_file_free(&newest);
+	if (!same)
 		gfs_error_set(err, GFS_EINVAL, "a revision dated later than ours is kept, and readers "
 		              "get that one (another writer's clock ahead of ours?)");
-	}
-	mongoc_cursor_destroy(cur);
-	return found;
+	return same;
 }
 
 static int

@@ -229,6 +229,20 @@ gfs_id_string(const bson_value_t *id)
 }
 
 bool
+gfs_id_equal(const bson_value_t *a, const bson_value_t *b)
+{
+	if (a->value_type != b->value_type)
+		return false;
+	if (a->value_type == BSON_TYPE_OID)
+		return bson_oid_equal(&a->value.v_oid, &b->value.v_oid);
+	char *x = gfs_id_string(a), *y = gfs_id_string(b);
+	bool same = strcmp(x, y) == 0;
+	free(x);
+	free(y);
+	return same;
+}
+
+bool
 gfs_id_parse_oid(const char *s, bson_value_t *out)
 {
 	if (!s || strlen(s) != 24 || !bson_oid_is_valid(s, 24))

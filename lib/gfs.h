@@ -111,6 +111,8 @@ bool gfs_chunk_n(const bson_t *doc, int64_t *n);
 int32_t gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n);
 /* Writes the id as text: 24 hex digits for an ObjectId, else relaxed JSON. */
 char *gfs_id_string(const bson_value_t *id);
+/* Same type and same value: a string _id never equals the ObjectId it spells. */
+bool gfs_id_equal(const bson_value_t *a, const bson_value_t *b);
 /* Parses 24 hex digits into an ObjectId value. */
 bool gfs_id_parse_oid(const char *s, bson_value_t *out);
 

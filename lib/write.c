@@ -288,20 +288,6 @@ gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err)
 	return true;
 }
 
-static bool
-same_id(const bson_value_t *a, const bson_value_t *b)
-{
-	if (a->value_type != b->value_type)
-		return false;
-	if (a->value_type == BSON_TYPE_OID)
-		return bson_oid_equal(&a->value.v_oid, &b->value.v_oid);
-	char *x = gfs_id_string(a), *y = gfs_id_string(b);
-	bool same = strcmp(x, y) == 0;
-	free(x);
-	free(y);
-	return same;
-}
-
 /*
  * Which revisions go, newest first: ranks alone cannot be trusted, since
  * another writer's clock may be ahead of ours or tie to the millisecond.
@@ -334,7 +320,7 @@ old_revision_ids(gfs_session *s, const char *name, int keep, const bson_value_t 
 		bson_iter_t it;
 		if (!bson_iter_init_find(&it, doc, "_id"))
 			continue;
-		if (keep_id && same_id(bson_iter_value(&it), keep_id)) {
+		if (keep_id && gfs_id_equal(bson_iter_value(&it), keep_id)) {
 			passed = true;
 			kept++;
 			continue;

@@ -21,9 +21,8 @@ iter_int64(const bson_iter_t *it, int64_t *out)
 	}
 }
 
-/* Milliseconds to nanoseconds, held at the int64 limits (dates past 2262). */
-static int64_t
-ms_to_ns(int64_t ms)
+int64_t
+gfs_ms_to_ns(int64_t ms)
 {
 	if (ms > INT64_MAX / 1000000)
 		return INT64_MAX;
@@ -60,9 +59,9 @@ parse_metadata(bson_iter_t *meta, gfs_file *f)
 			f->mtime_ns = v;
 		else if (strcmp(k, "mtime") == 0 && f->mtime_ns < 0) {
 			if (BSON_ITER_HOLDS_DATE_TIME(&it))
-				f->mtime_ns = ms_to_ns(bson_iter_date_time(&it));
+				f->mtime_ns = gfs_ms_to_ns(bson_iter_date_time(&it));
 			else if (iter_int64(&it, &v))
-				f->mtime_ns = ms_to_ns(v);
+				f->mtime_ns = gfs_ms_to_ns(v);
 		} else if (strcmp(k, "mode") == 0 && iter_int64(&it, &v) && v >= 0 && v <= 07777)
 			f->mode = (int32_t)v;
 	}
@@ -142,20 +141,7 @@ bool
 gfs_chunk_n(const bson_t *doc, int64_t *n)
 {
 	bson_iter_t it;
-	if (!bson_iter_init_find(&it, doc, "n"))
-		return false;
-	switch (bson_iter_type(&it)) {
-	case BSON_TYPE_INT32: *n = bson_iter_int32(&it); return true;
-	case BSON_TYPE_INT64: *n = bson_iter_int64(&it); return true;
-	case BSON_TYPE_DOUBLE: break;
-	default: return false;
-	}
-	double d = bson_iter_double(&it);
-	/* 2^63 is exact in a double; the negated test also catches NaN. */
-	if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
-		return false;
-	*n = (int64_t)d;
-	return (double)*n == d;
+	return bson_iter_init_find(&it, doc, "n") && iter_int64(&it, n);
 }
 
 int64_t

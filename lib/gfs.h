@@ -107,6 +107,11 @@ void gfs_file_free(gfs_file *f);
 int64_t gfs_chunk_count(int64_t length, int32_t chunk_size);
 /* A chunk document's n: false when missing, not a number, or not a whole int64. */
 bool gfs_chunk_n(const bson_t *doc, int64_t *n);
+/*
+ * Milliseconds to nanoseconds, held at the int64 limits: a stored date past
+ * the year 2262 (or before 1677) has no nanosecond count.
+ */
+int64_t gfs_ms_to_ns(int64_t ms);
 /* Expected length of chunk n. */
 int32_t gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n);
 /* Writes the id as text: 24 hex digits for an ObjectId, else relaxed JSON. */

@@ -175,20 +175,6 @@ refuse(struct load_ctx *lc, const char *name, const gfs_error *why)
 		lc->refuse(name, why, lc->ctx);
 }
 
-/*
- * Milliseconds to nanoseconds, held at the int64 limits: a stored date past
- * the year 2262 (or before 1677) has no nanosecond count.
- */
-static int64_t
-ms_to_ns(int64_t ms)
-{
-	if (ms > INT64_MAX / 1000000)
-		return INT64_MAX;
-	if (ms < INT64_MIN / 1000000)
-		return INT64_MIN;
-	return ms * 1000000;
-}
-
 /* The filename as stored, with its BSON length (which counts any NUL inside). */
 static const char *
 doc_filename(const bson_t *doc, uint32_t *len)
@@ -258,7 +244,7 @@ finish_pending(struct load_ctx *lc)
 	memset(it, 0, sizeof *it);
 	bson_iter_t mi;
 	it->mtime_exact = bson_iter_init(&mi, doc) && bson_iter_find_descendant(&mi, "metadata.mtimeNs", &mi);
-	it->mtime_ns = f.mtime_ns >= 0 ? f.mtime_ns : ms_to_ns(f.upload_date);
+	it->mtime_ns = f.mtime_ns >= 0 ? f.mtime_ns : gfs_ms_to_ns(f.upload_date);
 	it->mode = f.mode >= 0 ? (f.mode & 0777) : -1;
 	it->rel = rel;
 	it->rel_len = rel_len;

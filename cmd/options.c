@@ -41,19 +41,11 @@ scrub_password(char *uri_arg)
 {
 	char *start = strstr(uri_arg, "://");
 	start = start ? start + 3 : uri_arg;
-	char *end = strchr(start, '?');
-	if (!end)
-		end = start + strlen(start);
-	char *at = NULL;
-	for (char *p = start; p < end; p++)
-		if (*p == '@')
-			at = p;
-	if (!at)
+	size_t n;
+	const char *pw = gfs_uri_password(start, strcspn(start, "?"), &n);
+	if (!pw || n == 0)
 		return;
-	char *colon = memchr(start, ':', (size_t)(at - start));
-	if (!colon || colon + 1 == at)
-		return;
-	memset(colon + 1, 'x', (size_t)(at - colon - 1));
+	memset(start + (pw - start), 'x', n);
 	fprintf(stderr, "%s: warning: a password in --uri is visible to other users; "
 	                "use $GRIDFSCTL_URI or the config file\n", progname);
 }

@@ -125,22 +125,32 @@ gfs_conn_ping(gfs_conn *c, gfs_error *err)
 	return ok;
 }
 
+const char *
+gfs_uri_password(const char *authority, size_t len, size_t *pwlen)
+{
+	const char *at = NULL;
+	for (const char *p = authority; p < authority + len; p++)
+		if (*p == '@')
+			at = p;
+	if (!at)
+		return NULL;
+	const char *colon = memchr(authority, ':', (size_t)(at - authority));
+	if (!colon)
+		return NULL;
+	*pwlen = (size_t)(at - colon - 1);
+	return colon + 1;
+}
+
 char *
 gfs_uri_redact(const char *uri)
 {
 	const char *scheme = strstr(uri, "://");
 	const char *start = scheme ? scheme + 3 : uri;
-	const char *slash = strchr(start, '/');
-	const char *at = NULL;
-	for (const char *p = start; *p && (!slash || p < slash); p++)
-		if (*p == '@')
-			at = p;
-	if (!at)
+	size_t n;
+	const char *pw = gfs_uri_password(start, strcspn(start, "/"), &n);
+	if (!pw)
 		return strdup(uri);
-	const char *colon = memchr(start, ':', (size_t)(at - start));
-	if (!colon)
-		return strdup(uri);
-	return bson_strdup_printf("%.*s:***%s", (int)(colon - uri), uri, at);
+	return bson_strdup_printf("%.*s***%s", (int)(pw - uri), uri, pw + n);
 }
 
 /* ---- indexes --------------------------------------------------------- */

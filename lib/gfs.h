@@ -66,6 +66,12 @@ const char *gfs_conn_db(const gfs_conn *conn);
 const char *gfs_conn_bucket(const gfs_conn *conn);
 /* The URI with any password removed, safe to print or log. */
 char *gfs_uri_redact(const char *uri);
+/*
+ * The password in a URL's authority[0..len) (what follows "scheme://"):
+ * after the first ':' before the last '@'. NULL when there is none; else
+ * its start, and its length (maybe 0) in pwlen.
+ */
+const char *gfs_uri_password(const char *authority, size_t len, size_t *pwlen);
 
 /*
  * A client and the two bucket collections, for one thread at a time.

@@ -384,18 +384,9 @@ sv_line_is_emfile(const char *line)
 static const char *
 password_span(const char *a, const char **pw)
 {
-	size_t authlen = strcspn(a, "/?# \t\n'\"");
-	const char *at = NULL;
-	for (const char *q = a; q < a + authlen; q++)
-		if (*q == '@')
-			at = q;
-	if (!at)
-		return NULL;
-	const char *colon = memchr(a, ':', (size_t)(at - a));
-	if (!colon)
-		return NULL;
-	*pw = colon + 1;
-	return at;
+	size_t n;
+	*pw = gfs_uri_password(a, strcspn(a, "/?# \t\n'\""), &n);
+	return *pw ? *pw + n : NULL;
 }
 
 char *

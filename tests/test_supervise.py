@@ -426,8 +426,8 @@ def test_what_a_crashed_program_left_in_its_group_is_stopped(sup, workdir):
     assert s.stop() == 0
 
 
-def group_members(pgid):
-    """Live (not zombie) processes in process group pgid."""
+def live_processes(keep):
+    """Live (not zombie) pids whose /proc stat fields after the name satisfy keep."""
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -437,9 +437,14 @@ def group_members(pgid):
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        if fields[0] != "Z" and keep(fields):
             found.append(int(d))
     return found
+
+
+def group_members(pgid):
+    """Live (not zombie) processes in process group pgid."""
+    return live_processes(lambda fields: int(fields[2]) == pgid)
 
 
 def test_stop_kills_what_ignores_the_stop_signal_after_the_main_process(sup, workdir):
@@ -718,18 +723,7 @@ command = sleep 600
 
 def children_of(pid):
     """The live (not zombie) children of pid, from /proc."""
-    kids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            kids.append(int(d))
-    return kids
+    return live_processes(lambda fields: int(fields[1]) == pid)
 
 
 def test_two_reloads_while_a_changed_program_is_stopping(sup, workdir):

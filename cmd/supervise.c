@@ -22,7 +22,7 @@ const char supervise_help[] =
     "  --json                status: one JSON object per instance\n"
     "quick form (gridfsctl supervise [options] -- CMD ARGS...):\n"
     "  --name NAME           program name (default: the command's basename)\n"
-    "  --restart-on REGEX    restart when an output line matches (repeatable; replaces the\n"
+    "  --restart-on REGEX    restart when a line on its stderr matches (repeatable; replaces the\n"
     "                        defaults: 'Too many open files', 'can not open file', EMFILE...)\n"
     "  --nofile N            RLIMIT_NOFILE (soft and hard) for the program\n"
     "  --health URL          mongodb://... ping or http://host:port/path check\n"
@@ -221,6 +221,9 @@ print_check(const struct sv_config *cfg)
 			printf("  log: %s\n", p->log);
 		for (size_t k = 0; k < p->npatterns; k++)
 			printf("  restart_on: %s\n", p->patterns[k]);
+		if (p->npatterns)
+			printf("  restart_on_stream: %s\n", p->restart_on_stream == SV_STREAM_BOTH ? "both"
+			       : p->restart_on_stream == SV_STREAM_STDOUT ? "stdout" : "stderr");
 	}
 }
 

@@ -27,6 +27,7 @@
 
 #include <bson/bson.h>
 
+#include "addr.h"
 #include "fdwatch.h"
 #include "gfs.h"
 #include "logrotate.h"
@@ -37,7 +38,9 @@ extern char **environ;
 /* A descriptor-exhaustion hit this soon after a start means the limit, not a leak, is the problem. */
 #define EMFILE_RECUR_S 10.0
 #define RESTART_RING SV_MAX_RESTARTS
+/* Output lines up to this long are matched whole; longer ones in pieces that overlap by LINE_OVERLAP. */
 #define LINE_MAX_ 16384
+#define LINE_OVERLAP 1024
 /* How long the control socket goes unwatched when we have no descriptor to accept with. */
 #define ACCEPT_PAUSE_S 1.0
 /* Relayed output held for a reader that falls behind; beyond it, lines are dropped. */
@@ -53,7 +56,7 @@ static const char *const state_names[] = {"STOPPED", "STARTING", "RUNNING", "BAC
                                           "STOPPING", "FATAL", "EXITED"};
 
 /* What to do once a stopping child has exited. */
-enum after { AFTER_POLICY, AFTER_NOW, AFTER_STOP, AFTER_FATAL };
+enum after { AFTER_POLICY, AFTER_NOW, AFTER_STOP };
 
 enum wkind { W_SIGNAL, W_TIMER, W_CONTROL, W_CLIENT, W_OUTPUT, W_PIDFD, W_CHECKER, W_RELAY };
 
@@ -63,6 +66,18 @@ struct watch {
 };
 
 struct program;
+struct instance;
+
+/* One of a child's output pipes, read line by line. */
+struct stream {
+	struct instance *in;
+	bool is_err;            /* the child's standard error */
+	int fd;
+	struct watch w;
+	size_t len;             /* buf[0..len) is held */
+	size_t seen;            /* buf[0..seen): the tail of an overlong line, passed on already */
+	char buf[LINE_MAX_];
+};
 
 struct instance {
 	struct program *prog;
@@ -71,10 +86,9 @@ struct instance {
 	char name[96];
 	enum state state;
 	pid_t pid, pgid;
-	int pidfd, outfd;
-	struct watch w_pid, w_out, w_chk;
-	char line[LINE_MAX_];
-	size_t linelen;
+	int pidfd;
+	struct watch w_pid, w_chk;
+	struct stream out, err;
 	struct logfile *log;
 	double started_at;
 	double restart_times[RESTART_RING];
@@ -85,6 +99,7 @@ struct instance {
 	bool emfile_cause;      /* the current stop was for running out of descriptors */
 	bool exiting;           /* draining the output of a child that has exited */
 	bool last_emfile;       /* the previous restart was for that too */
+	bool pattern_held;      /* a match went unanswered: the restart budget is spent */
 	long nofile_next;       /* a raised nofile for the next start; 0: the configured one */
 	char last_exit[96];
 	/* deadlines, monotonic seconds; 0 = none */
@@ -597,38 +612,24 @@ sv_control_request(const char *path, const char *request, int timeout_ms, char *
 static int
 bind_listen(const char *spec, char *err, size_t errlen)
 {
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	size_t hl = (size_t)(colon - spec);
-	if (hl >= sizeof host) {
-		snprintf(err, errlen, "listen %s: host too long", spec);
+	struct gfs_addr a;
+	char msg[300];
+	if (!gfs_addr_parse(spec, 0, &a, msg, sizeof msg)) { /* checked when the config was read */
+		snprintf(err, errlen, "listen %.250s", msg);
 		return -1;
 	}
-	memcpy(host, spec, hl);
-	host[hl] = '\0';
-	char *h = host;
-	if (h[0] == '[' && hl > 1 && h[hl - 1] == ']') {
-		h[hl - 1] = '\0';
-		h++;
-	}
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *res;
-	int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
-	if (rc != 0) {
-		snprintf(err, errlen, "listen %s: %s", spec, gai_strerror(rc));
-		return -1;
-	}
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_storage ss;
+	socklen_t sl = gfs_addr_sockaddr(&a, &ss);
+	int fd = socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	int one = 1;
 	if (fd >= 0)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+	if (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0) {
 		snprintf(err, errlen, "listen %s: %s", spec, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
 	}
-	freeaddrinfo(res);
 	return fd;
 }
 
@@ -655,7 +656,9 @@ program_new(struct sv *s, const struct sv_program *cfg)
 		in->prog = p;
 		in->sv = s;
 		in->index = i;
-		in->pidfd = in->outfd = in->checker_pidfd = in->checker_pipe = -1;
+		in->pidfd = in->out.fd = in->err.fd = in->checker_pidfd = in->checker_pipe = -1;
+		in->out.in = in->err.in = in;
+		in->err.is_err = true;
 		in->health = -1;
 		in->state = ST_STOPPED;
 		if (p->ninst == 1)
@@ -784,10 +787,20 @@ child_fail(const char *what, const char *arg)
 	_exit(127);
 }
 
+/* fd itself when above 2, else a copy that is (close-on-exec, as the original). */
+static int
+above_stdio(int fd)
+{
+	if (fd > STDERR_FILENO)
+		return fd;
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+	return d < 0 ? fd : d;
+}
+
 /* Runs in the forked child: becomes the program. */
 static void
-exec_child(const struct instance *in, int outw, char **env, size_t pid_slot, struct passwd *pw,
-           const struct rlimit *rl, pid_t parent)
+exec_child(const struct instance *in, int outw, int errw, char **env, size_t pid_slot,
+           struct passwd *pw, const struct rlimit *rl, pid_t parent)
 {
 	const struct sv_program *c = &in->prog->cfg;
 	setpgid(0, 0);
@@ -798,15 +811,16 @@ exec_child(const struct instance *in, int outw, char **env, size_t pid_slot, str
 			signal(sig, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 
+	/* Started with 0-2 closed, the pipes may be among them: no dup2 below may undo another. */
+	outw = above_stdio(outw);
+	errw = above_stdio(errw);
 	int devnull = open("/dev/null", O_RDONLY);
 	if (devnull >= 0 && devnull != STDIN_FILENO) {
 		dup2(devnull, STDIN_FILENO);
 		close(devnull);
 	}
 	dup2(outw, STDOUT_FILENO);
-	dup2(outw, STDERR_FILENO);
-	if (outw > STDERR_FILENO)
-		close(outw);
+	dup2(errw, STDERR_FILENO);
 	if (in->prog->listen_fd >= 0) {
 		if (in->prog->listen_fd != 3 && dup2(in->prog->listen_fd, 3) < 0)
 			child_fail("dup2", "listen socket");
@@ -860,6 +874,50 @@ nofile_limits(const struct instance *in, struct rlimit *rl)
 	return true;
 }
 
+/*
+ * The deadlines that watch a running program: startsecs, health checks,
+ * descriptor samples. Counted from its start, also when it is a daemon
+ * adopted later, which is watched as its foreground parent was.
+ */
+static void
+arm_watches(struct instance *in)
+{
+	const struct sv_program *c = &in->prog->cfg;
+	if (in->state == ST_STARTING)
+		in->t_running = in->started_at + c->startsecs;
+	if (c->health) {
+		double first = c->health_interval_ms / 1000.0;
+		in->t_health = in->started_at + (first < 1.0 ? first : 1.0);
+	}
+	if (c->fd_interval_ms > 0)
+		in->t_fd = in->started_at + c->fd_interval_ms / 1000.0;
+}
+
+/* The child's stdout and stderr: two pipes, so that restart_on can tell them apart. */
+static bool
+output_pipes(struct instance *in, int out[2], int err[2])
+{
+	if (pipe2(out, O_CLOEXEC) == 0) {
+		if (pipe2(err, O_CLOEXEC) == 0)
+			return true;
+		close(out[0]);
+		close(out[1]);
+	}
+	event(in->sv, "%s: pipe: %s", in->name, strerror(errno));
+	self_fd_note(in->sv, "pipe");
+	schedule_restart(in, "could not be started");
+	return false;
+}
+
+static void
+stream_open(struct instance *in, struct stream *st, int fd)
+{
+	st->fd = fd;
+	st->len = st->seen = 0;
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	ep_add(in->sv, fd, &st->w, W_OUTPUT, st);
+}
+
 static void
 start_instance(struct instance *in)
 {
@@ -895,13 +953,9 @@ start_instance(struct instance *in)
 			return;
 		}
 	}
-	int pipefd[2];
-	if (pipe2(pipefd, O_CLOEXEC) != 0) {
-		event(s, "%s: pipe: %s", in->name, strerror(errno));
-		self_fd_note(s, "pipe");
-		schedule_restart(in, "could not be started");
+	int pipefd[2], errfd[2];
+	if (!output_pipes(in, pipefd, errfd))
 		return;
-	}
 	struct rlimit rl;
 	bool set_rl = nofile_limits(in, &rl);
 	size_t pid_slot;
@@ -910,31 +964,32 @@ start_instance(struct instance *in)
 	pid_t pid = fork();
 	if (pid < 0) {
 		event(s, "%s: fork: %s", in->name, strerror(errno));
-		close(pipefd[0]);
-		close(pipefd[1]);
+		for (int i = 0; i < 2; i++) {
+			close(pipefd[i]);
+			close(errfd[i]);
+		}
 		free_env(env);
 		schedule_restart(in, "could not be started");
 		return;
 	}
 	if (pid == 0) {
 		close(pipefd[0]);
-		exec_child(in, pipefd[1], env, pid_slot, pw, set_rl ? &rl : NULL, parent);
+		close(errfd[0]);
+		exec_child(in, pipefd[1], errfd[1], env, pid_slot, pw, set_rl ? &rl : NULL, parent);
 	}
 	setpgid(pid, pid); /* also here: no race with the child's own call */
 	close(pipefd[1]);
+	close(errfd[1]);
 	free_env(env);
 	in->pid = pid;
 	in->pgid = pid;
-	in->outfd = pipefd[0];
-	fcntl(in->outfd, F_SETFL, O_NONBLOCK);
-	ep_add(s, in->outfd, &in->w_out, W_OUTPUT, in);
+	stream_open(in, &in->out, pipefd[0]);
+	stream_open(in, &in->err, errfd[0]);
 	in->pidfd = sys_pidfd_open(pid);
 	if (in->pidfd >= 0)
 		ep_add(s, in->pidfd, &in->w_pid, W_PIDFD, in);
-	in->linelen = 0;
 	in->started_at = gfs_mono_seconds();
 	in->state = c->startsecs > 0 ? ST_STARTING : ST_RUNNING;
-	in->t_running = c->startsecs > 0 ? in->started_at + c->startsecs : 0;
 	in->after = AFTER_POLICY;
 	in->emfile_cause = false;
 	in->health_failures = 0;
@@ -943,12 +998,7 @@ start_instance(struct instance *in)
 	fdw_trend_reset(&in->trend);
 	memset(&in->fds, 0, sizeof in->fds);
 	in->fd_soft = in->fd_hard = 0;
-	if (c->health) {
-		double first = c->health_interval_ms / 1000.0;
-		in->t_health = in->started_at + (first < 1.0 ? first : 1.0);
-	}
-	if (c->fd_interval_ms > 0)
-		in->t_fd = in->started_at + c->fd_interval_ms / 1000.0;
+	arm_watches(in);
 	char lim[64] = "";
 	if (set_rl)
 		snprintf(lim, sizeof lim, ", nofile %ld", (long)rl.rlim_cur);
@@ -1052,7 +1102,7 @@ describe_status(int status, char *buf, size_t len)
 		snprintf(buf, len, "ended (status %d)", status);
 }
 
-static void handle_output(struct instance *in, bool drain_all);
+static void drain_stream(struct stream *st);
 
 /*
  * The main process is gone but its group was told to stop (by stop_instance,
@@ -1148,8 +1198,13 @@ orphan_is_ours(const struct instance *in, pid_t pid)
 {
 	if (in->pgid > 0 && getpgid(pid) == in->pgid)
 		return true;
-	struct stat st;
-	return in->outfd >= 0 && fstat(in->outfd, &st) == 0 && holds_pipe(pid, st.st_ino);
+	const struct stream *pipes[] = {&in->out, &in->err};
+	for (size_t i = 0; i < 2; i++) {
+		struct stat st;
+		if (pipes[i]->fd >= 0 && fstat(pipes[i]->fd, &st) == 0 && holds_pipe(pid, st.st_ino))
+			return true;
+	}
+	return false;
 }
 
 /* A daemonising child exits 0 and leaves its real process behind, reparented to us. */
@@ -1214,28 +1269,27 @@ on_exit_status(struct instance *in, int status)
 	in->t_kill = in->t_health = in->t_fd = in->t_running = 0;
 	describe_status(status, in->last_exit, sizeof in->last_exit);
 	event(s, "%s: pid %d %s after %.1f s", in->name, (int)pid, in->last_exit, ran);
-	kill_checker(in);
 	bool was_stopping = in->state == ST_STOPPING;
 
-	/* A daemon left behind keeps the output pipe: it is still this program. */
+	/*
+	 * A daemon left behind keeps the output pipe: it is still this program,
+	 * checked and sampled as before (a check under way goes on).
+	 */
 	if (!was_stopping && !s->stopping && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
-	    adopt_orphan(in))
+	    adopt_orphan(in)) {
+		arm_watches(in);
 		return;
+	}
+	kill_checker(in);
 	watch_leftovers(in, was_stopping, status, t_kill);
 	in->exiting = true;
-	handle_output(in, true);
-	ep_close(s, &in->outfd);
-	if (in->linelen) /* a last line without newline */
-		handle_output(in, true);
+	drain_stream(&in->out);
+	drain_stream(&in->err);
 	in->exiting = false;
 	enum after after = in->after; /* read after the drain, whose last lines may change it */
 	in->after = AFTER_POLICY;
 	if (s->stopping || in->prog->removing || after == AFTER_STOP) {
 		in->state = ST_STOPPED;
-		return;
-	}
-	if (after == AFTER_FATAL) {
-		in->state = ST_FATAL;
 		return;
 	}
 	if (after == AFTER_NOW) {
@@ -1550,62 +1604,112 @@ relay_drain(struct sv *s, struct relay *r, double deadline)
 
 /* ---- output ------------------------------------------------------------- */
 
-static void
-restart_for_pattern(struct instance *in, const char *line, int which)
+/*
+ * Pattern restarts get the restart budget that is left, and never more: a
+ * restart for a pattern must not be what makes a program FATAL, since the
+ * line may say nothing about its health. Once the budget is spent a match
+ * is reported (once) and the program left running; crashes and failed
+ * health checks still count as ever.
+ */
+static bool
+pattern_budget_spent(struct instance *in, int which)
+{
+	const struct sv_program *c = &in->prog->cfg;
+	int k = sv_count_recent(in->restart_times, in->nring < RESTART_RING ? in->nring : RESTART_RING,
+	                        gfs_mono_seconds(), c->restart_window_s);
+	if (k < c->max_restarts) {
+		in->pattern_held = false;
+		return false;
+	}
+	if (!in->pattern_held)
+		event(in->sv, "%s: output matched restart_on '%s' again after %d restarts within %d s "
+		      "(max_restarts): not restarting it for a pattern; it keeps running", in->name,
+		      c->patterns[which], k, c->restart_window_s);
+	in->pattern_held = true;
+	return true;
+}
+
+/*
+ * Out of descriptors again right after a restart: the limit is too low, not
+ * a leak. Returns false when the next start cannot get a higher limit, so
+ * that restarting would not help.
+ */
+static bool
+raise_next_nofile(struct instance *in, double up)
 {
 	struct sv *s = in->sv;
 	const struct sv_program *c = &in->prog->cfg;
+	long soft = -1, hard = -1;
+	struct rlimit rl, own;
+	getrlimit(RLIMIT_NOFILE, &own);
+	if (!fdw_limits(in->pid, &soft, &hard)) {
+		if (!nofile_limits(in, &rl))
+			rl = own;
+		soft = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
+	}
+	/* The next start may go as high as nofile_hard, else as our own hard limit. */
+	long cap = c->nofile_hard ? c->nofile_hard
+	         : own.rlim_max == RLIM_INFINITY ? -1 : (long)own.rlim_max;
+	long target = soft > 0 ? fdw_raise_target(soft, cap) : 0;
+	if (soft > 0 && target > soft) {
+		in->nofile_next = target;
+		event(s, "%s: out of descriptors again %.1f s after a restart with a limit of %ld: "
+		         "the limit is too low for this load, not a leak; next start gets nofile %ld "
+		         "(set nofile in the config)", in->name, up, soft, target);
+		return true;
+	}
+	event(s, "%s: out of descriptors again %.1f s after a restart, already at the highest "
+	         "limit allowed (%ld): the limit is too low for this load; not restarting it, as "
+	         "that cannot help; raise nofile_hard or the supervisor's own limit",
+	      in->name, up, soft);
+	return false;
+}
+
+static void
+restart_for_pattern(struct instance *in, const char *line, int which)
+{
+	const struct sv_program *c = &in->prog->cfg;
 	if (in->state != ST_STARTING && in->state != ST_RUNNING)
 		return;
+	if (pattern_budget_spent(in, which))
+		return;
 	bool emfile = sv_line_is_emfile(line);
-	event(s, "%s: output matched restart_on '%s': %.300s", in->name, c->patterns[which], line);
+	event(in->sv, "%s: output matched restart_on '%s': %.300s", in->name, c->patterns[which],
+	      line);
 	double up = gfs_mono_seconds() - in->started_at;
 	in->emfile_cause = emfile;
-	if (emfile && in->last_emfile && up < EMFILE_RECUR_S) {
-		/* The previous restart was for this too: the limit is too low, not a leak. */
-		long soft = -1, hard = -1;
-		struct rlimit rl, own;
-		getrlimit(RLIMIT_NOFILE, &own);
-		if (!fdw_limits(in->pid, &soft, &hard)) {
-			if (!nofile_limits(in, &rl))
-				rl = own;
-			soft = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
-		}
-		/* The next start may go as high as nofile_hard, else as our own hard limit. */
-		long cap = c->nofile_hard ? c->nofile_hard
-		         : own.rlim_max == RLIM_INFINITY ? -1 : (long)own.rlim_max;
-		long target = soft > 0 ? fdw_raise_target(soft, cap) : 0;
-		if (soft > 0 && target > soft) {
-			in->nofile_next = target;
-			event(s, "%s: out of descriptors again %.1f s after a restart with a limit of %ld: "
-			         "the limit is too low for this load, not a leak; next start gets nofile %ld "
-			         "(set nofile in the config)", in->name, up, soft, target);
-		} else {
-			event(s, "%s: out of descriptors again %.1f s after a restart, already at the "
-			         "highest limit allowed (%ld): the limit is too low for this load; not "
-			         "restarting (FATAL); raise nofile_hard or the supervisor's own limit",
-			      in->name, up, soft);
-			if (in->exiting)
-				in->after = AFTER_FATAL;
-			else
-				stop_instance(in, AFTER_FATAL, "descriptor limit too low");
-			return;
-		}
-	}
+	if (emfile && in->last_emfile && up < EMFILE_RECUR_S && !raise_next_nofile(in, up))
+		return;
 	if (!in->exiting) /* an exited child is restarted by the exit policy */
 		stop_instance(in, AFTER_POLICY, "restart_on pattern");
 }
 
-static void
-on_line(struct instance *in, char *line, size_t len)
+/* Whether restart_on looks at this stream: request data a server logs must not restart it. */
+static bool
+stream_matched(const struct stream *st)
 {
+	int which = st->in->prog->cfg.restart_on_stream;
+	return which == SV_STREAM_BOTH || (which == SV_STREAM_STDERR) == st->is_err;
+}
+
+/*
+ * One line, or one piece of an overlong one, in line[0..len): matched
+ * whole, but relayed from from on, since line[0..from) went with the piece
+ * before it.
+ */
+static void
+on_line(struct stream *st, char *line, size_t from, size_t len)
+{
+	struct instance *in = st->in;
 	struct sv *s = in->sv;
+	char save = line[len];
 	line[len] = '\0';
 	if (!in->log)
-		relay_printf(s, &s->out, "[%s] %s\n", in->name, line);
-	int which = sv_patterns_match(&in->prog->pats, line);
+		relay_printf(s, &s->out, "[%s] %s\n", in->name, line + (from < len ? from : len));
+	int which = stream_matched(st) ? sv_patterns_match(&in->prog->pats, line) : -1;
 	if (which >= 0)
 		restart_for_pattern(in, line, which);
+	line[len] = save;
 }
 
 /* Raw output to the log: whole reads at a time, one write(2) for many lines. */
@@ -1616,50 +1720,70 @@ log_bytes(struct instance *in, const char *data, size_t len)
 		event(in->sv, "%s: log write: %s", in->name, strerror(errno));
 }
 
+/* An overlong line fills the buffer: passed on as a piece, its tail kept to match with the next. */
 static void
-handle_output(struct instance *in, bool drain_all)
+take_piece(struct stream *st)
 {
-	if (in->outfd < 0) {
-		if (drain_all && in->linelen) {
-			on_line(in, in->line, in->linelen);
-			log_bytes(in, in->line, in->linelen);
-			log_bytes(in, "\n", 1);
-			in->linelen = 0;
-		}
+	on_line(st, st->buf, st->seen, st->len);
+	log_bytes(st->in, st->buf + st->seen, st->len - st->seen);
+	log_bytes(st->in, "\n", 1);
+	memmove(st->buf, st->buf + st->len - LINE_OVERLAP, LINE_OVERLAP);
+	st->len = st->seen = LINE_OVERLAP;
+}
+
+/* Passes on the complete lines held, and keeps what follows the last newline. */
+static void
+take_lines(struct stream *st)
+{
+	char *start = st->buf, *nl;
+	while ((nl = memchr(start, '\n', st->len - (size_t)(start - st->buf))) != NULL) {
+		size_t l = (size_t)(nl - start);
+		if (l && start[l - 1] == '\r')
+			l--;
+		on_line(st, start, start == st->buf ? st->seen : 0, l);
+		start = nl + 1;
+	}
+	if (start == st->buf) {
+		if (st->len == sizeof st->buf - 1)
+			take_piece(st);
 		return;
 	}
+	log_bytes(st->in, st->buf + st->seen, (size_t)(start - st->buf) - st->seen);
+	st->len -= (size_t)(start - st->buf);
+	st->seen = 0;
+	memmove(st->buf, start, st->len);
+}
+
+static void
+handle_output(struct stream *st, bool drain_all)
+{
 	/* Bounded even when draining: a process left behind may write forever. */
-	for (int rounds = 0; rounds < (drain_all ? 256 : 16); rounds++) {
-		ssize_t n = read(in->outfd, in->line + in->linelen, sizeof in->line - 1 - in->linelen);
+	for (int rounds = 0; st->fd >= 0 && rounds < (drain_all ? 256 : 16); rounds++) {
+		ssize_t n = read(st->fd, st->buf + st->len, sizeof st->buf - 1 - st->len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			if (n == 0 || errno != EAGAIN)
-				ep_close(in->sv, &in->outfd);
+				ep_close(st->in->sv, &st->fd);
 			return;
 		}
-		in->linelen += (size_t)n;
-		char *start = in->line, *nl;
-		while ((nl = memchr(start, '\n', in->linelen - (size_t)(start - in->line))) != NULL) {
-			size_t l = (size_t)(nl - start);
-			if (l && start[l - 1] == '\r')
-				l--;
-			char save = start[l];
-			on_line(in, start, l);
-			start[l] = save;
-			start = nl + 1;
-		}
-		log_bytes(in, in->line, (size_t)(start - in->line));
-		size_t rest = in->linelen - (size_t)(start - in->line);
-		if (rest == sizeof in->line - 1) { /* an overlong line: pass it on in pieces */
-			on_line(in, in->line, rest);
-			log_bytes(in, in->line, rest);
-			log_bytes(in, "\n", 1);
-			rest = 0;
-		}
-		memmove(in->line, start, rest);
-		in->linelen = rest;
+		st->len += (size_t)n;
+		take_lines(st);
 	}
+}
+
+/* What a child that has exited left in a pipe, and a last line without a newline. */
+static void
+drain_stream(struct stream *st)
+{
+	handle_output(st, true);
+	ep_close(st->in->sv, &st->fd);
+	if (st->len > st->seen) {
+		on_line(st, st->buf, st->seen, st->len);
+		log_bytes(st->in, st->buf + st->seen, st->len - st->seen);
+		log_bytes(st->in, "\n", 1);
+	}
+	st->len = st->seen = 0;
 }
 
 /* ---- health checks (in a forked checker) -------------------------------- */
@@ -1698,24 +1822,12 @@ check_http(const char *url, int timeout_ms, char *msg, size_t len)
 {
 	const char *hp = url + 7;
 	const char *path = strchr(hp, '/');
-	char host[256], port[16] = "80";
-	size_t hl = path ? (size_t)(path - hp) : strlen(hp);
-	if (hl >= sizeof host) {
-		snprintf(msg, len, "URL too long");
-		return false;
-	}
-	memcpy(host, hp, hl);
-	host[hl] = '\0';
-	char *colon = strrchr(host, ':');
-	if (colon && !strchr(colon, ']')) {
-		snprintf(port, sizeof port, "%s", colon + 1);
-		*colon = '\0';
-	}
-	char *h = host;
-	if (*h == '[') {
-		h++;
-		h[strcspn(h, "]")] = '\0';
-	}
+	char h[256], port[8];
+	unsigned pn;
+	if (!gfs_hostport_parse(hp, 80, h, sizeof h, &pn, msg, len))
+		return false; /* checked when the config was read */
+	snprintf(port, sizeof port, "%u", pn);
+	int hl = (int)(path ? (size_t)(path - hp) : strlen(hp));
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
 	int rc = getaddrinfo(h, port, &hints, &res);
 	if (rc != 0) {
@@ -1737,8 +1849,8 @@ check_http(const char *url, int timeout_ms, char *msg, size_t len)
 	}
 	freeaddrinfo(res);
 	char req[1024];
-	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n",
-	                 path ? path : "/", host);
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %.*s\r\nConnection: close\r\n\r\n",
+	                 path ? path : "/", hl, hp);
 	if (n < 0 || (size_t)n >= sizeof req || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
 		snprintf(msg, len, "send: %s", strerror(errno));
 		close(fd);
@@ -2213,6 +2325,32 @@ stop_all(struct sv *s, const char *why)
 	}
 }
 
+/*
+ * A held socket with no instance left to accept on it would queue every
+ * connection until it timed out: closed instead, connections are refused
+ * at once. The next start binds it again.
+ */
+static void
+release_idle_listen(struct sv *s)
+{
+	if (s->stopping)
+		return; /* and a program being replaced hands its socket on */
+	for (struct program *p = s->progs; p; p = p->next) {
+		if (p->listen_fd < 0 || p->removing)
+			continue;
+		bool idle = true;
+		for (int i = 0; i < p->ninst && idle; i++)
+			idle = !alive(&p->inst[i]) &&
+			       (p->inst[i].state == ST_FATAL || p->inst[i].state == ST_EXITED);
+		if (!idle)
+			continue;
+		close(p->listen_fd);
+		p->listen_fd = -1;
+		event(s, "%s: no instance left to accept on %s: closed the listen socket, so that "
+		      "connections are refused, not left waiting", p->cfg.name, p->cfg.listen);
+	}
+}
+
 static bool
 all_quiet(struct sv *s)
 {
@@ -2520,6 +2658,7 @@ sv_run(struct sv *s)
 			if (kind == W_SIGNAL || kind == W_CLIENT || kind == W_PIDFD || kind == W_CHECKER)
 				break;
 		}
+		release_idle_listen(s);
 	}
 	event(s, "every program stopped; exiting");
 	double deadline = gfs_mono_seconds() + EXIT_DRAIN_S;
@@ -2549,7 +2688,8 @@ sv_free(struct sv *s)
 			program_free(p->replacement);
 		for (int i = 0; i < p->ninst; i++) {
 			ep_close(s, &p->inst[i].pidfd);
-			ep_close(s, &p->inst[i].outfd);
+			ep_close(s, &p->inst[i].out.fd);
+			ep_close(s, &p->inst[i].err.fd);
 			ep_close(s, &p->inst[i].checker_pidfd);
 			if (p->inst[i].checker_pipe >= 0)
 				close(p->inst[i].checker_pipe);

@@ -7,12 +7,16 @@
  * Event sources, all in one epoll set:
  *   signalfd    SIGCHLD (also orphans adopted as subreaper), SIGTERM, SIGINT, SIGHUP
  *   pidfd       one per child: its exit, race-free
- *   pipes       each child's stdout+stderr, read line by line
+ *   pipes       each child's stdout and stderr, two pipes read line by line;
+ *               restart_on reads stderr only unless told otherwise, since
+ *               stdout may carry what clients sent (an access log)
  *   timerfd     a single timer armed at the earliest deadline (backoff, stop
  *               grace, health checks, descriptor samples): no polling sleeps
  *   unix socket the control socket and its clients
  * Health checks run in a forked checker process with a deadline, so a
- * hanging server can never block the loop.
+ * hanging server can never block the loop. What a program's output says
+ * never makes it FATAL (a line can be a client's words); once a program is
+ * FATAL its held listen socket is closed, so clients are refused, not queued.
  */
 #ifndef GFS_SUPERVISE_H
 #define GFS_SUPERVISE_H

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "addr.h"
 #include "svconfig.h"
 #include "util.h"
 
@@ -172,6 +173,7 @@ sv_program_equal(const struct sv_program *a, const struct sv_program *b)
 	    streq(a->directory, b->directory) && listeq(a->env, a->nenv, b->env, b->nenv) &&
 	    streq(a->user, b->user) && a->nofile == b->nofile && a->nofile_hard == b->nofile_hard &&
 	    listeq(a->patterns, a->npatterns, b->patterns, b->npatterns) &&
+	    a->restart_on_stream == b->restart_on_stream &&
 	    streq(a->health, b->health) && a->health_interval_ms == b->health_interval_ms &&
 	    a->health_timeout_ms == b->health_timeout_ms && a->health_retries == b->health_retries &&
 	    a->stop_signal == b->stop_signal && a->stop_grace_ms == b->stop_grace_ms &&
@@ -447,6 +449,50 @@ replace(char **slot, const char *value)
 	*slot = *value ? gfs_xstrdup(value) : NULL;
 }
 
+static bool
+set_stream(struct sv_program *p, const char *v, char *err, size_t errlen)
+{
+	static const char *const names[] = {[SV_STREAM_STDERR] = "stderr",
+	                                    [SV_STREAM_STDOUT] = "stdout", [SV_STREAM_BOTH] = "both"};
+	for (int i = 0; i < 3; i++)
+		if (strcmp(v, names[i]) == 0) {
+			p->restart_on_stream = i;
+			return true;
+		}
+	seterr(err, errlen, "restart_on_stream: expected stderr, stdout or both, got '%s'", v);
+	return false;
+}
+
+/* An http:// check's host and port, checked now rather than at the first check. */
+static bool
+check_http_health(const char *v, char *err, size_t errlen)
+{
+	char host[256], msg[300];
+	unsigned port;
+	if (strncmp(v, "http://", 7) != 0 || gfs_hostport_parse(v + 7, 80, host, sizeof host, &port,
+	                                                        msg, sizeof msg))
+		return true;
+	seterr(err, errlen, "health: %s", msg);
+	return false;
+}
+
+/* Kept as the parser understood it, so messages and reload compare what is bound. */
+static bool
+set_listen(struct sv_program *p, const char *v, char *err, size_t errlen)
+{
+	struct gfs_addr a;
+	char msg[300], norm[96];
+	if (!*v)
+		return replace(&p->listen, v), true;
+	if (!gfs_addr_parse(v, 0, &a, msg, sizeof msg)) {
+		seterr(err, errlen, "listen: %s", msg);
+		return false;
+	}
+	gfs_addr_format(&a, norm, sizeof norm);
+	replace(&p->listen, norm);
+	return true;
+}
+
 bool
 sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, size_t errlen)
 {
@@ -483,13 +529,15 @@ sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, 
 	}
 	if (strcmp(key, "restart_on") == 0)
 		return add_pattern(p, v, err, errlen);
+	if (strcmp(key, "restart_on_stream") == 0)
+		return set_stream(p, v, err, errlen);
 	if (strcmp(key, "health") == 0) {
 		if (*v && strncmp(v, "mongodb://", 10) != 0 && strncmp(v, "mongodb+srv://", 14) != 0 &&
 		    strncmp(v, "http://", 7) != 0) {
 			seterr(err, errlen, "health: expected mongodb://... or http://..., got '%s'", v);
 			return false;
 		}
-		return replace(&p->health, v), true;
+		return check_http_health(v, err, errlen) && (replace(&p->health, v), true);
 	}
 	if (strcmp(key, "health_interval") == 0)
 		return set_duration(&p->health_interval_ms, key, v, err, errlen);
@@ -520,13 +568,8 @@ sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, 
 		}
 		return true;
 	}
-	if (strcmp(key, "listen") == 0) {
-		if (*v && !strrchr(v, ':')) {
-			seterr(err, errlen, "listen: expected HOST:PORT, got '%s'", v);
-			return false;
-		}
-		return replace(&p->listen, v), true;
-	}
+	if (strcmp(key, "listen") == 0)
+		return set_listen(p, v, err, errlen);
 	if (strcmp(key, "log") == 0)
 		return replace(&p->log, v), true;
 	if (strcmp(key, "log_max") == 0) {
@@ -599,8 +642,12 @@ sv_program_check(const struct sv_program *p, char *err, size_t errlen)
 		seterr(err, errlen, "program '%s' has no command", p->name);
 		return false;
 	}
+	if (p->command[strspn(p->command, " \t")] == '\0') {
+		seterr(err, errlen, "program '%s': empty command", p->name);
+		return false;
+	}
 	if (!p->argv) {
-		seterr(err, errlen, "program '%s': cannot split the command (unterminated quote?)",
+		seterr(err, errlen, "program '%s': cannot split the command (unterminated quote)",
 		       p->name);
 		return false;
 	}
@@ -622,6 +669,41 @@ sv_program_check(const struct sv_program *p, char *err, size_t errlen)
 
 /* ---- the file ---------------------------------------------------------- */
 
+/* Names met so far, with the line of each: a second one is an error that points at both. */
+struct seen {
+	char **names;
+	int *lines;
+	size_t n;
+};
+
+static int
+seen_line(const struct seen *v, const char *name)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (strcmp(v->names[i], name) == 0)
+			return v->lines[i];
+	return 0;
+}
+
+static void
+seen_add(struct seen *v, const char *name, int line)
+{
+	int *l = realloc(v->lines, (v->n + 1) * sizeof *l);
+	if (!l)
+		abort();
+	l[v->n] = line;
+	v->lines = l;
+	list_append(&v->names, &v->n, name);
+}
+
+static void
+seen_free(struct seen *v)
+{
+	list_free(v->names, v->n);
+	free(v->lines);
+	memset(v, 0, sizeof *v);
+}
+
 /*
  * libinih reports no line numbers to the handler and keeps parsing after an
  * error, so we feed it through our own reader, which counts lines, and stop
@@ -638,6 +720,10 @@ struct parse_state {
 	int line;               /* of the chunk read last */
 	int section_line;       /* of the last [section] header */
 	bool at_bol;            /* the next chunk starts a line */
+	bool cont;              /* the line read last continues the key before it */
+	bool after_key;         /* the section has had a key: an indented line continues it */
+	struct seen sections;   /* every [section] so far */
+	struct seen keys;       /* the keys of the current section */
 };
 
 static char *
@@ -673,6 +759,39 @@ more_input(struct parse_state *st)
 }
 
 static int fail(struct parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool valid_name(const char *s);
+
+/*
+ * Sections are checked as their header is read, not when a key comes: an
+ * empty misspelt section would otherwise pass unseen, and a second section
+ * of one name would be merged into the first.
+ */
+static void
+on_section(struct parse_state *st, const char *p)
+{
+	size_t n = strcspn(p, "]");
+	if (p[n] != ']')
+		return; /* inih reports the syntax error */
+	char name[200];
+	snprintf(name, sizeof name, "%.*s", (int)n, p);
+	st->section_line = st->line;
+	st->after_key = false;
+	seen_free(&st->keys);
+	if (strcmp(name, "supervise") != 0 && strncmp(name, "program:", 8) != 0) {
+		fail(st, "unknown section [%s] (expected [supervise] or [program:NAME])", name);
+		return;
+	}
+	if (name[0] == 'p' && !valid_name(name + 8)) {
+		fail(st, "[%s]: a program name is letters, digits, '_', '-', '.'", name);
+		return;
+	}
+	int first = seen_line(&st->sections, name);
+	if (first) {
+		fail(st, "duplicate section [%s] (first at line %d)", name, first);
+		return;
+	}
+	seen_add(&st->sections, name, st->line);
+}
 
 static char *
 reader(char *buf, int size, void *stream)
@@ -693,8 +812,11 @@ reader(char *buf, int size, void *stream)
 	const char *p = buf;
 	while (*p == ' ' || *p == '\t')
 		p++;
-	if (bol && *p == '[')
-		st->section_line = st->line;
+	bool blank = *p == '\0' || *p == '\n' || *p == '\r' || *p == ';' || *p == '#';
+	/* What inih takes for a continuation: an indented line after a key. */
+	st->cont = bol && p > buf && !blank && st->after_key;
+	if (bol && *p == '[' && !st->cont)
+		on_section(st, p + 1);
 	return buf;
 }
 
@@ -736,6 +858,37 @@ fail(struct parse_state *st, const char *fmt, ...)
 	return 0;
 }
 
+/* Keys that add to what they held: given twice, or continued, they are not a mistake. */
+static bool
+is_list_key(const char *key)
+{
+	return strcmp(key, "environment") == 0 || strcmp(key, "restart_on") == 0;
+}
+
+/*
+ * A key given twice in one section is an error, as "last one counts" hid a
+ * mistake; only the list keys repeat, and only they and command continue.
+ */
+static bool
+check_repeat(struct parse_state *st, const char *section, const char *key)
+{
+	bool joins = is_list_key(key) || strcmp(key, "command") == 0;
+	if (st->cont) {
+		if (!joins)
+			return fail(st, "[%s] '%s' cannot be continued on an indented line", section,
+			            key);
+		return true;
+	}
+	st->after_key = true;
+	if (is_list_key(key))
+		return true;
+	int first = seen_line(&st->keys, key);
+	if (first)
+		return fail(st, "[%s] duplicate key '%s' (first at line %d)", section, key, first);
+	seen_add(&st->keys, key, st->line);
+	return true;
+}
+
 static int
 on_supervise_key(struct parse_state *st, const char *key, const char *value)
 {
@@ -756,14 +909,15 @@ on_key(void *user, const char *section, const char *key, const char *value)
 	struct parse_state *st = user;
 	if (st->failed)
 		return 1;
+	if (!check_repeat(st, section, key))
+		return 0;
 	if (strcmp(section, "supervise") == 0)
 		return on_supervise_key(st, key, value);
-	if (strncmp(section, "program:", 8) != 0)
-		return fail(st, "unknown section [%s] (expected [supervise] or [program:NAME])",
-		            section);
-	if (!valid_name(section + 8))
-		return fail(st, "[%s]: a program name is letters, digits, '_', '-', '.'", section);
+	if (strncmp(section, "program:", 8) != 0) /* keys before any [section] */
+		return fail(st, "key '%s' outside a section", key);
 	struct sv_program *p = find_or_add(st->cfg, section + 8, st->section_line);
+	if (strcmp(key, "command") == 0 && !p->command_line)
+		p->command_line = st->line;
 	char msg[400];
 	if (!sv_program_set(p, key, value, msg, sizeof msg))
 		return fail(st, "[%s] %s", section, msg);
@@ -782,7 +936,9 @@ finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 		struct sv_program *p = &c->progs[i];
 		char msg[400];
 		if (!sv_program_check(p, msg, sizeof msg)) {
-			seterr(err, errlen, "%s:%d: %s", name, p->line, msg);
+			/* A command that does not split is the command's line's fault. */
+			int line = p->command && !p->argv && p->command_line ? p->command_line : p->line;
+			seterr(err, errlen, "%s:%d: %s", name, line, msg);
 			return false;
 		}
 		if (!p->log && c->logdir) {
@@ -795,8 +951,19 @@ finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 	return true;
 }
 
+static bool parse_stream(struct parse_state *st, const char *name);
+
 static bool
 parse(struct parse_state *st, const char *name)
+{
+	bool ok = parse_stream(st, name);
+	seen_free(&st->sections);
+	seen_free(&st->keys);
+	return ok;
+}
+
+static bool
+parse_stream(struct parse_state *st, const char *name)
 {
 	int line = ini_parse_stream(reader, st, on_key, st);
 	if (line == -1 || (st->f && ferror(st->f))) {

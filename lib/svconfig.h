@@ -18,6 +18,9 @@ extern const char *const sv_default_patterns[];
 /* A shorter backoff_initial would let a crashing program fork as fast as it can. */
 #define SV_MIN_BACKOFF_MS 10
 
+/* restart_on_stream: what a program says about itself goes to stderr; its data may go to stdout. */
+enum { SV_STREAM_STDERR, SV_STREAM_STDOUT, SV_STREAM_BOTH };
+
 struct sv_program {
 	char *name;
 	char **argv;            /* the split command, NULL-terminated */
@@ -31,6 +34,7 @@ struct sv_program {
 	char **patterns;        /* restart_on, POSIX extended regexes, matched case-insensitively */
 	size_t npatterns;
 	bool patterns_given;    /* the first restart_on line replaces the defaults */
+	int restart_on_stream;  /* which output restart_on reads: SV_STREAM_* */
 	char *health;           /* mongodb://... or http://host:port/path; NULL: none */
 	int health_interval_ms;
 	int health_timeout_ms;
@@ -53,6 +57,7 @@ struct sv_program {
 	int fd_horizon_s;       /* act when the trend exhausts the limit within this */
 	bool fd_raise;          /* raise the soft limit live before restarting */
 	int line;               /* where its section starts in the file (0: not from a file) */
+	int command_line;       /* where its command key is (0: not from a file) */
 };
 
 struct sv_config {

@@ -21,6 +21,7 @@ import urllib.request
 
 import pytest
 
+import planted
 from conftest import BIN, ROOT, SAN_ENV, SAN_MARKERS
 
 PY = sys.executable
@@ -242,7 +243,18 @@ restart_on = default
                       ("[program:a]\nrestart_on = (\n", "bad pattern"),
                       ("[program:a]\ndirectory = /\n", "has no command"),
                       ("[what]\nx = 1\n", "unknown section"),
-                      ("[program:a]\ncommand = 'x\n", "unterminated quote")]:
+                      ("[program:a]\ncommand = 'x\n", "unterminated quote"),
+                      # Merged in silence before: two sections of one name, a key given twice.
+                      ("[program:a]\ncommand = /bin/true\n[program:a]\ncommand = /bin/false\n",
+                       "sv.ini:3: duplicate section [program:a] (first at line 1)"),
+                      ("[program:a]\ncommand = /bin/true\nnofile = 64\nnofile = 128\n",
+                       "sv.ini:4: [program:a] duplicate key 'nofile' (first at line 3)"),
+                      ("[program:a]\n\ncommand =\n", "sv.ini:3: program 'a': empty command"),
+                      ("[progam:a]\n[program:b]\ncommand = x\n",
+                       "sv.ini:1: unknown section [progam:a]"),
+                      ("[program:a]\ncommand = x\nlisten = 127.0.0.1:99999\n",
+                       "sv.ini:3: [program:a] listen: '127.0.0.1:99999': port '99999' is not a "
+                       "number from 1 to 65535")]:
         bad = write_config(workdir, text)
         p = subprocess.run([BIN, "supervise", "-c", bad, "--check"], capture_output=True, text=True)
         assert p.returncode == 2 and msg in p.stderr, (text, p.stderr)
@@ -268,7 +280,7 @@ def test_too_many_open_files_restarts_within_1s(sup, workdir):
     flag = os.path.join(workdir, "once")
     s = sup(["--name", "app", "--", "sh", "-c",
              f'echo up; if [ ! -e {flag} ]; then touch {flag}; '
-             'echo "accept: Too many open files"; fi; exec sleep 600'])
+             'echo "accept: Too many open files" >&2; fi; exec sleep 600'])
     i, hit = s.wait_event(r"app: output matched restart_on 'Too many open files'")
     j, started = s.wait_event(r"app: started pid (\d+)", after=i)
     assert stamp(started) - stamp(hit) < 1.0
@@ -283,8 +295,8 @@ if not os.path.exists(sys.argv[1]):
     open(sys.argv[1], 'w').close()
     for _ in range(3000):
         sys.stdout.write('x' * 999 + '\\n')
-    sys.stdout.write('accept: Too many open files\\n')
     sys.stdout.flush()
+    sys.stderr.write('accept: Too many open files\\n')
 os.execvp('sleep', ['sleep', '600'])
 """
 
@@ -372,8 +384,79 @@ def test_stderr_on_stdout_is_written_once_in_order(sup):
 def test_emfile_right_after_restart_means_limit_too_low(sup, workdir):
     # Always out of descriptors: after one restart the supervisor says why instead of looping.
     s = sup(["--name", "app", "--nofile", "64", "--", "sh", "-c",
-             'echo "open: Too many open files"; exec sleep 600'])
+             'echo "open: Too many open files" >&2; exec sleep 600'])
     s.wait_event(r"app: out of descriptors again .* the limit is too low")
+    assert s.stop() == 0
+
+
+def test_pattern_restarts_never_make_a_program_fatal(sup, workdir):
+    # A program that says "boom" for ever: restarted while the budget lasts, then left
+    # running (it was FATAL, holding its socket for no one), and said once.
+    port = port_in(18400, 18450)
+    cfg = write_config(workdir, f"""
+[program:app]
+command = sh -c 'while :; do echo boom >&2; sleep 0.05; done'
+restart_on = boom
+listen = 127.0.0.1:{port}
+startsecs = 0
+max_restarts = 2
+backoff_initial = 10ms
+""")
+    s = sup(["-c", cfg])
+    i, _ = s.wait_event(r"app: output matched restart_on 'boom' again after 2 restarts within "
+                        r"60 s \(max_restarts\): not restarting it for a pattern; it keeps running")
+    with s.cond:
+        seen = len(s.output)
+    s.wait_event(r"^\[app\] boom$", lines=s.output, after=seen + 5)  # matches go on
+    st = s.status()["app"]
+    assert st["state"] == "RUNNING" and st["restarts"] == 2 and st["pid"] > 0
+    assert s.count(r"it keeps running") == 1 and s.count(r"FATAL|giving up") == 0
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # the held socket is still there for it
+    assert s.stop() == 0
+
+
+def test_fatal_program_releases_its_listen_socket(sup, workdir):
+    # FATAL with the socket held, every connection waited in the queue for no one.
+    port = port_in(18400, 18450)
+    cfg = write_config(workdir, f"""
+[program:dead]
+command = sh -c 'exit 3'
+listen = 127.0.0.1:{port}
+max_restarts = 1
+backoff_initial = 10ms
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"dead: giving up")
+    s.wait_event(rf"dead: no instance left to accept on 127\.0\.0\.1:{port}: closed the listen "
+                 r"socket")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    n = len(s.events)
+    assert s.ctl("restart", "dead").returncode == 0
+    s.wait_event(rf"dead: holding listen socket 127\.0\.0\.1:{port}", after=n)
+    assert s.stop() == 0
+
+
+STRADDLE = """import sys, time
+line = 'x' * 16381 + 'boom' + 'y' * 4000
+sys.stderr.write(line + '\\n')
+sys.stderr.flush()
+time.sleep(600)
+"""
+
+
+def test_pattern_straddling_a_16k_piece_is_matched(sup, workdir):
+    # The line is longer than the 16 KiB buffer and "boom" lies across its first cut.
+    script = write_config(workdir, STRADDLE, "straddle.py")
+    s = sup(["--name", "app", "--restart-on", "boom", "--", PY, script])
+    s.wait_event(r"app: output matched restart_on 'boom': x")
+    s.wait_event(r"app: stopping pid \d+ with SIGTERM \(restart_on pattern\)")
+    s.wait_event(r"^\[app\] omy+$", lines=s.output)
+    with s.cond:
+        pieces = [line[len("[app] "):] for line in s.output if line.startswith("[app] ")]
+    # Relayed in pieces, each byte once: the overlap kept for matching is not repeated.
+    assert "".join(pieces[:2]) == "x" * 16381 + "boom" + "y" * 4000
     assert s.stop() == 0
 
 
@@ -836,6 +919,34 @@ def test_daemonising_child_is_tracked(sup, workdir):
     assert not alive(pid)
 
 
+def test_tracked_daemon_is_health_checked_and_sampled(sup, workdir):
+    # A daemon was tracked but never checked nor sampled: STARTING for ever, with a check
+    # that would have made the same program in the foreground restart.
+    closed = port_in(18400, 18450)  # nothing listens there: every check fails
+    cfg = write_config(workdir, f"""
+[program:d]
+command = sh -c 'sleep 600 & exit 0'
+fd_interval = 100ms
+startsecs = 1
+
+[program:h]
+command = sh -c 'sleep 600 & exit 0'
+startsecs = 0
+health = http://127.0.0.1:{closed}/
+health_interval = 200ms
+health_retries = 1
+max_restarts = 64
+""")
+    s = sup(["-c", cfg])
+    i, _ = s.wait_event(r"h: it daemonised; now tracking pid")
+    s.wait_event(r"h: health check failed \(1 of 1\): connect 127\.0\.0\.1:", after=i)
+    s.wait_event(r"h: stopping pid \d+ with SIGTERM \(health check failed\)", after=i)
+    s.wait_event(r"d: it daemonised; now tracking pid")
+    st = s.wait_status("d", lambda d: d["state"] == "RUNNING" and "fds" in d)
+    assert st["fds"]["open"] > 0 and st["fds"]["limit"] > 0
+    assert s.stop() == 0
+
+
 ORPHAN = """import os, sys
 sup = os.getppid()
 r, w = os.pipe()
@@ -912,6 +1023,36 @@ def test_listen_socket_is_passed_and_held(sup, workdir):
     s.wait_event(r"srv: pid \d+ killed by SIGTERM", after=n)
     second = ask()
     assert second != first
+    assert s.stop() == 0
+
+
+def listening_addresses(port):
+    """The local addresses of the TCP sockets listening on port, from /proc/net/tcp{,6}."""
+    found = []
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/net/{name}") as f:
+            for row in f.readlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                addr, p = local.split(":")
+                if state == "0A" and int(p, 16) == port:
+                    found.append(socket.inet_ntop(
+                        socket.AF_INET if name == "tcp" else socket.AF_INET6,
+                        bytes.fromhex(addr)[::-1] if name == "tcp" else
+                        b"".join(bytes.fromhex(addr[i:i + 8])[::-1] for i in range(0, 32, 8))))
+    return found
+
+
+def test_listen_without_a_host_binds_loopback(sup, workdir):
+    # ":P" meant every interface here and loopback in serve --listen: it is loopback in both.
+    port = port_in(18400, 18450)
+    cfg = write_config(workdir, f"""
+[program:lo]
+command = sleep 600
+listen = :{port}
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"lo: holding listen socket ")
+    assert listening_addresses(port) == ["127.0.0.1"]
     assert s.stop() == 0
 
 
@@ -1101,6 +1242,41 @@ backoff_initial = 300ms
     took = time.monotonic() - t0
     print(f"EMFILE seen -> answering again: {took:.3f} s")
     assert took < 2.0
+    assert s.stop() == 0
+
+
+@needs_serve
+def test_request_data_in_the_access_log_does_not_restart_serve(sup, workdir, backend, db):
+    # Any client could take a supervised serve down: its path or User-Agent went into an
+    # access-log line that restart_on matched, and restart after restart it went FATAL.
+    port = port_in(18400, 18450)
+    cfg = write_config(workdir, f"""
+[program:serve]
+command = {BIN} serve --uri {backend.uri} --db {db.name} --access-log -
+listen = 127.0.0.1:{port}
+max_restarts = 2
+""")
+    s = sup(["-c", cfg])
+    deadline = time.monotonic() + 10
+    while not http_ok(port) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    pid = s.status()["serve"]["pid"]
+    for _ in range(2):
+        for path, agent in planted.RESTART_BAIT_REQUESTS:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                         headers={"User-Agent": agent})
+            try:
+                urllib.request.urlopen(req, timeout=5).close()
+            except urllib.error.HTTPError as e:
+                assert e.code == 404
+    # Every request is in the access log (so its line was read) before judging.
+    for path, agent in planted.RESTART_BAIT_REQUESTS:
+        s.wait_event(rf'^\[serve\] .*"GET {re.escape(path)} HTTP/1\.1" 404 .*"{re.escape(agent)}"',
+                     lines=s.output)
+    assert s.count(r"output matched restart_on") == 0
+    st = s.status()["serve"]
+    assert st["pid"] == pid and st["restarts"] == 0 and st["state"] in ("STARTING", "RUNNING")
+    assert http_ok(port)
     assert s.stop() == 0
 
 

@@ -107,7 +107,8 @@ static const char full_config[] =
     "[program:other]\n"
     "command = x\n"
     "restart_on = boom$\n"
-    "restart_on = default\n";
+    "restart_on = default\n"
+    "restart_on_stream = both\n";
 
 static void
 config_all_keys(void **state)
@@ -156,6 +157,7 @@ config_all_keys(void **state)
 	struct sv_program *o = &c.progs[2];
 	assert_string_equal(o->patterns[0], "boom$");
 	assert_string_equal(o->patterns[1], "Too many open files");
+	assert_int_equal(o->restart_on_stream, SV_STREAM_BOTH);
 
 	/* Equality drives reload: a copy is equal, any change is not. */
 	struct sv_program cp;
@@ -165,6 +167,27 @@ config_all_keys(void **state)
 	assert_false(sv_program_equal(&cp, b));
 	sv_program_free(&cp);
 	assert_false(sv_program_equal(&c.progs[0], &c.progs[1]));
+	sv_config_free(&c);
+}
+
+/* Continued lines and the list keys are not duplicates; a listen spec is kept normalised. */
+static void
+config_repeats_that_are_fine(void **state)
+{
+	(void)state;
+	struct sv_config c;
+	char err[600];
+	const char *text = "[program:a]\ncommand = /bin/echo\n  one two\n\n  three\n"
+	                   "environment = A=1\nenvironment = B=2\n  C=3\n"
+	                   "restart_on = x\nrestart_on = y\n  z\nlisten = :8080\n"
+	                   "[program:b]\ncommand = x\nlisten = [::1]:9\n";
+	if (!sv_config_parse(text, "t", &c, err, sizeof err))
+		fail_msg("%s", err);
+	assert_string_equal(c.progs[0].command, "/bin/echo one two three");
+	assert_int_equal(c.progs[0].nenv, 3);
+	assert_int_equal(c.progs[0].npatterns, 3);
+	assert_string_equal(c.progs[0].listen, "127.0.0.1:8080");
+	assert_string_equal(c.progs[1].listen, "[::1]:9");
 	sv_config_free(&c);
 }
 
@@ -189,6 +212,7 @@ config_defaults(void **state)
 	while (sv_default_patterns[n])
 		n++;
 	assert_int_equal(p->npatterns, n);
+	assert_int_equal(p->restart_on_stream, SV_STREAM_STDERR); /* never request data by default */
 	sv_config_free(&c);
 }
 
@@ -207,8 +231,31 @@ config_errors(void **state)
 		{"[other]\nx = 1\n", "unknown section [other]"},
 		{"[program:a b]\ncommand = x\n", "a program name is"},
 		{"[program:a]\ncommand = x\nstop_signal = NOPE\n", "unknown signal"},
+		{"[program:a]\ncommand = x\nrestart_on_stream = all\n",
+		 "t:3: [program:a] restart_on_stream: expected stderr, stdout or both, got 'all'"},
 		{"[program:a]\ncommand = x\nhealth = ftp://x\n", "expected mongodb://"},
-		{"[program:a]\ncommand = x\nlisten = 8080\n", "HOST:PORT"},
+		{"[program:a]\ncommand = x\nhealth = http://127.0.0.1:99999/\n",
+		 "t:3: [program:a] health: '127.0.0.1:99999': port '99999' is not a number"},
+		{"[program:a]\ncommand = x\nlisten = 127.0.0.1:99999\n",
+		 "t:3: [program:a] listen: '127.0.0.1:99999': port '99999' is not a number from 1 to 65535"},
+		{"[program:a]\ncommand = x\nlisten = localhost:80\n", "not a numeric IPv4 address"},
+		/* One section per program, one line per key: neither is merged in silence. */
+		{"[program:a]\ncommand = /bin/true\n[program:a]\ncommand = /bin/false\n",
+		 "t:3: duplicate section [program:a] (first at line 1)"},
+		{"[supervise]\n[supervise]\n[program:a]\ncommand = x\n",
+		 "t:2: duplicate section [supervise] (first at line 1)"},
+		{"[program:a]\ncommand = x\nnofile = 10\n\nnofile = 20\n",
+		 "t:5: [program:a] duplicate key 'nofile' (first at line 3)"},
+		{"[program:a]\ncommand = /bin/true\ncommand = /bin/false\n",
+		 "t:3: [program:a] duplicate key 'command' (first at line 2)"},
+		{"[program:a]\ncommand = x\nhealth_retries = 2\n  3\n",
+		 "t:4: [program:a] 'health_retries' cannot be continued"},
+		{"[program:a]\n\ncommand =\n", "t:3: program 'a': empty command"},
+		{"[program:a]\ncommand = ' '\ncommand_x = 1\n", "t:3: [program:a] unknown key"},
+		{"[program:a]\n\ncommand = 'x\n", "t:3: program 'a': cannot split the command"},
+		/* A misspelt section is an error even with no key in it. */
+		{"[progam:a]\n[program:b]\ncommand = x\n", "t:1: unknown section [progam:a]"},
+		{"x = 1\n[program:b]\ncommand = x\n", "t:1: key 'x' outside a section"},
 		{"[program:a]\ncommand = x\ninstances = 0\n", "instances"},
 		{"[program:a]\ncommand = x\nnofile = 100\nnofile_hard = 50\n", "above nofile_hard"},
 		{"[program:a]\ncommand = x\nenvironment = NOEQUALS\n", "KEY=VALUE"},
@@ -563,6 +610,7 @@ main(void)
 		cmocka_unit_test(config_all_keys),
 		cmocka_unit_test(config_defaults),
 		cmocka_unit_test(config_errors),
+		cmocka_unit_test(config_repeats_that_are_fine),
 		cmocka_unit_test(config_long_line),
 		cmocka_unit_test(redaction),
 		cmocka_unit_test(backoff_and_window),

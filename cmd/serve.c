@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "../lib/addr.h"
 #include "../lib/httpserve.h"
 #include "cmd.h"
 
@@ -24,10 +25,13 @@ const char serve_help[] =
     "  --stream-threshold SIZE larger files are streamed, not cached (default 4M)\n"
     "  --max-connections N     connection limit (default 10000)\n"
     "  --timeout SECS          close idle connections after SECS (default 30)\n"
+    "  --header-timeout SECS   close a connection whose request headers take longer (default 10)\n"
+    "  --max-per-ip N          connections open at once from one address (default 256; 0: no limit)\n"
     "  --max-header-size SIZE  per-connection buffer that bounds request headers (default 16K)\n"
     "  --cache-control VALUE   Cache-Control header (default \"public, max-age=60\"; \"\" for none)\n"
-    "  --access-log FILE|-     write a combined-format access log to FILE or stderr\n"
+    "  --access-log FILE|-     write a combined-format access log to FILE or stdout\n"
     "  --poll SECS             look for new uploads every SECS (default 2)\n"
+    "  --poll-window SECS      and for uploads dated up to SECS before the last poll (default 30)\n"
     "  --reload SECS           reread the whole index every SECS (default 60)\n"
     "  --negative-ttl SECS     remember missing ids and revisions for SECS (default 5)\n"
     "  --drain-timeout SECS    on SIGTERM, wait this long for requests in progress (default 10)\n"
@@ -35,8 +39,9 @@ const char serve_help[] =
 
 enum {
 	OPT_LISTEN = 0x100, OPT_PREFIX, OPT_CACHE_SIZE, OPT_PRELOAD, OPT_THREADS, OPT_WORKERS,
-	OPT_QUEUE, OPT_STREAM, OPT_MAXCONN, OPT_TIMEOUT, OPT_MAXHDR, OPT_CACHE_CONTROL,
-	OPT_ACCESS_LOG, OPT_POLL, OPT_RELOAD, OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE,
+	OPT_QUEUE, OPT_STREAM, OPT_MAXCONN, OPT_TIMEOUT, OPT_HEADER_TIMEOUT, OPT_MAX_PER_IP,
+	OPT_MAXHDR, OPT_CACHE_CONTROL, OPT_ACCESS_LOG, OPT_POLL, OPT_POLL_WINDOW, OPT_RELOAD,
+	OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE,
 };
 
 const struct option serve_options[] = {
@@ -50,10 +55,13 @@ const struct option serve_options[] = {
 	{"stream-threshold", required_argument, NULL, OPT_STREAM},
 	{"max-connections", required_argument, NULL, OPT_MAXCONN},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
+	{"max-per-ip", required_argument, NULL, OPT_MAX_PER_IP},
 	{"max-header-size", required_argument, NULL, OPT_MAXHDR},
 	{"cache-control", required_argument, NULL, OPT_CACHE_CONTROL},
 	{"access-log", required_argument, NULL, OPT_ACCESS_LOG},
 	{"poll", required_argument, NULL, OPT_POLL},
+	{"poll-window", required_argument, NULL, OPT_POLL_WINDOW},
 	{"reload", required_argument, NULL, OPT_RELOAD},
 	{"negative-ttl", required_argument, NULL, OPT_NEG_TTL},
 	{"drain-timeout", required_argument, NULL, OPT_DRAIN},
@@ -68,32 +76,18 @@ struct serve_opts {
 	int drain_ms;
 };
 
-/* "127.0.0.1:8080", "[::1]:8080", ":8080" (loopback) or "8080". */
+/* Through the one parser every listener uses (lib/addr.h); port 0 is logged at start. */
 static bool
 parse_listen(const char *s, struct serve_opts *o)
 {
-	const char *port;
-	if (s[0] == '[') {
-		const char *end = strchr(s, ']');
-		if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof o->host)
-			return false;
-		snprintf(o->host, sizeof o->host, "%.*s", (int)(end - s - 1), s + 1);
-		port = end + 2;
-	} else if (strchr(s, ':')) {
-		const char *colon = strrchr(s, ':');
-		if ((size_t)(colon - s) >= sizeof o->host)
-			return false;
-		snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - s), s);
-		if (!o->host[0])
-			snprintf(o->host, sizeof o->host, "127.0.0.1");
-		port = colon + 1;
-	} else {
-		port = s;
-	}
-	long p;
-	if (!parse_int(port, 0, 65535, &p))
+	struct gfs_addr a;
+	char err[300];
+	if (!gfs_addr_parse(s, GFS_ADDR_ANY_PORT, &a, err, sizeof err)) {
+		usage_error("--listen: %s", err);
 		return false;
-	o->cfg.port = (unsigned)p;
+	}
+	snprintf(o->host, sizeof o->host, "%s", a.host);
+	o->cfg.port = a.port;
 	return true;
 }
 
@@ -126,10 +120,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	long n;
 	switch (opt) {
 	case OPT_LISTEN:
-		if (parse_listen(arg, o))
-			return 0;
-		usage_error("--listen: expected ADDR:PORT, got '%s'", arg);
-		return -1;
+		return parse_listen(arg, o) ? 0 : -1;
 	case OPT_PREFIX: c->prefix = arg; return 0;
 	case OPT_PRELOAD: c->preload = true; return 0;
 	case OPT_NO_REUSE: c->reuse_port = false; return 0;
@@ -170,16 +161,31 @@ on_opt(int opt, const char *arg, void *ctx)
 		else
 			c->timeout_s = (unsigned)n;
 		return 0;
+	case OPT_MAX_PER_IP:
+		if (!parse_int(arg, 0, 1000000, &n)) {
+			usage_error("--max-per-ip: invalid number '%s'", arg);
+			return -1;
+		}
+		c->max_per_ip = (unsigned)n;
+		return 0;
 	case OPT_POLL:
+	case OPT_POLL_WINDOW:
+	case OPT_HEADER_TIMEOUT:
 	case OPT_RELOAD:
 	case OPT_NEG_TTL:
 	case OPT_DRAIN:
-		if (!parse_secs(arg, opt == OPT_NEG_TTL || opt == OPT_DRAIN ? 0 : 100, &n)) {
+		/* The intervals and the header timeout need a floor; the rest may be 0. */
+		if (!parse_secs(arg, opt == OPT_POLL || opt == OPT_RELOAD || opt == OPT_HEADER_TIMEOUT ? 100 : 0,
+		                &n)) {
 			usage_error("invalid number of seconds '%s' (at most %d)", arg, INT_MAX / 1000);
 			return -1;
 		}
 		if (opt == OPT_POLL)
 			c->poll_ms = (int)n;
+		else if (opt == OPT_POLL_WINDOW)
+			c->poll_window_ms = (int)n;
+		else if (opt == OPT_HEADER_TIMEOUT)
+			c->header_timeout_ms = (int)n;
 		else if (opt == OPT_RELOAD)
 			c->reload_ms = (int)n;
 		else if (opt == OPT_NEG_TTL)
@@ -258,19 +264,7 @@ inherited_socket(void)
 static char *
 serve_uri(const char *uri)
 {
-	if (strcasestr(uri, "serverSelectionTimeoutMS="))
-		return strdup(uri);
-	const char *sep = "&";
-	if (!strchr(uri, '?')) {
-		const char *hosts = strstr(uri, "://");
-		hosts = hosts ? hosts + 3 : uri;
-		sep = strchr(hosts, '/') ? "?" : "/?";
-	}
-	size_t n = strlen(uri) + 64;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s%sserverSelectionTimeoutMS=2000", uri, sep);
-	return s;
+	return uri_with_option(uri, "serverSelectionTimeoutMS", 2000);
 }
 
 int
@@ -291,9 +285,12 @@ cmd_serve(int argc, char **argv)
 	c->queue_max = 1024;
 	c->max_connections = 10000;
 	c->timeout_s = 30;
+	c->header_timeout_ms = 10000;
+	c->max_per_ip = 256;
 	c->conn_memory = 16 * 1024;
 	c->cache_control = "public, max-age=60";
 	c->poll_ms = 2000;
+	c->poll_window_ms = 30000;
 	c->reload_ms = 60000;
 	c->neg_ttl_ms = 5000;
 	o.drain_ms = 10000;
@@ -312,13 +309,13 @@ cmd_serve(int argc, char **argv)
 
 	FILE *log = NULL;
 	if (o.access_log) {
-		log = strcmp(o.access_log, "-") == 0 ? stderr : fopen(o.access_log, "a");
+		/* Not stderr: request data must never look like the server's own messages. */
+		log = strcmp(o.access_log, "-") == 0 ? stdout : fopen(o.access_log, "a");
 		if (!log) {
 			warn_("%s", o.access_log);
 			return EXIT_LOCAL;
 		}
-		if (log != stderr)
-			setvbuf(log, NULL, _IOLBF, 0);
+		setvbuf(log, NULL, _IOLBF, 0); /* stdout too: nothing was written to it yet */
 		c->access_log = log;
 	}
 
@@ -336,14 +333,14 @@ cmd_serve(int argc, char **argv)
 	gfs_conn *conn = uri ? gfs_conn_open(uri, G.db, G.bucket, &err) : NULL;
 	free(uri);
 	if (!conn) {
-		if (log && log != stderr)
+		if (log && log != stdout)
 			fclose(log);
 		return fail(&err);
 	}
 	httpserve *srv = httpserve_start(conn, c, &err);
 	if (!srv) {
 		gfs_conn_close(conn);
-		if (log && log != stderr)
+		if (log && log != stdout)
 			fclose(log);
 		return fail(&err);
 	}
@@ -359,7 +356,7 @@ cmd_serve(int argc, char **argv)
 	while (sig != SIGTERM && sig != SIGINT) {
 		if (sigwait(&set, &sig) != 0)
 			break;
-		if (sig == SIGHUP && log && log != stderr)
+		if (sig == SIGHUP && log && log != stdout)
 			log = reopen_log(srv, o.access_log, log);
 	}
 	if (!G.quiet)
@@ -369,7 +366,7 @@ cmd_serve(int argc, char **argv)
 		warnx_("requests or connections still open after the drain timeout; closing them");
 	httpserve_stop(srv);
 	gfs_conn_close(conn);
-	if (log && log != stderr)
+	if (log && log != stdout)
 		fclose(log);
 	return EXIT_OK;
 }

@@ -177,6 +177,30 @@ acceptor_stop(acceptor *a)
 	atomic_store(&a->paused, false); /* acceptor_resume does nothing from now on */
 }
 
+/*
+ * A listening socket's queue dies with it: the kernel resets every
+ * connection still in it, and with SO_REUSEPORT the queue holds
+ * connections the kernel chose this socket for, which no other server can
+ * take. So the queue is emptied into on_conn first; what arrives between
+ * the last accept and the close is the caller's to document.
+ */
+void
+acceptor_drain(acceptor *a, int max)
+{
+	if (!a)
+		return;
+	acceptor_stop(a);
+	for (int i = 0; i < max; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof ss;
+		int fd = accept4(a->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0)
+			a->on_conn(a->ctx, fd, (const struct sockaddr *)&ss, len);
+		else if (errno != EINTR && errno != ECONNABORTED && errno != EPROTO && errno != EPERM)
+			return; /* EAGAIN: empty; anything else would not get better by trying again */
+	}
+}
+
 void
 acceptor_free(acceptor *a)
 {

@@ -42,6 +42,12 @@ void acceptor_resume(acceptor *a);
  * acceptor_resume may still be called until acceptor_free.
  */
 void acceptor_stop(acceptor *a);
+/*
+ * Stops the thread like acceptor_stop, then hands over every connection
+ * the kernel has already queued (up to max of them), so that closing the
+ * socket next resets none of them.
+ */
+void acceptor_drain(acceptor *a, int max);
 void acceptor_free(acceptor *a);
 
 #endif

@@ -31,6 +31,7 @@
 #define STREAM_BLOCK 65536
 #define NBUCKETS 13
 #define MAX_DAEMONS 64
+#define LISTEN_BACKLOG 4096
 
 static const double latency_bounds[NBUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1, 0.25, 0.5, 1, 2.5, 5};
@@ -49,6 +50,9 @@ struct req {
 	char version[16];
 	char *referer, *agent;   /* only kept when there is an access log */
 	bool handled, head, range;
+	bool bad_target;         /* the raw target holds %00 */
+	uintptr_t target;        /* where libmicrohttpd holds the raw target, and its length */
+	size_t target_len;       /* up to the first NUL */
 	enum phase phase;
 	unsigned status;
 	uint64_t body_bytes;
@@ -56,12 +60,13 @@ struct req {
 	gfs_meta *meta;
 	cache_entry *entry;
 	unsigned fetch_status;   /* from the worker: 200, or the status to answer */
+	struct stream *stream;   /* waiting for its first window; ours until its response holds it */
 	struct req *next_waiter;
 };
 
 struct job {
 	enum job_kind kind;
-	char *key;               /* in the in-flight map; NULL for streams */
+	char *key;               /* in the in-flight map; NULL for streams, never shared */
 	gfs_meta *meta;          /* FETCH, STREAM; the result of a LOOKUP */
 	char *name;              /* LOOKUP by name */
 	int rev;
@@ -148,6 +153,17 @@ struct httpserve {
 	atomic_long open_connections;
 	atomic_long unanswered_connections;   /* accepted, first request not yet begun */
 	atomic_uint_fast64_t preloaded;
+	atomic_uint_fast64_t header_timeouts, per_ip_refused;
+	atomic_int_fast64_t last_per_ip_log_ms;
+
+	/* Slow clients: every open connection, and how many each address has. */
+	pthread_mutex_t guard_mu;
+	pthread_cond_t guard_cv;
+	struct conn_state *conns;
+	strmap *per_ip;
+	bool guard_stop;
+	pthread_t guard;
+	bool guard_started;
 	atomic_int_fast64_t poll_us, reload_us, poll_interval_ms;
 };
 
@@ -339,9 +355,13 @@ send_head(struct req *r, const gfs_meta *m)
 
 /* ---- jobs ------------------------------------------------------------ */
 
+static void stream_unref(struct stream *s);
+
 static void
 job_free(struct job *j)
 {
+	if (j->stream)
+		stream_unref(j->stream);
 	free(j->key);
 	free(j->name);
 	free(j->id_key);
@@ -372,7 +392,7 @@ wait_for_job(struct req *r, struct job *proto)
 {
 	struct httpserve *srv = r->srv;
 	pthread_mutex_lock(&srv->jobs_mu);
-	struct job *j = strmap_get(srv->inflight, proto->key);
+	struct job *j = proto->key ? strmap_get(srv->inflight, proto->key) : NULL;
 	if (!j && (srv->stopping || srv->queued >= srv->cfg.queue_max)) {
 		bool stopping = srv->stopping;
 		pthread_mutex_unlock(&srv->jobs_mu);
@@ -384,7 +404,8 @@ wait_for_job(struct req *r, struct job *proto)
 		job_free(proto);
 	} else {
 		j = proto;
-		strmap_put(srv->inflight, j->key, j);
+		if (j->key)
+			strmap_put(srv->inflight, j->key, j);
 		enqueue(srv, j);
 	}
 	r->next_waiter = j->waiters;
@@ -498,41 +519,47 @@ stream_free_cb(void *cls)
 	stream_unref(s);
 }
 
+/*
+ * The stream's producer runs on a worker while the connection waits, as a
+ * fetch's does: its status is sent only once the first window is read, so
+ * that a backend that cannot answer gets a 503, not a 200 cut off.
+ */
 static enum MHD_Result
 start_stream(struct req *r, gfs_meta *m)
 {
-	struct httpserve *srv = r->srv;
 	struct stream *s = gfs_xcalloc(1, sizeof *s);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	atomic_init(&s->refs, 2); /* the response's and the producer's */
+	atomic_init(&s->refs, 2); /* the request's (then its response's) and the producer's */
 	s->conn = r->conn;
-	s->stopping = &srv->stopping;
+	s->stopping = &r->srv->stopping;
 	s->first = r->range ? r->first : 0;
 	s->last = r->range ? r->last : m->length - 1;
+	r->stream = s;
 
 	struct job *j = gfs_xcalloc(1, sizeof *j);
 	j->kind = JOB_STREAM;
 	j->meta = gfs_meta_ref(m);
 	j->stream = s;
-	pthread_mutex_lock(&srv->jobs_mu);
-	if (srv->stopping || srv->queued >= srv->cfg.queue_max) {
-		bool stopping = srv->stopping;
-		pthread_mutex_unlock(&srv->jobs_mu);
-		job_free(j);
-		atomic_store(&s->refs, 1);
-		stream_unref(s);
-		return stopping ? send_status(r, 503) : send_busy(r);
-	}
-	enqueue(srv, j);
-	pthread_mutex_unlock(&srv->jobs_mu);
+	return wait_for_job(r, j);
+}
 
+/* Called once the first window is in: the response takes the request's reference. */
+static enum MHD_Result
+send_stream(struct req *r)
+{
+	struct stream *s = r->stream;
+	r->stream = NULL;
+	if (r->fetch_status != 200 || !r->meta) {
+		stream_free_cb(s);
+		return send_status(r, r->fetch_status ? r->fetch_status : 500);
+	}
 	uint64_t len = (uint64_t)(s->last - s->first + 1);
 	struct MHD_Response *resp =
 	    made(MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free_cb));
-	add_file_headers(srv, resp, m, true);
+	add_file_headers(r->srv, resp, r->meta, true);
 	if (r->range) {
-		add_content_range(resp, r, m);
+		add_content_range(resp, r, r->meta);
 		return queue_once(r, MHD_HTTP_PARTIAL_CONTENT, resp, len);
 	}
 	return queue_once(r, MHD_HTTP_OK, resp, len);
@@ -586,36 +613,35 @@ stream_finish(struct stream *s, bool ok)
 }
 
 /*
- * Reads chunks first/chunk_size .. last/chunk_size in order, checking
- * numbering and sizes as gfs_read does, and pushes the bytes in range.
+ * Reads chunks w0..w1 in order, checking numbering and sizes as gfs_read
+ * does, and pushes the bytes in range; *next is the chunk wanted next.
  */
 static bool
-stream_chunks(gfs_session *ses, const gfs_meta *m, struct stream *s, gfs_error *err)
+stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, int64_t w0, int64_t w1,
+              int64_t *next, gfs_error *err)
 {
-	int64_t n0 = s->first / m->chunk_size, n1 = s->last / m->chunk_size;
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, range;
-	BSON_APPEND_VALUE(&filter, "files_id", &m->id);
+	gfs_id_filter(&filter, "files_id", &m->id);
 	BSON_APPEND_DOCUMENT_BEGIN(&filter, "n", &range);
-	BSON_APPEND_INT64(&range, "$gte", n0);
-	BSON_APPEND_INT64(&range, "$lte", n1);
+	BSON_APPEND_INT64(&range, "$gte", w0);
+	BSON_APPEND_INT64(&range, "$lte", w1);
 	bson_append_document_end(&filter, &range);
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
 	BSON_APPEND_INT32(&sort, "n", 1);
 	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(m->chunk_size));
+	BSON_APPEND_INT32(&opts, "batchSize", (int32_t)(w1 - w0 + 1));
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	const char *name = m->name ? m->name : m->key;
-	int64_t next = n0;
 	bool ok = true;
 	const bson_t *doc;
 	while (ok && mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
 		int64_t n;
-		if (!gfs_chunk_n(doc, &n) || n != next) {
+		if (!gfs_chunk_n(doc, &n) || n != *next) {
 			gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: chunk %lld missing or out of order", name,
-			              (long long)next);
+			              (long long)*next);
 			ok = false;
 			break;
 		}
@@ -623,18 +649,18 @@ stream_chunks(gfs_session *ses, const gfs_meta *m, struct stream *s, gfs_error *
 		uint32_t len;
 		const uint8_t *data;
 		if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
-			gfs_error_set(err, GFS_EBADDOC, "%s: chunk %lld has no data", name, (long long)next);
+			gfs_error_set(err, GFS_EBADDOC, "%s: chunk %lld has no data", name, (long long)n);
 			ok = false;
 			break;
 		}
 		bson_iter_binary(&it, &sub, &len, &data);
-		if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, next)) {
+		if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, n)) {
 			gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk %lld has the wrong size", name,
-			              (long long)next);
+			              (long long)n);
 			ok = false;
 			break;
 		}
-		int64_t base = next * m->chunk_size;
+		int64_t base = n * m->chunk_size;
 		int64_t from = s->first > base ? s->first - base : 0;
 		int64_t to = s->last < base + len - 1 ? s->last - base : (int64_t)len - 1;
 		if (!stream_push(s, data + from, (size_t)(to - from + 1))) {
@@ -642,19 +668,41 @@ stream_chunks(gfs_session *ses, const gfs_meta *m, struct stream *s, gfs_error *
 			ok = false;
 			break;
 		}
-		next++;
+		(*next)++;
 	}
 	bson_error_t berr;
 	if (ok && mongoc_cursor_error(cur, &berr)) {
 		gfs_error_from_bson(err, &berr, "read chunks");
 		ok = false;
 	}
-	if (ok && next <= n1) {
-		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name, (long long)next);
+	if (ok && *next <= w1) {
+		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name, (long long)*next);
 		ok = false;
 	}
 	mongoc_cursor_destroy(cur);
 	return ok;
+}
+
+/*
+ * A chunk went missing mid-stream. When the revision itself is gone (a new
+ * one replaced it and the old was removed), say so: the client has been
+ * promised Content-Length bytes and gets fewer, the connection cut short.
+ */
+static void
+explain_cut_off(gfs_session *ses, const gfs_meta *m, int64_t sent, int64_t total, gfs_error *err)
+{
+	gfs_file f;
+	gfs_error ferr;
+	gfs_error_clear(&ferr);
+	if (gfs_find_by_id(ses, &m->id, &f, &ferr)) {
+		gfs_file_free(&f);
+		return; /* still there: damage, reported as it is */
+	}
+	if (ferr.code != GFS_ENOTFOUND)
+		return;
+	gfs_error_set(err, GFS_EMISSINGCHUNK,
+	              "%s: revision removed while streaming; connection cut off after %lld of %lld bytes",
+	              m->name ? m->name : m->key, (long long)sent, (long long)total);
 }
 
 /* ---- worker side ----------------------------------------------------- */
@@ -689,6 +737,24 @@ status_for(struct httpserve *srv, const gfs_error *err)
 		logf_(srv, "%s", err->msg);
 		return 500;
 	}
+}
+
+/* The status for a failed read of m, before anything of it was sent. */
+static unsigned
+read_failure_status(struct httpserve *srv, gfs_session *ses, const gfs_meta *m,
+                    const gfs_error *err)
+{
+	if (err->code == GFS_EBACKEND)
+		return status_for(srv, err);
+	/* A revision removed since the index saw it: its files document goes first. */
+	gfs_file probe;
+	gfs_error perr;
+	gfs_error_clear(&perr);
+	if (gfs_find_by_id(ses, &m->id, &probe, &perr))
+		gfs_file_free(&probe);
+	else if (perr.code == GFS_ENOTFOUND)
+		return 404;
+	return status_for(srv, err);
 }
 
 struct copy_state {
@@ -736,18 +802,7 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 		cache_body_unref(b);
 		if (ok)
 			gfs_error_set(&err, GFS_EWRONGSIZE, "%s: short read", m->key);
-		/* A revision removed since the index saw it: its files document goes first. */
-		gfs_file probe;
-		gfs_error perr;
-		gfs_error_clear(&perr);
-		if (err.code != GFS_EBACKEND && !gfs_find_by_id(ses, &m->id, &probe, &perr) &&
-		    perr.code == GFS_ENOTFOUND) {
-			*status = 404;
-			return NULL;
-		}
-		if (err.code != GFS_EBACKEND && perr.code == GFS_OK)
-			gfs_file_free(&probe);
-		*status = status_for(srv, &err);
+		*status = read_failure_status(srv, ses, m, &err);
 		return NULL;
 	}
 	*status = 200;
@@ -796,23 +851,9 @@ run_lookup(struct httpserve *srv, gfs_session *ses, struct job *j)
 		j->entry = fetch_body(srv, ses, j->meta, &j->status);
 }
 
-static void
-run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
-{
-	gfs_error err;
-	gfs_error_clear(&err);
-	bool ok = true;
-	if (j->meta->length > 0)
-		ok = stream_chunks(ses, j->meta, j->stream, &err);
-	if (!ok && err.code != GFS_ECANCELED)
-		(void)status_for(srv, &err);
-	stream_finish(j->stream, ok);
-	j->stream = NULL;
-}
-
 /* Hands the job's outcome to every waiting request and resumes them. */
 static void
-finish_job(struct httpserve *srv, struct job *j)
+resume_waiters(struct httpserve *srv, struct job *j)
 {
 	pthread_mutex_lock(&srv->jobs_mu);
 	if (j->key)
@@ -830,9 +871,72 @@ finish_job(struct httpserve *srv, struct job *j)
 	}
 	j->waiters = NULL;
 	pthread_mutex_unlock(&srv->jobs_mu);
+}
+
+static void
+finish_job(struct httpserve *srv, struct job *j)
+{
+	resume_waiters(srv, j);
 	if (j->entry)
 		cache_entry_release(srv->cache, j->entry);
 	job_free(j);
+}
+
+/*
+ * The first window is what the read-ahead buffer holds, so that it is read
+ * whole, without waiting for the client, before the status is sent.
+ */
+static int64_t
+first_window(int32_t chunk_size)
+{
+	int64_t per = gfs_chunk_batch_size(chunk_size);
+	int64_t fit = chunk_size > 0 ? STREAM_BUFFER_BYTES / chunk_size : 1;
+	return fit < 1 ? 1 : fit < per ? fit : per;
+}
+
+/*
+ * Streams chunks first/chunk_size .. last/chunk_size, one batch per query:
+ * a cursor left open across batches may or may not see chunks removed
+ * after it opened (MongoDB does, a snapshot does not), and a fresh query
+ * per batch makes a revision removed mid-stream show the same everywhere.
+ * A failure in the first window is answered with a status, as a fetch's
+ * is; after it the client has its 200 and sees the connection cut short.
+ */
+static bool
+stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j)
+{
+	const gfs_meta *m = j->meta;
+	struct stream *s = j->stream;
+	gfs_error err;
+	gfs_error_clear(&err);
+	int64_t n0 = s->first / m->chunk_size, n1 = s->last / m->chunk_size;
+	int64_t per = first_window(m->chunk_size), next = n0;
+	for (int64_t w0 = n0, w1; w0 <= n1; w0 = w1 + 1) {
+		w1 = w0 + per - 1 < n1 ? w0 + per - 1 : n1;
+		bool ok = stream_window(ses, m, s, w0, w1, &next, &err);
+		if (w0 == n0) {
+			j->status = ok ? 200 : read_failure_status(srv, ses, m, &err);
+			resume_waiters(srv, j);
+			per = gfs_chunk_batch_size(m->chunk_size);
+		} else if (!ok && err.code != GFS_ECANCELED) {
+			if (err.code == GFS_EMISSINGCHUNK)
+				explain_cut_off(ses, m, next * m->chunk_size - s->first, s->last - s->first + 1,
+				                &err);
+			(void)status_for(srv, &err);
+		}
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static void
+run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
+{
+	j->status = 200;
+	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j);
+	stream_finish(j->stream, ok);
+	j->stream = NULL;
 }
 
 static void
@@ -898,10 +1002,10 @@ serve_body(struct req *r, gfs_meta *m)
 		return send_entry(r);
 	if (r->head && !r->range)
 		return send_head(r, m);
-	if ((size_t)m->length > srv->cfg.stream_threshold)
-		return start_stream(r, m);
 	if (atomic_load(&srv->backend_down))
 		return send_status(r, 503);
+	if ((size_t)m->length > srv->cfg.stream_threshold)
+		return start_stream(r, m);
 	return start_fetch(r, m);
 }
 
@@ -935,6 +1039,8 @@ serve_meta(struct req *r, gfs_meta *m)
 static enum MHD_Result
 after_wait(struct req *r)
 {
+	if (r->stream)
+		return send_stream(r);
 	if (r->fetch_status != 200 || !r->meta)
 		return send_status(r, r->fetch_status ? r->fetch_status : 500);
 	return serve_meta(r, r->meta);
@@ -1011,6 +1117,7 @@ serve_by_name(struct req *r, const char *path)
 }
 
 static enum MHD_Result serve_metrics(struct req *r);
+static void header_arrived(struct MHD_Connection *conn);
 
 static enum MHD_Result
 serve_health(struct req *r)
@@ -1031,6 +1138,29 @@ copy_field(char *dst, size_t size, const char *src)
 	snprintf(dst, size, "%s", src ? src : "-");
 }
 
+/*
+ * What libmicrohttpd lets through but the name lookup must not see: a NUL
+ * (decoded from %00, or raw, which cuts the target short before the
+ * version) would truncate the name, and HTTP/1.1 requires Host (RFC 9112
+ * 3.2).
+ */
+static bool
+request_well_formed(struct req *r, const char *version)
+{
+	if (r->bad_target || !version)
+		return false;
+	/*
+	 * libmicrohttpd (0.9.7x) keeps the request line in its read buffer and
+	 * ends the target where the version begins; a version further on than
+	 * the target's string reaches means a raw NUL inside the target. A
+	 * version kept anywhere else is not taken for one.
+	 */
+	uintptr_t v = (uintptr_t)version, end = r->target + r->target_len + 1;
+	if (*version && v > end && v - r->target < r->srv->cfg.conn_memory)
+		return false;
+	return strcmp(version, MHD_HTTP_VERSION_1_1) != 0 || header(r, MHD_HTTP_HEADER_HOST);
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
            const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
@@ -1046,6 +1176,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	}
 	if (!r->handled) {
 		r->handled = true;
+		header_arrived(conn);
 		/* Draining: answer, then let a keep-alive client go instead of holding the drain. */
 		if (atomic_load(&r->srv->draining))
 			MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
@@ -1061,6 +1192,8 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		/* Refusing at once closes the connection, which is what a stray upload deserves. */
 		if (!r->head && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
 			return send_status(r, 405);
+		if (!request_well_formed(r, version))
+			return send_status(r, 400);
 		/*
 		 * libmicrohttpd 0.9.75 closes the connection after a response
 		 * queued in this first call; answering in the next keeps it alive.
@@ -1098,14 +1231,189 @@ wake_drain(struct httpserve *srv)
  */
 struct conn_state {
 	bool had_request;   /* only the connection's own thread touches it */
+	/* The rest is for the header deadline and the per-address count (guard_mu). */
+	struct conn_state *prev, *next;
+	int fd;
+	bool shut;
+	atomic_int_fast64_t header_deadline_ms;   /* monotonic; 0 while not reading a header */
+	char addr[INET6_ADDRSTRLEN];              /* "" when not counted */
 };
+
+/* ---- slow clients: a deadline for headers, a limit per address ------ */
+
+/*
+ * libmicrohttpd's timeout restarts at every byte received, so a client
+ * that trickles its headers a byte at a time holds a connection for ever.
+ * A request's line and headers get header_timeout_ms from the moment they
+ * are due (the connection's start, or for a later request on a kept-alive
+ * connection, the idle timeout after the previous one ends); a guard
+ * thread shuts down the sockets of the late ones, and libmicrohttpd then
+ * closes them as it would any connection its client ended. Connections
+ * are listed under guard_mu, which their close also takes: libmicrohttpd
+ * closes a descriptor only after telling us, so the guard never shuts a
+ * reused one.
+ */
+
+static int64_t
+mono_ms(void)
+{
+	return mono_us() / 1000;
+}
+
+/* The numeric address of a client, as the per-address count and the access log name it. */
+static bool
+addr_text(const struct sockaddr *sa, char out[INET6_ADDRSTRLEN])
+{
+	if (sa && sa->sa_family == AF_INET)
+		return inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+		                 INET6_ADDRSTRLEN) != NULL;
+	if (sa && sa->sa_family == AF_INET6)
+		return inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
+		                 INET6_ADDRSTRLEN) != NULL;
+	return false;
+}
+
+/* Counts a connection from key, unless that address has max_per_ip open already. */
+static bool
+admit_address(struct httpserve *srv, const char *key)
+{
+	pthread_mutex_lock(&srv->guard_mu);
+	uintptr_t n = (uintptr_t)strmap_get(srv->per_ip, key);
+	bool ok = n < srv->cfg.max_per_ip;
+	if (ok)
+		strmap_put(srv->per_ip, key, (void *)(n + 1));
+	pthread_mutex_unlock(&srv->guard_mu);
+	if (ok)
+		return true;
+	atomic_fetch_add(&srv->per_ip_refused, 1);
+	int64_t now = gfs_now_ms(), last = atomic_load(&srv->last_per_ip_log_ms);
+	if (now - last >= 10000 && atomic_compare_exchange_strong(&srv->last_per_ip_log_ms, &last, now))
+		logf_(srv, "connection from %s refused: %u open from that address already (the limit)",
+		      key, srv->cfg.max_per_ip);
+	return false;
+}
+
+/* Called with guard_mu held. */
+static void
+release_address(struct httpserve *srv, const char *key)
+{
+	uintptr_t n = (uintptr_t)strmap_get(srv->per_ip, key);
+	if (n > 1)
+		strmap_put(srv->per_ip, key, (void *)(n - 1));
+	else
+		strmap_del(srv->per_ip, key);
+}
+
+static void
+guard_track(struct httpserve *srv, struct MHD_Connection *conn, struct conn_state *cs)
+{
+	const union MHD_ConnectionInfo *fi = MHD_get_connection_info(conn,
+	                                                             MHD_CONNECTION_INFO_CONNECTION_FD);
+	const union MHD_ConnectionInfo *ai = MHD_get_connection_info(conn,
+	                                                             MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	cs->fd = fi ? fi->connect_fd : -1;
+	if (srv->cfg.max_per_ip && ai && !addr_text(ai->client_addr, cs->addr))
+		cs->addr[0] = '\0';
+	atomic_init(&cs->header_deadline_ms, mono_ms() + srv->cfg.header_timeout_ms);
+	pthread_mutex_lock(&srv->guard_mu);
+	cs->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = cs;
+	srv->conns = cs;
+	pthread_mutex_unlock(&srv->guard_mu);
+}
+
+static void
+guard_untrack(struct httpserve *srv, struct conn_state *cs)
+{
+	pthread_mutex_lock(&srv->guard_mu);
+	if (cs->prev)
+		cs->prev->next = cs->next;
+	else
+		srv->conns = cs->next;
+	if (cs->next)
+		cs->next->prev = cs->prev;
+	if (cs->addr[0])
+		release_address(srv, cs->addr);
+	pthread_mutex_unlock(&srv->guard_mu);
+}
+
+static struct conn_state *
+conn_state_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+	                                                             MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+/* A request's headers are in: no deadline while it is answered. */
+static void
+header_arrived(struct MHD_Connection *conn)
+{
+	struct conn_state *cs = conn_state_of(conn);
+	if (cs)
+		atomic_store(&cs->header_deadline_ms, 0);
+}
+
+/* A request is over; the next one on this connection is due within the idle timeout. */
+static void
+header_due(struct httpserve *srv, struct MHD_Connection *conn)
+{
+	struct conn_state *cs = conn_state_of(conn);
+	if (cs)
+		atomic_store(&cs->header_deadline_ms, mono_ms() + (int64_t)srv->cfg.timeout_s * 1000 +
+		                                          srv->cfg.header_timeout_ms);
+}
+
+static void
+shut_late_headers(struct httpserve *srv, int64_t now)
+{
+	for (struct conn_state *cs = srv->conns; cs; cs = cs->next) {
+		int64_t d = atomic_load(&cs->header_deadline_ms);
+		if (!d || now < d || cs->shut || cs->fd < 0)
+			continue;
+		shutdown(cs->fd, SHUT_RDWR);
+		cs->shut = true;
+		atomic_fetch_add(&srv->header_timeouts, 1);
+	}
+}
+
+static void *
+guard_main(void *arg)
+{
+	struct httpserve *srv = arg;
+	int64_t step = srv->cfg.header_timeout_ms / 4;
+	step = step < 50 ? 50 : step > 250 ? 250 : step;
+	pthread_mutex_lock(&srv->guard_mu);
+	while (!srv->guard_stop) {
+		struct timespec ts;
+		gfs_deadline_in(&ts, (int)step);
+		pthread_cond_timedwait(&srv->guard_cv, &srv->guard_mu, &ts);
+		if (!srv->guard_stop)
+			shut_late_headers(srv, mono_ms());
+	}
+	pthread_mutex_unlock(&srv->guard_mu);
+	return NULL;
+}
+
+/* Stops a thread that waits on cv for *stop, if it was started. */
+static void
+stop_and_join(pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop, pthread_t t, bool *started)
+{
+	if (!*started)
+		return;
+	pthread_mutex_lock(mu);
+	*stop = true;
+	pthread_cond_signal(cv);
+	pthread_mutex_unlock(mu);
+	pthread_join(t, NULL);
+	*started = false;
+}
 
 static void
 note_request(struct httpserve *srv, struct MHD_Connection *conn)
 {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
-	                                                             MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-	struct conn_state *cs = ci ? ci->socket_context : NULL;
+	struct conn_state *cs = conn_state_of(conn);
 	if (!cs || cs->had_request)
 		return;
 	cs->had_request = true;
@@ -1125,6 +1433,9 @@ on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 		r->uri = xstrdup(uri);
 		r->start_ms = gfs_now_ms();
 	}
+	r->bad_target = http_uri_has_nul(uri);
+	r->target = (uintptr_t)uri;
+	r->target_len = strlen(uri);
 	atomic_fetch_add(&srv->active, 1);
 	note_request(srv, conn);
 	return r;
@@ -1137,13 +1448,8 @@ write_access_log(struct httpserve *srv, struct req *r, unsigned status)
 	char addr[INET6_ADDRSTRLEN] = "-";
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn,
 	                                                             MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	if (ci && ci->client_addr) {
-		const struct sockaddr *sa = ci->client_addr;
-		if (sa->sa_family == AF_INET)
-			inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof addr);
-		else if (sa->sa_family == AF_INET6)
-			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
-	}
+	if (!ci || !addr_text(ci->client_addr, addr))
+		snprintf(addr, sizeof addr, "-");
 	time_t t = (time_t)(r->start_ms / 1000);
 	struct tm tm;
 	localtime_r(&t, &tm);
@@ -1168,12 +1474,12 @@ static void
 on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
              enum MHD_RequestTerminationCode toe)
 {
-	(void)conn;
 	struct httpserve *srv = cls;
 	struct req *r = *req_cls;
 	if (!r)
 		return;
 	*req_cls = NULL;
+	header_due(srv, conn);
 	/* A request libmicrohttpd refused before our handler saw it was answered 4xx by it. */
 	unsigned status = r->status ? r->status : r->handled ? 499 : 400;
 	if (status < 600)
@@ -1186,6 +1492,8 @@ on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		write_access_log(srv, r, status);
 	if (r->entry)
 		cache_entry_release(srv->cache, r->entry);
+	if (r->stream)
+		stream_free_cb(r->stream); /* answered before its response took the stream over */
 	gfs_meta_unref(r->meta);
 	free(r->uri);
 	free(r->referer);
@@ -1199,17 +1507,19 @@ static void
 on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
               enum MHD_ConnectionNotificationCode toe)
 {
-	(void)conn;
 	struct loop *lp = cls;
 	struct httpserve *srv = lp->srv;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		struct conn_state *cs = gfs_xcalloc(1, sizeof *cs);
 		*socket_ctx = cs;
+		guard_track(srv, conn, cs);
 		atomic_fetch_add(&lp->conns, 1);
 		atomic_fetch_add(&srv->open_connections, 1);
 		return; /* counted unanswered in on_accept already */
 	}
 	struct conn_state *cs = *socket_ctx;
+	if (cs)
+		guard_untrack(srv, cs);
 	atomic_fetch_sub(&lp->conns, 1);
 	atomic_fetch_sub(&srv->open_connections, 1);
 	acceptor_resume(atomic_load(&srv->acceptor));
@@ -1318,6 +1628,8 @@ serve_metrics(struct req *r)
 	        "# TYPE " P "accept_emfile_total counter\n" P "accept_emfile_total %llu\n"
 	        "# TYPE " P "queue_full_total counter\n" P "queue_full_total %llu\n"
 	        "# TYPE " P "coalesced_total counter\n" P "coalesced_total %llu\n"
+	        "# TYPE " P "header_timeouts_total counter\n" P "header_timeouts_total %llu\n"
+	        "# TYPE " P "per_address_refused_total counter\n" P "per_address_refused_total %llu\n"
 	        "# TYPE " P "fetch_queue gauge\n" P "fetch_queue %u\n"
 	        "# TYPE " P "fetches_in_flight gauge\n" P "fetches_in_flight %zu\n"
 	        "# TYPE " P "backend_up gauge\n" P "backend_up %d\n"
@@ -1329,7 +1641,9 @@ serve_metrics(struct req *r)
 	        atomic_load(&srv->open_connections), count_fds(), (unsigned long long)rl.rlim_cur,
 	        (unsigned long long)atomic_load(&srv->emfile_events),
 	        (unsigned long long)atomic_load(&srv->queue_full),
-	        (unsigned long long)atomic_load(&srv->coalesced), queued, inflight,
+	        (unsigned long long)atomic_load(&srv->coalesced),
+	        (unsigned long long)atomic_load(&srv->header_timeouts),
+	        (unsigned long long)atomic_load(&srv->per_ip_refused), queued, inflight,
 	        atomic_load(&srv->backend_down) ? 0 : 1, gfs_index_count(srv->index),
 	        gfs_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - gfs_index_fresh_ms(srv->index)) / 1e3 : -1.0,
 	        (double)atomic_load(&srv->poll_us) / 1e6, (double)atomic_load(&srv->reload_us) / 1e6,
@@ -1388,6 +1702,12 @@ static void
 on_accept(void *ctx, int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct httpserve *srv = ctx;
+	char key[INET6_ADDRSTRLEN];
+	bool counted = srv->cfg.max_per_ip && addr_text(addr, key);
+	if (counted && !admit_address(srv, key)) {
+		close(fd);
+		return;
+	}
 	unsigned best = srv->next_loop % srv->nd;
 	for (unsigned k = 1; k < srv->nd; k++) {
 		unsigned i = (srv->next_loop + k) % srv->nd;
@@ -1403,8 +1723,14 @@ on_accept(void *ctx, int fd, const struct sockaddr *addr, socklen_t len)
 	 */
 	atomic_fetch_add(&srv->unanswered_connections, 1);
 	/* On failure libmicrohttpd has closed fd, and logged why (its connection limit, memory). */
-	if (MHD_add_connection(srv->loops[best].d, fd, addr, len) != MHD_YES &&
-	    atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
+	if (MHD_add_connection(srv->loops[best].d, fd, addr, len) == MHD_YES)
+		return;
+	if (counted) {
+		pthread_mutex_lock(&srv->guard_mu);
+		release_address(srv, key);
+		pthread_mutex_unlock(&srv->guard_mu);
+	}
+	if (atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
 		wake_drain(srv);
 }
 
@@ -1447,7 +1773,8 @@ poller_main(void *arg)
 		                             RELOAD_DUTY * atomic_load(&srv->reload_us) / 1000);
 		bool full = !gfs_index_loaded(srv->index) || gfs_now_ms() - last_full >= reload_every;
 		int64_t t0 = mono_us();
-		bool ok = full ? gfs_index_load(srv->index, ses, &err) : gfs_index_poll(srv->index, ses, &err);
+		bool ok = full ? gfs_index_load(srv->index, ses, &err)
+		               : gfs_index_poll(srv->index, ses, srv->cfg.poll_window_ms, &err);
 		int64_t took = mono_us() - t0;
 		atomic_store(full ? &srv->reload_us : &srv->poll_us, took);
 		if (ok && full)
@@ -1553,16 +1880,15 @@ preload_chunk(struct preload *p, const bson_t *doc)
 	pt->have |= 1ULL << n;
 	if (pt->have != (pt->count == 64 ? ~0ULL : (1ULL << pt->count) - 1))
 		return;
-	if (m->sha256[0]) {
-		char hex[65];
-		gfs_sha256 *h = gfs_sha256_new();
-		gfs_sha256_update(h, pt->body->data, pt->body->len);
-		gfs_sha256_final(h, hex);
-		if (strcmp(hex, m->sha256) != 0) {
-			/* Not cached: a request will read it again and report the damage. */
-			free_partial(NULL, strmap_del(p->want, m->key), NULL);
-			return;
-		}
+	gfs_file f;
+	gfs_meta_file(m, &f);
+	gfs_digest *d = gfs_digest_new(&f);
+	gfs_digest_update(d, pt->body->data, pt->body->len);
+	gfs_error err;
+	if (!gfs_digest_check(d, &f, NULL, &err)) {
+		/* Not cached: a request will read it again and report the damage. */
+		free_partial(NULL, strmap_del(p->want, m->key), NULL);
+		return;
 	}
 	cache_entry *e = cache_body_insert(p->srv, m, pt->body);
 	cache_entry_release(p->srv->cache, e);
@@ -1631,6 +1957,7 @@ free_server(struct httpserve *srv)
 	http_cache_free(srv->cache);
 	gfs_index_free(srv->index);
 	strmap_free(srv->inflight);
+	strmap_free(srv->per_ip);
 	free(srv->workers);
 	free(srv->prefix);
 	free(srv);
@@ -1646,14 +1973,8 @@ stop_threads(struct httpserve *srv)
 	for (unsigned i = 0; i < srv->nworkers; i++)
 		pthread_join(srv->workers[i], NULL);
 	srv->nworkers = 0;
-	if (srv->poller_started) {
-		pthread_mutex_lock(&srv->poll_mu);
-		srv->poll_stop = true;
-		pthread_cond_signal(&srv->poll_cv);
-		pthread_mutex_unlock(&srv->poll_mu);
-		pthread_join(srv->poller, NULL);
-		srv->poller_started = false;
-	}
+	stop_and_join(&srv->guard_mu, &srv->guard_cv, &srv->guard_stop, srv->guard, &srv->guard_started);
+	stop_and_join(&srv->poll_mu, &srv->poll_cv, &srv->poll_stop, srv->poller, &srv->poller_started);
 }
 
 /* Starts an event thread: a libmicrohttpd daemon with no socket of its own. */
@@ -1691,7 +2012,7 @@ open_listener(struct httpserve *srv, gfs_error *err)
 		return false;
 	gfs_error lerr;
 	gfs_error_clear(&lerr);
-	srv->listen_fd = acceptor_listen(&ss, c->reuse_port, 4096, &lerr);
+	srv->listen_fd = acceptor_listen(&ss, c->reuse_port, LISTEN_BACKLOG, &lerr);
 	if (srv->listen_fd >= 0)
 		return true;
 	gfs_error_set(err, GFS_ELOCAL, "cannot listen on %s port %u: %s", c->host, c->port, lerr.msg);
@@ -1765,6 +2086,9 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	pthread_mutex_init(&srv->active_mu, NULL);
 	pthread_cond_init(&srv->active_cv, NULL);
 	pthread_mutex_init(&srv->log_mu, NULL);
+	pthread_mutex_init(&srv->guard_mu, NULL);
+	pthread_cond_init(&srv->guard_cv, NULL);
+	srv->per_ip = strmap_new(256);
 	atomic_init(&srv->last_emfile_log_ms, 0);
 	atomic_init(&srv->last_mhd_log_ms, 0);
 	srv->r400 = text_response(body400, 400);
@@ -1794,7 +2118,8 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		if (pthread_create(&srv->workers[srv->nworkers], NULL, worker_main, srv) != 0)
 			break;
 	srv->poller_started = pthread_create(&srv->poller, NULL, poller_main, srv) == 0;
-	if (srv->nworkers == 0 || !srv->poller_started) {
+	srv->guard_started = pthread_create(&srv->guard, NULL, guard_main, srv) == 0;
+	if (srv->nworkers == 0 || !srv->poller_started || !srv->guard_started) {
 		gfs_error_set(err, GFS_ELOCAL, "cannot start threads");
 		stop_threads(srv);
 		free_server(srv);
@@ -1839,6 +2164,13 @@ httpserve_quiesce(httpserve *srv)
 	if (srv->quiesced)
 		return;
 	srv->quiesced = true;
+	/*
+	 * Our own socket's queue dies with it, so take it first (at most what
+	 * it can hold: it keeps filling until the close). An inherited one
+	 * stays open in the process that passed it, for the next server.
+	 */
+	if (srv->cfg.listen_fd < 0)
+		acceptor_drain(atomic_load(&srv->acceptor), LISTEN_BACKLOG);
 	stop_accepting(srv);
 }
 

@@ -26,10 +26,13 @@ struct httpserve_config {
 	unsigned queue_max;        /* fetches waiting beyond this are answered 503 */
 	unsigned max_connections;
 	unsigned timeout_s;        /* idle connection timeout */
+	int header_timeout_ms;     /* a request's line and headers must arrive within this */
+	unsigned max_per_ip;       /* connections open at once from one address; 0: no limit */
 	size_t conn_memory;        /* per-connection memory, which bounds request headers */
 	const char *cache_control; /* NULL: no Cache-Control header */
 	FILE *access_log;          /* NULL: none; combined format, one line per request */
 	int poll_ms;               /* look for new uploads this often */
+	int poll_window_ms;        /* and that far back: how late a writer's dates may be */
 	int reload_ms;             /* reread the whole index this often (deletions, renames) */
 	int neg_ttl_ms;            /* remember a missing name or id this long */
 	bool preload;              /* fill the cache in one pass over the chunks before serving */

@@ -97,6 +97,8 @@ http_if_range_ok(const char *header, const char *etag, int64_t last_modified)
 
 /* ---- dates ----------------------------------------------------------- */
 
+#define HTTP_DATE_MAX 253402300799 /* 9999-12-31T23:59:59Z */
+
 static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 static const char wdays[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
@@ -212,7 +214,11 @@ http_date_parse(const char *s)
 		return -1;
 	tm.tm_year -= 1900;
 	time_t t = timegm(&tm);
-	return t < 0 ? -1 : (int64_t)t;
+	/*
+	 * A leap second on the last day of 9999 normalises into year 10000,
+	 * which no HTTP-date can write: accept only what http_date_format can.
+	 */
+	return t < 0 || t > HTTP_DATE_MAX ? -1 : (int64_t)t;
 }
 
 void
@@ -230,18 +236,21 @@ http_date_format(int64_t t, char buf[32])
 
 /* ---- ranges ---------------------------------------------------------- */
 
-/* Reads a non-negative decimal; -1 when there is none or it overflows. */
+/*
+ * Reads a non-negative decimal; -1 when there is none. A position too
+ * large for int64_t saturates at INT64_MAX: it is past the end of any file,
+ * which makes a first position unsatisfiable (416) and a last one the end,
+ * where refusing to parse it would send the whole file instead.
+ */
 static int64_t
 read_pos(const char **p)
 {
 	if (!isdigit((unsigned char)**p))
 		return -1;
 	int64_t v = 0;
-	while (isdigit((unsigned char)**p)) {
-		if (v > (INT64_MAX - 9) / 10)
-			return -1;
-		v = v * 10 + (**p - '0');
-		(*p)++;
+	for (; isdigit((unsigned char)**p); (*p)++) {
+		int d = **p - '0';
+		v = v > (INT64_MAX - d) / 10 ? INT64_MAX : v * 10 + d;
 	}
 	return v;
 }
@@ -341,6 +350,26 @@ http_parse_rev(const char *s, int *out)
 	if (errno || *end || v < -1000000 || v > 1000000)
 		return false;
 	*out = (int)v;
+	return true;
+}
+
+bool
+http_uri_has_nul(const char *raw)
+{
+	for (const char *p = strchr(raw, '%'); p; p = strchr(p + 1, '%'))
+		if (p[1] == '0' && p[2] == '0')
+			return true;
+	return false;
+}
+
+bool
+http_header_value_ok(const char *s)
+{
+	if (!s || !*s)
+		return false;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if ((*p < ' ' && *p != '\t') || *p > '~')
+			return false;
 	return true;
 }
 

@@ -44,6 +44,15 @@ const char *http_type_by_ext(const char *name);
 /* Parses a ?rev= value: an integer in [-1000000, 1000000]. */
 bool http_parse_rev(const char *s, int *out);
 
+/*
+ * True when a raw (still percent-encoded) request target holds %00, which
+ * decodes to a NUL that would cut the name short: such a request is a 400.
+ */
+bool http_uri_has_nul(const char *raw);
+
+/* True when s is non-empty printable ASCII (tabs allowed): safe as a header value. */
+bool http_header_value_ok(const char *s);
+
 /* True when s is exactly 24 hex digits. */
 bool http_is_oid(const char *s);
 

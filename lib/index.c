@@ -12,7 +12,7 @@ struct gfs_index {
 	char *prefix;
 	strmap *by_name;     /* filename -> gfs_meta (one reference held by the map) */
 	strmap *by_id;       /* key -> the same gfs_meta (no extra reference) */
-	int64_t newest_ms;   /* greatest uploadDate seen, where polling resumes */
+	int64_t since_ms;    /* wall clock when the last successful load or poll began */
 	atomic_bool loaded;
 	_Atomic int64_t fresh_ms;
 };
@@ -98,8 +98,10 @@ gfs_meta_from_file(const gfs_file *f)
 	m->chunk_size = f->chunk_size;
 	m->upload_ms = f->upload_date;
 	memcpy(m->sha256, f->sha256, sizeof m->sha256);
-	m->content_type = gfs_xstrdup(f->content_type && *f->content_type ? f->content_type
-	                                                               : http_type_by_ext(f->filename));
+	memcpy(m->md5, f->md5, sizeof m->md5);
+	/* A stored type with a control byte cannot be sent (nor must it forge a header): guess. */
+	m->content_type = gfs_xstrdup(http_header_value_ok(f->content_type) ? f->content_type
+	                                                                    : http_type_by_ext(f->filename));
 	make_etag(m, f->md5);
 	m->cache_key = make_cache_key(m);
 	int64_t secs = f->upload_date >= 0 ? f->upload_date / 1000 : 0;
@@ -138,6 +140,7 @@ gfs_meta_file(const gfs_meta *m, gfs_file *out)
 	out->chunk_size = m->chunk_size;
 	out->upload_date = m->upload_ms;
 	memcpy(out->sha256, m->sha256, sizeof out->sha256);
+	memcpy(out->md5, m->md5, sizeof out->md5);
 	out->mtime_ns = -1;
 	out->mode = -1;
 }
@@ -219,8 +222,7 @@ add_meta(strmap *by_name, strmap *by_id, gfs_meta *m)
  * the index keeps are asked for, and no sort: the map orders revisions.
  */
 static bool
-scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, int64_t *newest,
-     gfs_error *err)
+scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_error *err)
 {
 	bson_t opts = BSON_INITIALIZER, proj;
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
@@ -238,11 +240,8 @@ scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, int64
 		gfs_error perr;
 		if (!gfs_file_parse(doc, &f, &perr))
 			continue; /* malformed documents are verify's business */
-		if (f.filename) {
-			if (f.upload_date > *newest)
-				*newest = f.upload_date;
+		if (f.filename)
 			add_meta(by_name, by_id, gfs_meta_from_file(&f));
-		}
 		gfs_file_free(&f);
 	}
 	bson_error_t berr;
@@ -260,8 +259,8 @@ gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err)
 	gfs_prefix_filter(&filter, ix->prefix);
 	strmap *by_name = strmap_new(strmap_count(ix->by_name) + 1024);
 	strmap *by_id = strmap_new(strmap_count(ix->by_id) + 1024);
-	int64_t newest = 0;
-	bool ok = scan(s, &filter, by_name, by_id, &newest, err);
+	int64_t started = gfs_now_ms();
+	bool ok = scan(s, &filter, by_name, by_id, err);
 	bson_destroy(&filter);
 	if (!ok) {
 		free_maps(by_name, by_id);
@@ -271,7 +270,7 @@ gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err)
 	strmap *old_name = ix->by_name, *old_id = ix->by_id;
 	ix->by_name = by_name;
 	ix->by_id = by_id;
-	ix->newest_ms = newest;
+	ix->since_ms = started;
 	ix->loaded = true;
 	pthread_rwlock_unlock(&ix->lock);
 	free_maps(old_name, old_id);
@@ -298,22 +297,29 @@ collect(const char *key, void *value, void *ctx)
 	c->items[c->n++] = value;
 }
 
+/*
+ * Not "newer than the newest seen": a writer whose clock is behind, or one
+ * that took a while between dating a file and inserting its document, adds
+ * files dated before revisions already seen. Anything inserted since the
+ * last poll began is dated after that moment less the writer's lag, so the
+ * query reaches back overlap_ms before it; it reads only what was uploaded
+ * lately, however large the collection, and nothing once uploads stop.
+ */
 bool
-gfs_index_poll(gfs_index *ix, gfs_session *s, gfs_error *err)
+gfs_index_poll(gfs_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err)
 {
 	pthread_rwlock_rdlock(&ix->lock);
-	int64_t since = ix->newest_ms;
+	int64_t since = ix->since_ms - overlap_ms;
 	pthread_rwlock_unlock(&ix->lock);
 
-	/* $gte, not $gt: another revision may share the newest millisecond. */
 	bson_t filter = BSON_INITIALIZER, range;
 	gfs_prefix_filter(&filter, ix->prefix);
 	BSON_APPEND_DOCUMENT_BEGIN(&filter, "uploadDate", &range);
 	BSON_APPEND_DATE_TIME(&range, "$gte", since);
 	bson_append_document_end(&filter, &range);
 	strmap *by_name = strmap_new(64), *by_id = strmap_new(64);
-	int64_t newest = since;
-	bool ok = scan(s, &filter, by_name, by_id, &newest, err);
+	int64_t started = gfs_now_ms();
+	bool ok = scan(s, &filter, by_name, by_id, err);
 	bson_destroy(&filter);
 	if (!ok) {
 		free_maps(by_name, by_id);
@@ -324,8 +330,8 @@ gfs_index_poll(gfs_index *ix, gfs_session *s, gfs_error *err)
 	pthread_rwlock_wrlock(&ix->lock);
 	for (size_t i = 0; i < c.n; i++)
 		add_meta(ix->by_name, ix->by_id, c.items[i]); /* takes the scan's reference */
-	if (newest > ix->newest_ms)
-		ix->newest_ms = newest;
+	if (started > ix->since_ms)
+		ix->since_ms = started;
 	pthread_rwlock_unlock(&ix->lock);
 	free(c.items);
 	strmap_free(by_name);

@@ -4,9 +4,10 @@
  * name needs no files query.
  *
  * It is loaded whole at start and kept fresh by polling: gfs_index_poll()
- * reads only files documents uploaded since the newest one seen (new files
- * and new revisions), gfs_index_load() rereads everything (deletions and
- * renames). The caller decides how often; serve documents the bound.
+ * reads only files documents dated since the last poll began, less an
+ * overlap for writers that lag (new files and new revisions),
+ * gfs_index_load() rereads everything (deletions and renames). The caller
+ * decides how often and how much overlap; serve documents the bounds.
  */
 #ifndef GFS_INDEX_H
 #define GFS_INDEX_H
@@ -28,6 +29,7 @@ typedef struct gfs_meta {
 	int32_t chunk_size;
 	int64_t upload_ms;
 	char sha256[65];     /* "" when not stored */
+	char md5[33];        /* legacy md5, "" when not stored: the integrity rule may need it */
 	char *content_type;  /* stored type, else guessed from the name's extension */
 	char etag[80];       /* quoted: sha256, else md5, else id and upload time */
 	char last_modified[32];
@@ -53,8 +55,8 @@ void gfs_index_free(gfs_index *ix);
 
 /* Rereads every files document under the prefix and swaps the result in. */
 bool gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err);
-/* Reads files documents uploaded since the newest seen; requires a prior load. */
-bool gfs_index_poll(gfs_index *ix, gfs_session *s, gfs_error *err);
+/* Reads files documents dated since the last poll began less overlap_ms; requires a prior load. */
+bool gfs_index_poll(gfs_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err);
 
 /* The newest revision of name, referenced (gfs_meta_unref it), or NULL. */
 gfs_meta *gfs_index_get(gfs_index *ix, const char *name);

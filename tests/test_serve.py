@@ -15,6 +15,7 @@ import urllib.parse
 import pytest
 from bson import ObjectId
 
+import planted
 from conftest import BIN, SAN_MARKERS, Backend
 
 HTTP_PORTS = range(18300, 18400)
@@ -598,3 +599,290 @@ def test_starts_without_backend(tmp_path, serve, db):
         assert s.get("/late.txt")[2] == b"late" and s.get("/_health")[0] == 200
     finally:
         b.stop()
+
+
+# ---- hostile requests -----------------------------------------------------
+
+def raw_request(port, data, timeout=10):
+    """Sends data as is on a new connection; returns all the server sent until it closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sk:
+        sk.sendall(data)
+        sk.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            part = sk.recv(65536)
+            if not part:
+                return out
+            out += part
+
+
+def status_of(reply):
+    return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/") else None
+
+
+def test_nul_in_the_request_is_400(bucket, serve):
+    put(bucket, "name", b"the body of name")
+    put(bucket, "secret", b"secret")
+    s = serve()
+    assert s.get("/name")[2] == b"the body of name"
+    for path in ("/name%00.jpg", "/name%00/../../secret", "/id/%00", "/name?rev=%00"):
+        reply = raw_request(s.port, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        assert status_of(reply) == 400, (path, reply[:200])
+        assert b"the body of name" not in reply
+    reply = raw_request(s.port, b"GET /name\x00.jpg HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_of(reply) == 400 and b"the body of name" not in reply, reply[:200]
+    assert s.get("/name")[0] == 200  # the server is still fine
+
+
+def test_http_nits(bucket, db, serve):
+    from planted import HOSTILE_CONTENT_TYPES
+    data = b"0123456789"
+    put(bucket, "r.txt", data)
+    for i, ctype in enumerate(HOSTILE_CONTENT_TYPES):
+        put(bucket, f"typed{i}.png", b"png")
+        db.fs.files.update_one({"filename": f"typed{i}.png"}, {"$set": {"contentType": ctype}})
+    s = serve()
+    # HTTP/1.1 requires Host; HTTP/1.0 does not.
+    assert status_of(raw_request(s.port, b"GET /r.txt HTTP/1.1\r\nConnection: close\r\n\r\n")) == 400
+    assert status_of(raw_request(s.port, b"GET /r.txt HTTP/1.0\r\n\r\n")) == 200
+    for first in ("9223372036854775807", "9223372036854775808", "99999999999999999999999"):
+        status, h, _ = s.get("/r.txt", {"Range": f"bytes={first}-"})
+        assert status == 416 and h["content-range"] == f"bytes */{len(data)}", first
+    status, h, body = s.get("/r.txt", {"Range": "bytes=2-99999999999999999999999"})
+    assert status == 206 and body == data[2:] and h["content-range"] == "bytes 2-9/10"
+    status, _, body = s.get("/r.txt", {"Range": "bytes=-99999999999999999999999"})
+    assert status == 206 and body == data
+    for i in range(len(HOSTILE_CONTENT_TYPES)):  # the guess from the name instead
+        status, h, body = s.get(f"/typed{i}.png")
+        assert status == 200 and body == b"png"
+        assert h["content-type"] == "image/png" and "x-injected" not in h, i
+
+
+def test_poll_finds_files_dated_before_the_newest_seen(bucket, db, serve):
+    import datetime
+    from planted import plant
+    put(bucket, "fresh.txt", b"fresh")
+    s = serve()  # --poll 0.2; the full reload (60 s) is far beyond the bound below
+    assert s.get("/fresh.txt")[0] == 200
+    # A writer whose clock is 20 s behind inserts after the server has seen newer files.
+    late = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=20)
+    plant(db, ObjectId(), "late.txt", b"late writer", uploadDate=late)
+    wait_for(lambda: s.get("/late.txt")[0] == 200, 10, "the late-dated file within a few polls")
+    assert s.get("/late.txt")[2] == b"late writer"
+
+
+def connect_from(addr, port):
+    """A connection from another loopback address, so the per-address count is its own."""
+    sk = socket.socket()
+    sk.bind((addr, 0))
+    sk.settimeout(10)
+    sk.connect(("127.0.0.1", port))
+    return sk
+
+
+def closed_by_server(sk):
+    """True once the server has ended the connection (EOF or reset), without blocking."""
+    import select
+    if not select.select([sk], [], [], 0)[0]:
+        return False
+    try:
+        return sk.recv(4096) == b""
+    except OSError:
+        return True
+
+
+def test_slow_headers_are_cut_off(bucket, serve):
+    import threading
+    put(bucket, "ok.txt", b"ok")
+    s = serve("--header-timeout", "1", "--timeout", "60")
+    slow = [connect_from("127.0.0.2", s.port) for _ in range(5)]
+    for sk in slow:
+        sk.sendall(b"GET /ok.txt HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    stop = threading.Event()
+
+    def trickle():  # one byte each 0.2 s: the idle timeout (60 s) never fires
+        while not stop.wait(0.2):
+            for sk in slow:
+                try:
+                    sk.send(b"a")
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        wait_for(lambda: all(closed_by_server(sk) for sk in slow), 20,
+                 "the server to close connections whose headers trickle in")
+    finally:
+        stop.set()
+        t.join()
+        for sk in slow:
+            sk.close()
+    assert s.metrics()["gridfsctl_serve_header_timeouts_total"] >= 5
+    assert s.get("/ok.txt")[2] == b"ok"  # prompt clients are served as before
+
+
+def test_connections_per_address_are_capped(bucket, serve):
+    put(bucket, "ok.txt", b"ok")
+    s = serve("--max-per-ip", "3", "--header-timeout", "60")
+    held = [connect_from("127.0.0.2", s.port) for _ in range(3)]
+    try:
+        request = b"GET /ok.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        extra = connect_from("127.0.0.2", s.port)
+        try:
+            extra.sendall(request)
+        except OSError:
+            pass
+        reply = b""
+        try:
+            while part := extra.recv(4096):
+                reply += part
+        except OSError:
+            pass
+        extra.close()
+        assert reply == b"", reply  # closed unanswered: that address has its three
+        assert s.get("/ok.txt")[2] == b"ok"  # another address is served
+        assert s.metrics()["gridfsctl_serve_per_address_refused_total"] >= 1
+        held.pop().close()
+
+        def served_again():
+            sk = connect_from("127.0.0.2", s.port)
+            try:
+                sk.sendall(request)
+                return b"\r\n\r\nok" in sk.recv(4096)
+            except OSError:
+                return False
+            finally:
+                sk.close()
+
+        wait_for(served_again, 15, "a slot for that address once one of its connections closed")
+    finally:
+        for sk in held:
+            sk.close()
+    assert "refused" in s.stderr()
+
+
+def read_head(sk):
+    """Reads a response's status and headers; returns (status, headers, the body bytes read past them)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        part = sk.recv(65536)
+        assert part, buf
+        buf += part
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    hdrs = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    return int(lines[0].split()[1]), hdrs, rest
+
+
+def test_stream_replaced_mid_way_never_ends_as_if_complete(bucket, serve):
+    data = os.urandom(20 * 1024 * 1024)
+    old = put(bucket, "movie.bin", data)
+    s = serve("--cache-size", "16M")  # streams anything above 2M
+    sk = socket.socket()
+    sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # the server cannot run far ahead
+    sk.settimeout(30)
+    sk.connect(("127.0.0.1", s.port))
+    sk.sendall(b"GET /movie.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, h, body = read_head(sk)
+    assert status == 200 and int(h["content-length"]) == len(data)
+    while len(body) < 256 * 1024:
+        body += sk.recv(65536)
+    # A new revision replaces it, and the old one is removed, as put does.
+    put(bucket, "movie.bin", b"the new revision")
+    bucket.delete(old)
+    try:
+        while part := sk.recv(1 << 20):
+            body += part
+            if len(body) >= len(data):
+                break
+    except ConnectionResetError:
+        pass
+    sk.close()
+    # The old chunks are gone: the connection ends short of Content-Length, never padded or
+    # completed with other bytes, and the log says why.
+    assert len(body) < len(data) and data.startswith(body)
+    wait_for(lambda: "movie.bin: revision removed while streaming" in s.stderr(), 10, "the log line")
+
+
+def test_sigterm_serves_connections_already_queued(bucket, serve):
+    # Connections the kernel has queued but the server not yet accepted die with the
+    # listening socket (with SO_REUSEPORT no other server can take them): a stopped
+    # server holds a queue of them for certain, and they must all be answered.
+    put(bucket, "q.txt", b"queued")
+    s = serve("--max-per-ip", "0")
+    socks = []
+    s.proc.send_signal(signal.SIGSTOP)
+    try:
+        for _ in range(300):
+            sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            sk.sendall(b"GET /q.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            socks.append(sk)
+    finally:
+        s.proc.send_signal(signal.SIGTERM)
+        s.proc.send_signal(signal.SIGCONT)
+    answered = reset = 0
+    for sk in socks:
+        try:
+            reply = b""
+            while part := sk.recv(4096):
+                reply += part
+            answered += reply.endswith(b"\r\n\r\nqueued")
+        except ConnectionResetError:
+            reset += 1
+        sk.close()
+    assert (answered, reset) == (len(socks), 0)
+    assert s.proc.wait(60) == 0
+
+def test_serve_applies_the_integrity_rule(db, serve):
+    """The rule of verify: upper-case hex is the same digest; a wrong legacy md5 is damage."""
+    files = planted.plant_hash_variants(db)
+    for args in ((), ("--preload",)):
+        s = serve(*args)
+        for name, (body, intact) in files.items():
+            status, _, got = s.get("/" + name)
+            want = (200, body) if intact else (500, got)
+            assert (status, got) == want, (args, name, status)
+    assert s.metrics()["gridfsctl_serve_preloaded_files_total"] == 2
+
+
+def test_streamed_file_is_503_while_the_backend_is_down(tmp_path, serve, db):
+    """F5: a streamed file got 200 and its whole Content-Length, then a cut with no body."""
+    b = Backend(str(tmp_path / "stream-backend"), pick_port(BACKEND_PORTS), "sqlite")
+    os.makedirs(b.datadir)
+    b.start()
+    try:
+        client = b.client()
+        import gridfs
+        data = os.urandom(150_000)
+        put(gridfs.GridFSBucket(client[db.name]), "a.bin", data)
+        client.close()
+        # Above an eighth of the cache: streamed. No poll in the test's time, so that the first
+        # request, not the poll, is what finds the backend gone; a short selection timeout keeps
+        # its read brief.
+        s = serve("--cache-size", "1M", "--negative-ttl", "0", "--poll", "3600",
+                  env={"GRIDFSCTL_URI": b.uri + "?serverSelectionTimeoutMS=2000"})
+        assert s.get("/a.bin")[0:3:2] == (200, data)
+        assert s.metrics()["gridfsctl_serve_cache_bytes"] < len(data)
+        b.stop()
+        assert s.get("/_health")[0] == 200  # the server has not noticed yet
+        # The first read finds the backend down, the second is refused without trying.
+        for headers in ({}, {"Range": "bytes=1000-1999"}):
+            status, h, _ = s.get("/a.bin", headers)
+            assert (status, h.get("retry-after")) == (503, "1"), headers
+        assert s.get("/_health")[0] == 503
+    finally:
+        b.stop()
+
+
+def test_streamed_file_damaged_or_removed_gets_a_status_not_a_cut(bucket, db, serve):
+    data = os.urandom(300_000)  # two chunks: both in the first window
+    damaged = put(bucket, "damaged.bin", data)
+    gone = put(bucket, "gone.bin", data)
+    db.fs.chunks.delete_one({"files_id": damaged, "n": 1})
+    s = serve("--cache-size", "1M")  # streams anything above 128K
+    db.fs.files.delete_one({"_id": gone})  # as rm does: the files document first
+    db.fs.chunks.delete_many({"files_id": gone})
+    assert s.get("/damaged.bin")[0] == 500
+    assert s.get("/gone.bin")[0] == 404
+    assert "damaged.bin: missing chunk n=1" in s.stderr()

@@ -88,17 +88,26 @@ connect_to(unsigned port, int sock)
 	return connect(sock, (struct sockaddr *)&in, sizeof in);
 }
 
+/* An acceptor on a new listening socket of any port. */
+static acceptor *
+start_any(struct seen *s, unsigned *port, int *lfd)
+{
+	*lfd = listen_any(port);
+	gfs_error err;
+	gfs_error_clear(&err);
+	acceptor *a = acceptor_start(*lfd, on_conn, on_limit, s, &err);
+	assert_non_null(a);
+	return a;
+}
+
 static void
 test_hands_over_every_connection(void **state)
 {
 	(void)state;
 	struct seen s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
 	unsigned port;
-	int lfd = listen_any(&port);
-	gfs_error err;
-	gfs_error_clear(&err);
-	acceptor *a = acceptor_start(lfd, on_conn, on_limit, &s, &err);
-	assert_non_null(a);
+	int lfd;
+	acceptor *a = start_any(&s, &port, &lfd);
 	int clients[5];
 	for (int i = 0; i < 5; i++) {
 		clients[i] = socket(AF_INET, SOCK_STREAM, 0);
@@ -112,6 +121,33 @@ test_hands_over_every_connection(void **state)
 	acceptor_resume(a); /* and so is a late resume */
 	acceptor_free(a);
 	for (int i = 0; i < 5; i++)
+		close(clients[i]);
+	close(lfd);
+}
+
+/* What the kernel queued after the thread stopped is handed over too, up to the limit given. */
+static void
+test_drain_takes_the_queue(void **state)
+{
+	(void)state;
+	struct seen s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+	unsigned port;
+	int lfd;
+	acceptor *a = start_any(&s, &port, &lfd);
+	acceptor_stop(a);
+	int clients[6];
+	for (int i = 0; i < 6; i++) {
+		clients[i] = socket(AF_INET, SOCK_STREAM, 0);
+		assert_int_equal(connect_to(port, clients[i]), 0); /* queued: nobody accepts */
+	}
+	acceptor_drain(a, 4);
+	assert_int_equal(s.conns, 4);
+	acceptor_drain(a, 100);
+	assert_int_equal(s.conns, 6);
+	acceptor_drain(a, 100); /* empty: returns at once */
+	assert_int_equal(s.conns, 6);
+	acceptor_free(a);
+	for (int i = 0; i < 6; i++)
 		close(clients[i]);
 	close(lfd);
 }
@@ -171,6 +207,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hands_over_every_connection),
+		cmocka_unit_test(test_drain_takes_the_queue),
 		cmocka_unit_test(test_pauses_out_of_descriptors_then_resumes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

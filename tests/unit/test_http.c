@@ -56,6 +56,9 @@ test_date_parse(void **state)
 	assert_int_equal(http_date_parse("Sun Nov  6 08:49:37 1994"), 784111777);
 	assert_int_equal(http_date_parse("Thu, 01 Jan 1970 00:00:00 GMT"), 0);
 	assert_int_equal(http_date_parse("Wed, 02 Dec 2026 14:21:03 GMT"), 1796221263);
+	/* Only what http_date_format can write: a leap second would roll into year 10000. */
+	assert_int_equal(http_date_parse("Fri, 31 Dec 9999 23:59:59 GMT"), 253402300799);
+	assert_int_equal(http_date_parse("Fri, 31 Dec 9999 23:59:60 GMT"), -1);
 	assert_int_equal(http_date_parse("Sun, 06 Nov 1994 08:49:37 UTC"), -1);
 	assert_int_equal(http_date_parse("Sun, 06 Foo 1994 08:49:37 GMT"), -1);
 	assert_int_equal(http_date_parse("Sun, 6 Nov 1994 08:49:37 GMT"), -1);
@@ -109,7 +112,33 @@ test_range(void **state)
 	assert_int_equal(http_range_parse("items=0-1", 100, &a, &b), HTTP_RANGE_NONE);
 	assert_int_equal(http_range_parse("bytes=x-1", 100, &a, &b), HTTP_RANGE_NONE);
 	assert_int_equal(http_range_parse("bytes=-", 100, &a, &b), HTTP_RANGE_NONE);
-	assert_int_equal(http_range_parse("bytes=99999999999999999999-", 100, &a, &b), HTTP_RANGE_NONE);
+	/* Positions past int64_t are past the end of any file: 416, or the end for a last one. */
+	assert_int_equal(http_range_parse("bytes=99999999999999999999-", 100, &a, &b),
+	                 HTTP_RANGE_UNSATISFIABLE);
+	assert_int_equal(http_range_parse("bytes=9223372036854775807-", 100, &a, &b),
+	                 HTTP_RANGE_UNSATISFIABLE);
+	assert_int_equal(http_range_parse("bytes=5-99999999999999999999", 100, &a, &b), HTTP_RANGE_OK);
+	assert_true(a == 5 && b == 99);
+	assert_int_equal(http_range_parse("bytes=-99999999999999999999", 100, &a, &b), HTTP_RANGE_OK);
+	assert_true(a == 0 && b == 99);
+}
+
+static void
+test_request_checks(void **state)
+{
+	(void)state;
+	assert_true(http_uri_has_nul("/a%00.jpg"));
+	assert_true(http_uri_has_nul("/a?rev=%00"));
+	assert_true(http_uri_has_nul("%00"));
+	assert_false(http_uri_has_nul("/a%20b%0"));
+	assert_false(http_uri_has_nul("/100%"));
+	assert_true(http_header_value_ok("image/png"));
+	assert_true(http_header_value_ok("text/plain;\tcharset=utf-8"));
+	assert_false(http_header_value_ok("text/html\r\nX-Injected: 1"));
+	assert_false(http_header_value_ok("image/\x01png"));
+	assert_false(http_header_value_ok("caf\xc3\xa9"));
+	assert_false(http_header_value_ok(""));
+	assert_false(http_header_value_ok(NULL));
 }
 
 static void
@@ -249,6 +278,7 @@ main(void)
 		cmocka_unit_test(test_date_parse),
 		cmocka_unit_test(test_date_format),
 		cmocka_unit_test(test_range),
+		cmocka_unit_test(test_request_checks),
 		cmocka_unit_test(test_types),
 		cmocka_unit_test(test_rev_and_oid),
 		cmocka_unit_test(test_strmap),

@@ -1,4 +1,18 @@
-/* gridfsctl watch: keep a bucket in step with a directory through inotify. */
+/*
+ * gridfsctl watch: keep a bucket in step with a directory through inotify.
+ *
+ * Changes wait in a table keyed by path (the latest event decides) until
+ * the path has been quiet for the settle time. A change that fails stays
+ * in the table: a failure of the backend starts an outage, during which
+ * nothing is tried but a ping, with backoff; once the backend answers,
+ * everything waiting is acted on. A local failure is retried for that
+ * path alone, with backoff. The table is bounded: past the bound it is
+ * dropped and a full pass (an import) owed instead.
+ *
+ * Moves within the tree are renames in GridFS. Their order matters (a
+ * name moved away may be made again at once), so they, and the removals
+ * they must follow, wait in a queue that is acted on before the table.
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -6,8 +20,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,11 +43,17 @@ const char watch_help[] =
     "  -t, --type MIME         content type for every file (default: libmagic)\n"
     "      --delete            remove stored files when they are removed from DIR\n"
     "      --no-initial        skip the first full pass (an import of DIR)\n"
-    "      --settle MS         wait until a path has been quiet this long (default 200)\n"
-    "  -j, --jobs N            parallelism of the first pass (default 4)\n"
+    "      --settle MS         wait until a path has been quiet this long (default 50)\n"
+    "      --rescan-every S    a full pass every S seconds (default: never)\n"
+    "      --unwatched ACTION  a directory inotify cannot watch: rescan (default) or fail\n"
+    "      --max-pending N     changes kept waiting before a full pass replaces them\n"
+    "  -j, --jobs N            parallelism of full passes (default 4)\n"
     "      --json              one JSON object per action on stdout\n";
 
-enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_NO_INITIAL, OPT_SETTLE, OPT_JSON };
+enum {
+	OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_NO_INITIAL, OPT_SETTLE, OPT_JSON,
+	OPT_RESCAN_EVERY, OPT_UNWATCHED, OPT_MAX_PENDING,
+};
 
 const struct option watch_options[] = {
 	{"prefix", required_argument, NULL, 'p'},
@@ -43,10 +65,23 @@ const struct option watch_options[] = {
 	{"delete", no_argument, NULL, OPT_DELETE},
 	{"no-initial", no_argument, NULL, OPT_NO_INITIAL},
 	{"settle", required_argument, NULL, OPT_SETTLE},
+	{"rescan-every", required_argument, NULL, OPT_RESCAN_EVERY},
+	{"unwatched", required_argument, NULL, OPT_UNWATCHED},
+	{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
 	{"jobs", required_argument, NULL, 'j'},
 	{"json", no_argument, NULL, OPT_JSON},
 	{NULL, 0, NULL, 0},
 };
+
+/* A file found by listing must stay the same at least this long: nothing says it is complete. */
+#define FOUND_SETTLE_MS 200
+/* Backoff of retries, from the first to the cap. */
+#define RETRY_FIRST_MS 250
+#define BACKEND_RETRY_CAP_MS 5000
+#define LOCAL_RETRY_CAP_MS 60000
+/* Full passes for directories that cannot be watched, when --rescan-every does not say. */
+#define UNWATCHED_RESCAN_S 60
+#define DEFAULT_MAX_PENDING 100000
 
 /* FILE_FOUND: found in a new directory, never seen closed; it may still be written. */
 enum file_change { FILE_NONE, FILE_CHANGED, FILE_FOUND, FILE_REMOVED };
@@ -62,20 +97,41 @@ struct pending {
 	enum file_change file;
 	struct stat seen;     /* FILE_FOUND: as last looked at */
 	int64_t due_ms;
+	int64_t since_ms;     /* wall clock of the first change not acted on */
+	unsigned attempts;    /* failed local attempts, for the backoff */
+};
+
+/* A move, or a removal a move must follow, in the order they happened. */
+struct op {
+	bool move;
+	bool is_dir;
+	char *from;           /* the move's source; NULL for a removal */
+	char *rel;            /* the move's target, or what is removed */
+	int64_t since_ms;
+	struct op *next;
 };
 
 struct watch_cli {
 	gfs_watch_opts o;
 	const char **include, **exclude;
 	size_t n_include, n_exclude;
-	bool delete, initial, json;
-	long settle_ms, jobs;
+	bool delete, initial, json, unwatched_fail;
+	long settle_ms, jobs, rescan_every_s, max_pending;
 	gfs_conn *conn;
 	gfs_session *s;
 	gfs_magic *magic;
+	gfs_inotree *tree;
 	strmap *pending;
-	bool rescan;
+	struct op *ops, **ops_tail;
+	size_t n_ops;
 	uint64_t failures;
+	/* full passes: owed after lost events or a dropped table, and periodic */
+	bool pass_owed, overflowed;
+	long pass_every_s;    /* 0: none */
+	int64_t next_pass_ms;
+	/* an outage of the backend */
+	bool down;
+	int64_t down_since_ms, retry_ms, backoff_ms;
 };
 
 static int
@@ -97,6 +153,23 @@ on_opt(int opt, const char *arg, void *ctx)
 			return 0;
 		usage_error("--settle takes milliseconds, not '%s'", arg);
 		return -1;
+	case OPT_RESCAN_EVERY:
+		if (parse_int(arg, 1, 30L * 86400, &w->rescan_every_s))
+			return 0;
+		usage_error("--rescan-every takes seconds (1 to 2592000), not '%s'", arg);
+		return -1;
+	case OPT_MAX_PENDING:
+		if (parse_int(arg, 1, 100000000, &w->max_pending))
+			return 0;
+		usage_error("--max-pending takes a count, not '%s'", arg);
+		return -1;
+	case OPT_UNWATCHED:
+		if (strcmp(arg, "rescan") == 0 || strcmp(arg, "fail") == 0) {
+			w->unwatched_fail = arg[0] == 'f';
+			return 0;
+		}
+		usage_error("--unwatched takes rescan or fail, not '%s'", arg);
+		return -1;
 	case 'j':
 		if (parse_int(arg, 1, 64, &w->jobs))
 			return 0;
@@ -113,6 +186,14 @@ mono_ms(void)
 }
 
 static void
+emit_json(bson_t *doc)
+{
+	print_json(stdout, doc);
+	fflush(stdout);
+	bson_destroy(doc);
+}
+
+static void
 report(const struct watch_cli *w, const char *event, const char *name, int64_t bytes)
 {
 	if (G.quiet)
@@ -124,64 +205,141 @@ report(const struct watch_cli *w, const char *event, const char *name, int64_t b
 			BSON_APPEND_UTF8(&doc, "name", name);
 		if (bytes >= 0)
 			BSON_APPEND_INT64(&doc, "bytes", bytes);
-		print_json(stdout, &doc);
+		emit_json(&doc);
 	} else {
-		printf("%s %s\n", event, name ? name : "");
-	}
-	fflush(stdout);
-}
-
-/* ---- the first pass, and rescans after lost events ------------------- */
-
-static void
-on_import_event(const gfs_import_event *ev, void *ctx)
-{
-	struct watch_cli *w = ctx;
-	if (ev->kind == GFS_IMPORT_FAILED || ev->kind == GFS_IMPORT_NOTICE) {
-		warnx_("%s%s%s", ev->name ? ev->name : ev->path ? ev->path : "",
-		       ev->name || ev->path ? ": " : "", ev->reason ? ev->reason : "failed");
-		if (ev->kind == GFS_IMPORT_FAILED)
-			w->failures++;
-	}
-}
-
-static bool
-full_pass(struct watch_cli *w)
-{
-	gfs_import_opts io = {
-		.dir = w->o.dir,
-		.prefix = w->o.prefix,
-		.walk = w->o.walk,
-		.content_type = w->o.content_type,
-		.delete_missing = w->delete,
-		.keep_revisions = w->o.keep_revisions,
-		.jobs = (int)w->jobs,
-		.on_event = on_import_event,
-		.ctx = w,
-	};
-	gfs_import *imp = gfs_import_new(w->conn, &io);
-	gfs_import_stats st;
-	gfs_error err;
-	bool ok = gfs_import_run(imp, &st, &err);
-	gfs_import_free(imp);
-	if (!ok) {
-		warnx_("%s", err.msg);
-		return false;
-	}
-	bson_t doc = BSON_INITIALIZER;
-	if (w->json && !G.quiet) {
-		BSON_APPEND_UTF8(&doc, "event", "synced");
-		BSON_APPEND_INT64(&doc, "uploaded", (int64_t)(st.uploaded + st.replaced));
-		BSON_APPEND_INT64(&doc, "deleted", (int64_t)st.deleted);
-		BSON_APPEND_INT64(&doc, "failed", (int64_t)st.failed);
-		print_json(stdout, &doc);
+		human_line(stdout, "%s %s", event, name ? name : "");
 		fflush(stdout);
 	}
-	bson_destroy(&doc);
-	return true;
 }
 
-/* ---- pending changes ------------------------------------------------- */
+/*
+ * The sd_notify protocol, by hand: one datagram to $NOTIFY_SOCKET, a path
+ * or, with a leading '@', an abstract socket. Without it, nothing is sent.
+ */
+static void
+sd_notify_(const char *msg)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	size_t len = path ? strlen(path) : 0;
+	if (len < 2 || len >= sizeof sa.sun_path || (path[0] != '/' && path[0] != '@'))
+		return;
+	memcpy(sa.sun_path, path, len);
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, sl) < 0)
+		warn_("NOTIFY_SOCKET %s", path);
+	close(fd);
+}
+
+/* ---- the table of pending changes ------------------------------------- */
+
+static size_t
+waiting(const struct watch_cli *w)
+{
+	return strmap_count(w->pending) + w->n_ops;
+}
+
+static void
+oldest_of(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	const struct pending *p = value;
+	int64_t *oldest = ctx;
+	if (!*oldest || p->since_ms < *oldest)
+		*oldest = p->since_ms;
+}
+
+/* Wall clock ms of the oldest change waiting; 0 when none does. */
+static int64_t
+oldest_waiting(const struct watch_cli *w)
+{
+	int64_t oldest = 0;
+	strmap_each(w->pending, oldest_of, &oldest);
+	for (const struct op *op = w->ops; op; op = op->next)
+		if (!oldest || op->since_ms < oldest)
+			oldest = op->since_ms;
+	return oldest;
+}
+
+static void
+free_pending(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	(void)ctx;
+	struct pending *p = value;
+	free(p->rel);
+	free(p);
+}
+
+static void
+free_ops(struct watch_cli *w)
+{
+	while (w->ops) {
+		struct op *op = w->ops;
+		w->ops = op->next;
+		free(op->from);
+		free(op->rel);
+		free(op);
+	}
+	w->ops_tail = &w->ops;
+	w->n_ops = 0;
+}
+
+/* Past the bound, single changes give way to one full pass, which finds them all again. */
+static void
+drop_all(struct watch_cli *w)
+{
+	warnx_("more than %ld changes wait; a full pass of %s replaces them", w->max_pending, w->o.dir);
+	strmap_each(w->pending, free_pending, NULL);
+	strmap_free(w->pending);
+	w->pending = strmap_new(64);
+	free_ops(w);
+	w->pass_owed = true;
+}
+
+static void
+drop_pending(struct watch_cli *w, struct pending *p)
+{
+	strmap_del(w->pending, p->rel);
+	free(p->rel);
+	free(p);
+}
+
+static struct pending *
+pending_for(struct watch_cli *w, const char *rel)
+{
+	struct pending *p = strmap_get(w->pending, rel);
+	if (p)
+		return p;
+	p = calloc(1, sizeof *p);
+	if (!p)
+		abort();
+	p->rel = strdup(rel);
+	p->since_ms = gfs_now_ms();
+	strmap_put(w->pending, p->rel, p);
+	return p;
+}
+
+static void
+push_op(struct watch_cli *w, bool move, const char *from, const char *rel, bool is_dir)
+{
+	struct op *op = calloc(1, sizeof *op);
+	if (!op)
+		abort();
+	op->move = move;
+	op->is_dir = is_dir;
+	op->from = from ? strdup(from) : NULL;
+	op->rel = strdup(rel);
+	op->since_ms = gfs_now_ms();
+	*w->ops_tail = op;
+	w->ops_tail = &op->next;
+	w->n_ops++;
+}
 
 /*
  * Looks at a found file again; true when its size and mtime are those
@@ -205,12 +363,135 @@ unchanged_since_seen(const struct watch_cli *w, struct pending *p)
 	return same;
 }
 
-/* Nothing says a found file is complete; it is taken once it has stopped changing. */
-static void
-found(const struct watch_cli *w, struct pending *p)
+static int64_t
+found_settle_ms(const struct watch_cli *w)
 {
-	p->file = FILE_FOUND;
-	unchanged_since_seen(w, p);
+	return w->settle_ms > FOUND_SETTLE_MS ? w->settle_ms : FOUND_SETTLE_MS;
+}
+
+/* Whether rel is top or below it. */
+static bool
+is_under(const char *rel, const char *top)
+{
+	size_t n = strlen(top);
+	return strncmp(rel, top, n) == 0 && (rel[n] == '\0' || rel[n] == '/');
+}
+
+struct related {
+	const char *a, *b;
+	struct pending **v;
+	size_t n;
+};
+
+static void
+collect_related(const char *key, void *value, void *ctx)
+{
+	struct related *r = ctx;
+	if (is_under(key, r->a) || is_under(r->a, key) || (r->b && (is_under(key, r->b) || is_under(r->b, key))))
+		r->v[r->n++] = value;
+}
+
+static int
+by_rel(const void *a, const void *b)
+{
+	const struct pending *x = *(struct pending *const *)a, *y = *(struct pending *const *)b;
+	return strcmp(x->rel, y->rel);
+}
+
+/*
+ * Before a move is queued, the removals waiting at its ends, above them
+ * and below them are queued ahead of it: applied after the rename, they
+ * would remove what it brought.
+ */
+static void
+queue_removals_before(struct watch_cli *w, const char *from, const char *to)
+{
+	struct related r = {.a = from, .b = to};
+	r.v = malloc((strmap_count(w->pending) + 1) * sizeof *r.v);
+	if (!r.v)
+		abort();
+	strmap_each(w->pending, collect_related, &r);
+	qsort(r.v, r.n, sizeof *r.v, by_rel);
+	for (size_t i = 0; i < r.n; i++) {
+		struct pending *p = r.v[i];
+		if (p->dir_removed)
+			push_op(w, false, NULL, p->rel, true);
+		p->dir_removed = false;
+	}
+	for (size_t i = 0; i < r.n; i++) {
+		struct pending *p = r.v[i];
+		if (p->file == FILE_REMOVED && is_under(p->rel, to)) {
+			push_op(w, false, NULL, p->rel, false);
+			p->file = FILE_NONE;
+		}
+		if (p->file == FILE_NONE && !p->dir_removed)
+			drop_pending(w, p);
+	}
+	free(r.v);
+}
+
+/* What waits under a directory moved away waits under its new name. */
+static void
+rekey_under(struct watch_cli *w, const char *from, const char *to)
+{
+	struct related r = {.a = from};
+	r.v = malloc((strmap_count(w->pending) + 1) * sizeof *r.v);
+	if (!r.v)
+		abort();
+	strmap_each(w->pending, collect_related, &r);
+	size_t cut = strlen(from);
+	for (size_t i = 0; i < r.n; i++) {
+		struct pending *p = r.v[i];
+		if (!is_under(p->rel, from) || !p->rel[cut])
+			continue;
+		char *rel;
+		if (asprintf(&rel, "%s%s", to, p->rel + cut) < 0)
+			abort();
+		enum file_change file = p->file;
+		struct stat seen = p->seen;
+		drop_pending(w, p);
+		if (file == FILE_CHANGED || file == FILE_FOUND) {
+			struct pending *q = pending_for(w, rel);
+			q->file = file;
+			q->seen = seen;
+			q->due_ms = mono_ms() + w->settle_ms;
+		}
+		free(rel);
+	}
+	free(r.v);
+}
+
+static void on_change(const gfs_inotree_event *ev, void *ctx);
+
+static void
+on_moved(struct watch_cli *w, const gfs_inotree_event *ev)
+{
+	bool is_dir = ev->kind == GFS_INO_DIR_MOVED;
+	if (!w->delete) {
+		/* the old name stays stored: the new one needs its own copy */
+		if (is_dir)
+			gfs_inotree_list(w->tree, ev->rel, on_change, w);
+		else
+			on_change(&(gfs_inotree_event){.kind = GFS_INO_CHANGED, .rel = ev->rel}, w);
+		return;
+	}
+	queue_removals_before(w, ev->from, ev->rel);
+	struct pending *src = strmap_get(w->pending, ev->from);
+	bool carried = !is_dir && src && (src->file == FILE_CHANGED || src->file == FILE_FOUND);
+	if (carried) {
+		/* not stored yet as it is: the copy renamed is stale, the new name is stored after */
+		src->file = FILE_NONE;
+		if (!src->dir_removed)
+			drop_pending(w, src);
+	}
+	if (is_dir)
+		rekey_under(w, ev->from, ev->rel);
+	push_op(w, true, ev->from, ev->rel, is_dir);
+	if (carried) {
+		struct pending *p = pending_for(w, ev->rel);
+		p->file = FILE_CHANGED;
+		p->due_ms = mono_ms() + w->settle_ms;
+	}
 }
 
 static void
@@ -218,88 +499,252 @@ on_change(const gfs_inotree_event *ev, void *ctx)
 {
 	struct watch_cli *w = ctx;
 	if (ev->kind == GFS_INO_OVERFLOW) {
-		w->rescan = true;
+		w->pass_owed = w->overflowed = true;
 		return;
 	}
-	struct pending *p = strmap_get(w->pending, ev->rel);
-	if (!p) {
-		p = calloc(1, sizeof *p);
-		if (!p)
-			abort();
-		p->rel = strdup(ev->rel);
-		strmap_put(w->pending, p->rel, p);
+	if (ev->kind == GFS_INO_MOVED || ev->kind == GFS_INO_DIR_MOVED) {
+		on_moved(w, ev);
+	} else {
+		struct pending *p = pending_for(w, ev->rel);
+		/* For the file, the latest event decides: written then removed is removed. */
+		if (ev->kind == GFS_INO_DIR_REMOVED) {
+			p->dir_removed = true;
+		} else if (ev->kind == GFS_INO_CHANGED) {
+			p->file = FILE_CHANGED;
+		} else if (ev->kind == GFS_INO_REMOVED) {
+			p->file = FILE_REMOVED;
+		} else if (ev->kind == GFS_INO_FOUND && p->file != FILE_CHANGED) {
+			p->file = FILE_FOUND;
+			unchanged_since_seen(w, p);
+		}
+		p->due_ms = mono_ms() + (p->file == FILE_FOUND ? found_settle_ms(w) : w->settle_ms);
 	}
-	/* For the file, the latest event decides: written then removed is removed. */
-	if (ev->kind == GFS_INO_DIR_REMOVED)
-		p->dir_removed = true;
-	else if (ev->kind == GFS_INO_CHANGED)
-		p->file = FILE_CHANGED;
-	else if (ev->kind == GFS_INO_REMOVED)
-		p->file = FILE_REMOVED;
-	else if (ev->kind == GFS_INO_FOUND && p->file != FILE_CHANGED)
-		found(w, p);
-	p->due_ms = mono_ms() + w->settle_ms;
+	if ((long)waiting(w) > w->max_pending)
+		drop_all(w);
 }
 
 static void
 on_inotree_warning(const char *rel, const char *reason, void *ctx)
 {
-	(void)ctx;
-	warnx_("%s: cannot watch: %s", *rel ? rel : ".", reason);
+	struct watch_cli *w = ctx;
+	warnx_("%s/%s: cannot watch: %s", w->o.dir, rel, reason);
 }
 
+/* ---- the backend and its outages ------------------------------------- */
+
 static void
-act_file(struct watch_cli *w, const struct pending *p)
+backend_down(struct watch_cli *w, const gfs_error *err)
 {
-	gfs_error err;
-	if (p->file == FILE_CHANGED || p->file == FILE_FOUND) {
-		enum gfs_watch_action a;
-		char *name;
-		int64_t bytes;
-		if (!gfs_watch_sync_file(w->s, w->magic, &w->o, p->rel, &a, &name, &bytes, &err)) {
-			warnx_("%s", err.msg);
-			w->failures++;
-		} else if (a == GFS_WATCH_UPLOADED || a == GFS_WATCH_REPLACED) {
-			report(w, gfs_watch_action_name(a), name, bytes);
-		}
-		free(name);
+	w->backoff_ms = w->backoff_ms ? w->backoff_ms * 2 : RETRY_FIRST_MS;
+	if (w->backoff_ms > BACKEND_RETRY_CAP_MS)
+		w->backoff_ms = BACKEND_RETRY_CAP_MS;
+	w->retry_ms = mono_ms() + w->backoff_ms;
+	if (w->down)
 		return;
-	}
-	if (p->file != FILE_REMOVED || !w->delete)
-		return;
-	uint64_t removed;
-	if (!gfs_watch_remove(w->s, &w->o, p->rel, false, &removed, &err)) {
-		warnx_("%s: %s", p->rel, err.msg);
-		w->failures++;
-	} else if (removed) {
-		char *name = gfs_prefix_join(w->o.prefix, p->rel);
-		report(w, "removed", name, -1);
-		free(name);
+	/* once per outage: a line per file would bury the one that matters */
+	w->down = true;
+	w->down_since_ms = gfs_now_ms();
+	warnx_("backend unreachable: %s; %zu changes wait, retrying", err->msg, waiting(w));
+	sd_notify_("STATUS=backend unreachable; changes wait");
+	if (w->json && !G.quiet) {
+		bson_t doc = BSON_INITIALIZER;
+		BSON_APPEND_UTF8(&doc, "event", "backend-down");
+		BSON_APPEND_UTF8(&doc, "error", err->msg);
+		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
+		BSON_APPEND_DATE_TIME(&doc, "since", w->down_since_ms);
+		emit_json(&doc);
 	}
 }
 
-static void
-act_folder(struct watch_cli *w, const struct pending *p)
+/* During an outage, a ping when the backoff says; true once the backend answers again. */
+static bool
+backend_up(struct watch_cli *w)
 {
-	if (!p->dir_removed || !w->delete)
-		return;
+	if (!w->down)
+		return true;
+	if (mono_ms() < w->retry_ms)
+		return false;
 	gfs_error err;
-	uint64_t removed;
-	if (!gfs_watch_remove(w->s, &w->o, p->rel, true, &removed, &err)) {
-		warnx_("%s: %s", p->rel, err.msg);
+	if (!gfs_conn_ping(w->conn, &err)) {
+		backend_down(w, &err);
+		return false;
+	}
+	int64_t secs = (gfs_now_ms() - w->down_since_ms) / 1000;
+	warnx_("backend reachable again after %lld s; acting on %zu changes", (long long)secs, waiting(w));
+	sd_notify_("STATUS=watching");
+	if (w->json && !G.quiet) {
+		bson_t doc = BSON_INITIALIZER;
+		BSON_APPEND_UTF8(&doc, "event", "backend-up");
+		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
+		BSON_APPEND_DATE_TIME(&doc, "since", w->down_since_ms);
+		emit_json(&doc);
+	}
+	w->down = false;
+	w->backoff_ms = 0;
+	return true;
+}
+
+/*
+ * A failed action: of the backend, an outage starts and the change waits
+ * for it; of the local side, this path alone is retried later.
+ * Either way the change stays.
+ */
+static void
+action_failed(struct watch_cli *w, struct pending *p, const char *what, const gfs_error *err)
+{
+	if (err->code == GFS_EBACKEND) {
+		backend_down(w, err);
+		return;
+	}
+	if (!p) {
+		warnx_("%s: %s", what, err->msg);
 		w->failures++;
 		return;
 	}
+	if (p->attempts++ == 0)
+		warnx_("%s: %s; retrying", what, err->msg);
+	int64_t wait = (int64_t)RETRY_FIRST_MS << (p->attempts < 8 ? p->attempts : 8);
+	p->due_ms = mono_ms() + (wait < LOCAL_RETRY_CAP_MS ? wait : LOCAL_RETRY_CAP_MS);
+}
+
+/* ---- acting on changes ----------------------------------------------- */
+
+static void
+report_removed(const struct watch_cli *w, const char *rel, bool is_dir, uint64_t removed)
+{
+	if (!is_dir && !removed)
+		return;
 	/* A folder's files may have gone one by one already; its own removal is still news. */
-	char *name = gfs_prefix_join(w->o.prefix, p->rel);
-	report(w, "removed-folder", name, -1);
+	char *name = gfs_prefix_join(w->o.prefix, rel);
+	report(w, is_dir ? "removed-folder" : "removed", name, -1);
 	free(name);
+}
+
+/* True when done; false when it must wait (the change stays). */
+static bool
+remove_path(struct watch_cli *w, struct pending *p, const char *rel, bool is_dir)
+{
+	gfs_error err;
+	uint64_t removed;
+	if (!gfs_watch_remove(w->s, &w->o, rel, is_dir, &removed, &err)) {
+		action_failed(w, p, rel, &err);
+		return false;
+	}
+	report_removed(w, rel, is_dir, removed);
+	return true;
+}
+
+static bool
+sync_path(struct watch_cli *w, struct pending *p)
+{
+	gfs_error err;
+	enum gfs_watch_action a;
+	char *name;
+	int64_t bytes;
+	bool ok = gfs_watch_sync_file(w->s, w->magic, &w->o, p->rel, p->file == FILE_CHANGED, &a, &name,
+	                              &bytes, &err);
+	if (!ok)
+		action_failed(w, p, p->rel, &err);
+	else if (a == GFS_WATCH_UPLOADED || a == GFS_WATCH_REPLACED)
+		report(w, gfs_watch_action_name(a), name, bytes);
+	free(name);
+	return ok;
+}
+
+static void
+report_moved(const struct watch_cli *w, const struct op *op, uint64_t moved)
+{
+	if (G.quiet)
+		return;
+	char *from = gfs_prefix_join(w->o.prefix, op->from), *to = gfs_prefix_join(w->o.prefix, op->rel);
+	if (w->json) {
+		bson_t doc = BSON_INITIALIZER;
+		BSON_APPEND_UTF8(&doc, "event", op->is_dir ? "moved-folder" : "moved");
+		BSON_APPEND_UTF8(&doc, "name", to);
+		BSON_APPEND_UTF8(&doc, "from", from);
+		BSON_APPEND_INT64(&doc, "files", (int64_t)moved);
+		emit_json(&doc);
+	} else {
+		human_line(stdout, "%s %s -> %s", op->is_dir ? "moved-folder" : "moved", from, to);
+		fflush(stdout);
+	}
+	free(from);
+	free(to);
+}
+
+/* A move that cannot be a rename (a name that is not UTF-8): stored again, the old removed. */
+static void
+move_by_copy(struct watch_cli *w, const struct op *op)
+{
+	push_op(w, false, NULL, op->from, op->is_dir);
+	if (op->is_dir) {
+		gfs_inotree_list(w->tree, op->rel, on_change, w);
+		return;
+	}
+	struct pending *p = pending_for(w, op->rel);
+	p->file = FILE_CHANGED;
+	p->due_ms = mono_ms();
+}
+
+static bool
+apply_op(struct watch_cli *w, struct op *op)
+{
+	if (!op->move)
+		return remove_path(w, NULL, op->rel, op->is_dir) || !w->down;
+	gfs_error err;
+	uint64_t moved;
+	if (gfs_watch_move(w->s, &w->o, op->from, op->rel, op->is_dir, &moved, &err)) {
+		if (moved)
+			report_moved(w, op, moved);
+		else if (!op->is_dir)
+			move_by_copy(w, op); /* nothing was stored under the old name */
+		return true;
+	}
+	if (err.code == GFS_EINVAL) {
+		move_by_copy(w, op);
+		return true;
+	}
+	action_failed(w, NULL, op->rel, &err);
+	return !w->down;
+}
+
+/* Acts on the queue in order; stops at an outage, leaving the rest queued. */
+static void
+process_ops(struct watch_cli *w)
+{
+	while (w->ops && !w->down) {
+		struct op *op = w->ops;
+		if (!apply_op(w, op))
+			break;
+		w->ops = op->next;
+		if (!w->ops)
+			w->ops_tail = &w->ops;
+		w->n_ops--;
+		free(op->from);
+		free(op->rel);
+		free(op);
+	}
+}
+
+/* True when the path's changes are done with; false when they wait. */
+static bool
+act(struct watch_cli *w, struct pending *p)
+{
+	/* Folders removed go first, so that new files under the same names stay stored. */
+	if (p->dir_removed && w->delete && !remove_path(w, p, p->rel, true))
+		return false;
+	p->dir_removed = false;
+	if (p->file == FILE_CHANGED || p->file == FILE_FOUND)
+		return sync_path(w, p);
+	if (p->file == FILE_REMOVED && w->delete)
+		return remove_path(w, p, p->rel, false);
+	return true;
 }
 
 struct due {
 	struct pending **v;
 	size_t n;
-	int64_t now, next;
+	int64_t now;
 };
 
 static void
@@ -310,50 +755,202 @@ collect_due(const char *key, void *value, void *ctx)
 	struct pending *p = value;
 	if (p->due_ms <= d->now)
 		d->v[d->n++] = p;
-	else if (d->next < 0 || p->due_ms < d->next)
-		d->next = p->due_ms;
 }
 
-static int
-by_rel(const void *a, const void *b)
+static void
+process_pending(struct watch_cli *w, bool all)
 {
-	const struct pending *x = *(struct pending *const *)a, *y = *(struct pending *const *)b;
-	return strcmp(x->rel, y->rel);
-}
-
-/* Acts on what has settled; returns ms until the next path settles, or -1. */
-static int64_t
-process_due(struct watch_cli *w, bool all)
-{
-	struct due d = {.now = all ? INT64_MAX : mono_ms(), .next = -1};
+	struct due d = {.now = all ? INT64_MAX : mono_ms()};
 	d.v = malloc((strmap_count(w->pending) + 1) * sizeof *d.v);
 	if (!d.v)
 		abort();
 	strmap_each(w->pending, collect_due, &d);
+	/* sorted, so that a folder's removal comes before what is made under it */
 	qsort(d.v, d.n, sizeof *d.v, by_rel);
-	/* Folders removed go first, so that new files under the same names stay stored. */
-	for (size_t i = 0; i < d.n; i++)
-		act_folder(w, d.v[i]);
-	for (size_t i = 0; i < d.n; i++) {
+	for (size_t i = 0; i < d.n && !w->down; i++) {
 		struct pending *p = d.v[i];
 		if (!all && p->file == FILE_FOUND && !unchanged_since_seen(w, p)) {
-			/* still being written: its folder's removal is done, the file waits */
-			p->dir_removed = false;
-			p->due_ms = mono_ms() + w->settle_ms;
-			if (d.next < 0 || p->due_ms < d.next)
-				d.next = p->due_ms;
+			p->due_ms = mono_ms() + found_settle_ms(w); /* still being written */
 			continue;
 		}
-		act_file(w, p);
-		strmap_del(w->pending, p->rel);
-		free(p->rel);
-		free(p);
+		if (act(w, p))
+			drop_pending(w, p);
 	}
 	free(d.v);
-	if (d.next < 0)
+}
+
+/* ---- full passes ----------------------------------------------------- */
+
+static void
+on_import_event(const gfs_import_event *ev, void *ctx)
+{
+	struct watch_cli *w = ctx;
+	if (ev->kind == GFS_IMPORT_FAILED || ev->kind == GFS_IMPORT_NOTICE) {
+		warnx_("%s%s%s", ev->name ? ev->name : ev->path ? ev->path : "",
+		       ev->name || ev->path ? ": " : "", ev->reason ? ev->reason : "failed");
+		if (ev->kind == GFS_IMPORT_FAILED)
+			w->failures++;
+	}
+}
+
+static void
+report_pass(const struct watch_cli *w, const gfs_import_stats *st)
+{
+	if (!w->json || G.quiet)
+		return;
+	bson_t doc = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&doc, "event", "synced");
+	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)(st->uploaded + st->replaced));
+	BSON_APPEND_INT64(&doc, "deleted", (int64_t)st->deleted);
+	BSON_APPEND_INT64(&doc, "failed", (int64_t)st->failed);
+	BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
+	emit_json(&doc);
+}
+
+/* An import of the whole directory; false (err set) when it could not run to the end. */
+static bool
+full_pass(struct watch_cli *w, gfs_error *err)
+{
+	gfs_import_opts io = {
+		.dir = w->o.dir,
+		.prefix = w->o.prefix,
+		.walk = w->o.walk,
+		.content_type = w->o.content_type,
+		.delete_missing = w->delete,
+		.keep_revisions = w->o.keep_revisions,
+		.jobs = (int)w->jobs,
+		.on_event = on_import_event,
+		.ctx = w,
+	};
+	gfs_import *imp = gfs_import_new(w->conn, &io);
+	gfs_import_stats st;
+	bool ok = gfs_import_run(imp, &st, err);
+	gfs_import_free(imp);
+	if (ok)
+		report_pass(w, &st);
+	return ok;
+}
+
+static void
+schedule_pass(struct watch_cli *w)
+{
+	w->next_pass_ms = w->pass_every_s ? mono_ms() + w->pass_every_s * 1000 : 0;
+}
+
+/* Directories that cannot be watched are covered by periodic passes, or end watching. */
+static bool
+check_unwatched(struct watch_cli *w)
+{
+	size_t n = gfs_inotree_unwatched(w->tree);
+	if (!n)
+		return true;
+	if (w->unwatched_fail) {
+		warnx_("%zu directories under %s cannot be watched (--unwatched fail)", n, w->o.dir);
+		return false;
+	}
+	if (!w->pass_every_s) {
+		w->pass_every_s = UNWATCHED_RESCAN_S;
+		schedule_pass(w);
+		warnx_("%zu directories under %s cannot be watched; a full pass every %ld s covers them",
+		       n, w->o.dir, w->pass_every_s);
+	}
+	return true;
+}
+
+/* The pass owed, or the periodic one, once the queue is done; false when watching must end. */
+static bool
+maybe_pass(struct watch_cli *w)
+{
+	if (w->next_pass_ms && mono_ms() >= w->next_pass_ms)
+		w->pass_owed = true;
+	if (!w->pass_owed || w->down || w->ops)
+		return true;
+	if (w->overflowed)
+		warnx_("inotify lost events; rescanning %s", w->o.dir);
+	gfs_error err;
+	if (w->next_pass_ms && !gfs_inotree_rewalk(w->tree, &err)) {
+		warnx_("%s", err.msg);
+		return false;
+	}
+	if (!full_pass(w, &err)) {
+		if (err.code == GFS_EBACKEND || err.code == GFS_EBUSY) {
+			/* a pass is all or nothing: owed still, tried when the backend answers */
+			backend_down(w, &err);
+			return true;
+		}
+		warnx_("%s", err.msg);
+		w->failures++;
+	}
+	w->pass_owed = w->overflowed = false;
+	schedule_pass(w);
+	return check_unwatched(w);
+}
+
+/* ---- status ---------------------------------------------------------- */
+
+static void
+status_line(const struct watch_cli *w)
+{
+	int64_t oldest = oldest_waiting(w);
+	if (w->json && !G.quiet) {
+		bson_t doc = BSON_INITIALIZER;
+		BSON_APPEND_UTF8(&doc, "event", "status");
+		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
+		if (oldest)
+			BSON_APPEND_DATE_TIME(&doc, "since", oldest);
+		BSON_APPEND_BOOL(&doc, "backend", !w->down);
+		if (w->down)
+			BSON_APPEND_DATE_TIME(&doc, "down_since", w->down_since_ms);
+		BSON_APPEND_BOOL(&doc, "pass_owed", w->pass_owed);
+		BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(w->tree));
+		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
+		emit_json(&doc);
+	}
+	int64_t now = gfs_now_ms();
+	fprintf(stderr, "%s watch: %zu changes waiting", progname, waiting(w));
+	if (oldest)
+		fprintf(stderr, " (the oldest for %lld s)", (long long)(now - oldest) / 1000);
+	if (w->down)
+		fprintf(stderr, "; backend unreachable for %lld s", (long long)(now - w->down_since_ms) / 1000);
+	if (w->pass_owed)
+		fprintf(stderr, "; a full pass is owed");
+	fprintf(stderr, "; %zu directories watched, %zu not\n", gfs_inotree_count(w->tree),
+	        gfs_inotree_unwatched(w->tree));
+}
+
+/* ---- the loop -------------------------------------------------------- */
+
+struct earliest {
+	int64_t at;
+};
+
+static void
+earliest_due(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	const struct pending *p = value;
+	struct earliest *e = ctx;
+	if (e->at < 0 || p->due_ms < e->at)
+		e->at = p->due_ms;
+}
+
+/* When something is next to do, in ms from now; -1 for nothing. */
+static int64_t
+next_wakeup(const struct watch_cli *w)
+{
+	struct earliest e = {.at = -1};
+	if (w->down) {
+		e.at = w->retry_ms;
+	} else {
+		strmap_each(w->pending, earliest_due, &e);
+		if (w->ops || w->pass_owed)
+			e.at = 0;
+		if (w->next_pass_ms && (e.at < 0 || w->next_pass_ms < e.at))
+			e.at = w->next_pass_ms;
+	}
+	if (e.at < 0)
 		return -1;
-	/* Acting took time: a path may have settled meanwhile, and must not wait for the next event. */
-	int64_t wait = d.next - mono_ms();
+	int64_t wait = e.at - mono_ms();
 	return wait > 0 ? wait : 0;
 }
 
@@ -370,19 +967,63 @@ arm(int tfd, int64_t ms)
 	timerfd_settime(tfd, 0, &its, NULL);
 }
 
-/* ---- the loop -------------------------------------------------------- */
+/* Does what is due; false when watching must end. */
+static bool
+work(struct watch_cli *w, bool all)
+{
+	if (!backend_up(w))
+		return true;
+	process_ops(w);
+	if (!maybe_pass(w))
+		return false;
+	if (!w->down)
+		process_pending(w, all);
+	return true;
+}
+
+/* One signal: false when it says stop (rc set). */
+static bool
+on_signal(struct watch_cli *w, int sfd, int *rc)
+{
+	struct signalfd_siginfo si;
+	if (read(sfd, &si, sizeof si) != sizeof si)
+		return true;
+	if (si.ssi_signo == SIGUSR1) {
+		status_line(w);
+		return true;
+	}
+	*rc = si.ssi_signo == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
+	return false;
+}
+
+/* At the end, one more try of everything waiting; what is left is said, not lost silently. */
+static void
+finish(struct watch_cli *w)
+{
+	sd_notify_("STOPPING=1");
+	if (w->down)
+		w->retry_ms = 0;
+	work(w, true);
+	if (waiting(w) || w->pass_owed) {
+		warnx_("stopping with %zu changes not acted on%s", waiting(w),
+		       w->pass_owed ? " and a full pass owed" : "");
+		w->failures++;
+	}
+}
 
 static int
-run_loop(struct watch_cli *w, gfs_inotree *tree, int sfd, int tfd)
+run_loop(struct watch_cli *w, int sfd, int tfd)
 {
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	int fds[] = {gfs_inotree_fd(tree), sfd, tfd};
+	int fds[] = {gfs_inotree_fd(w->tree), sfd, tfd};
 	for (size_t i = 0; i < 3; i++) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
 		epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
 	}
 	int rc = EXIT_OK;
-	for (;;) {
+	bool go = true;
+	arm(tfd, next_wakeup(w));
+	while (go) {
 		struct epoll_event evs[4];
 		int n = epoll_wait(ep, evs, 4, -1);
 		if (n < 0 && errno == EINTR)
@@ -392,40 +1033,52 @@ run_loop(struct watch_cli *w, gfs_inotree *tree, int sfd, int tfd)
 			rc = EXIT_LOCAL;
 			break;
 		}
-		bool stop = false;
-		for (int i = 0; i < n; i++) {
+		bool timer = false;
+		for (int i = 0; i < n && go; i++) {
 			int fd = evs[i].data.fd;
 			if (fd == sfd) {
-				struct signalfd_siginfo si;
-				if (read(sfd, &si, sizeof si) == sizeof si) {
-					stop = true;
-					rc = si.ssi_signo == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
-				}
+				go = on_signal(w, sfd, &rc);
 			} else if (fd == tfd) {
 				uint64_t ticks;
-				if (read(tfd, &ticks, sizeof ticks) < 0 && errno != EAGAIN)
-					warn_("timerfd");
+				timer = read(tfd, &ticks, sizeof ticks) > 0 || timer;
 			} else {
 				gfs_error err;
-				if (!gfs_inotree_read(tree, on_change, w, &err)) {
+				if (!gfs_inotree_read(w->tree, on_change, w, &err)) {
 					warnx_("%s", err.msg);
-					stop = true;
+					go = false;
 					rc = EXIT_LOCAL;
 				}
 			}
 		}
-		if (w->rescan) {
-			w->rescan = false;
-			warnx_("inotify lost events; rescanning %s", w->o.dir);
-			if (!full_pass(w))
-				w->failures++;
+		/* events alone only move deadlines; the work is done when the timer says */
+		if (go && timer && !work(w, false)) {
+			go = false;
+			rc = EXIT_LOCAL;
 		}
-		arm(tfd, process_due(w, stop));
-		if (stop)
-			break;
+		arm(tfd, next_wakeup(w));
 	}
+	finish(w);
 	close(ep);
 	return rc;
+}
+
+static void
+say_ready(const struct watch_cli *w)
+{
+	char msg[128];
+	snprintf(msg, sizeof msg, "READY=1\nSTATUS=watching %zu directories", gfs_inotree_count(w->tree));
+	sd_notify_(msg);
+	if (G.quiet)
+		return;
+	if (w->json) {
+		bson_t doc = BSON_INITIALIZER;
+		BSON_APPEND_UTF8(&doc, "event", "ready");
+		BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(w->tree));
+		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
+		emit_json(&doc);
+	}
+	fprintf(stderr, "%s watch: ready: watching %s (%zu directories%s)\n", progname, w->o.dir,
+	        gfs_inotree_count(w->tree), gfs_inotree_unwatched(w->tree) ? ", some not watched" : "");
 }
 
 static int
@@ -435,52 +1088,37 @@ watch(struct watch_cli *w, const sigset_t *mask)
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	gfs_error err;
 	/* Watches first, then the full pass: a change made during the pass is not missed. */
-	gfs_inotree *tree = gfs_inotree_open(w->o.dir, &w->o.walk, &err);
-	if (!tree) {
+	w->tree = gfs_inotree_open(w->o.dir, &w->o.walk, on_inotree_warning, w, &err);
+	if (!w->tree) {
 		warnx_("%s", err.msg);
 		close(sfd);
 		close(tfd);
 		return EXIT_LOCAL;
 	}
-	gfs_inotree_on_warning(tree, on_inotree_warning, w);
 	int rc = EXIT_OK;
-	if (w->initial && !full_pass(w))
-		rc = EXIT_BACKEND;
-	if (rc == EXIT_OK) {
-		if (w->json && !G.quiet) {
-			bson_t doc = BSON_INITIALIZER;
-			BSON_APPEND_UTF8(&doc, "event", "ready");
-			BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(tree));
-			print_json(stdout, &doc);
-			bson_destroy(&doc);
-			fflush(stdout);
-		} else if (!G.quiet) {
-			fprintf(stderr, "%s watch: watching %s (%zu directories)\n", progname, w->o.dir,
-			        gfs_inotree_count(tree));
-		}
-		rc = run_loop(w, tree, sfd, tfd);
+	schedule_pass(w);
+	if (!check_unwatched(w))
+		rc = EXIT_LOCAL;
+	else if (w->initial && !full_pass(w, &err)) {
+		warnx_("%s", err.msg);
+		rc = exit_code_for(&err);
 	}
-	gfs_inotree_close(tree);
+	if (rc == EXIT_OK) {
+		say_ready(w);
+		rc = run_loop(w, sfd, tfd);
+	}
+	gfs_inotree_close(w->tree);
 	close(sfd);
 	close(tfd);
 	return rc;
 }
 
-static void
-free_pending(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	(void)ctx;
-	struct pending *p = value;
-	free(p->rel);
-	free(p);
-}
-
 int
 cmd_watch(int argc, char **argv)
 {
-	struct watch_cli w = {.initial = true, .settle_ms = 200, .jobs = 4};
+	struct watch_cli w = {.initial = true, .settle_ms = 50, .jobs = 4, .max_pending = DEFAULT_MAX_PENDING};
 	w.o.keep_revisions = 1;
+	w.ops_tail = &w.ops;
 	int i = parse_options(argc, argv, "p:x:i:t:j:", watch_options, on_opt, &w);
 	int rc = EXIT_USAGE;
 	if (i < 0)
@@ -494,6 +1132,7 @@ cmd_watch(int argc, char **argv)
 	w.o.walk.n_include = w.n_include;
 	w.o.walk.exclude = w.exclude;
 	w.o.walk.n_exclude = w.n_exclude;
+	w.pass_every_s = w.rescan_every_s;
 	/*
 	 * Blocked before any thread exists (the driver starts monitor threads),
 	 * so that the signals reach only the signalfd.
@@ -502,6 +1141,7 @@ cmd_watch(int argc, char **argv)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	gfs_error err;
 	w.conn = connect_or_warn();
@@ -520,6 +1160,7 @@ cmd_watch(int argc, char **argv)
 		rc = EXIT_PARTIAL;
 	strmap_each(w.pending, free_pending, NULL);
 	strmap_free(w.pending);
+	free_ops(&w);
 	gfs_session_push(w.s);
 	gfs_magic_close(w.magic);
 	gfs_conn_close(w.conn);

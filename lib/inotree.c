@@ -36,9 +36,11 @@ struct gfs_inotree {
 	size_t nbucket;       /* a power of two */
 	size_t n;             /* directories watched */
 	unsigned gen;
-	/* A directory moved away, until the next event tells whether it stayed in the tree. */
+	/* A path moved away, until the next event tells whether it stayed in the tree. */
 	char *moved_rel;
 	uint32_t moved_cookie;
+	bool moved_is_dir;
+	size_t unwatched;     /* directories that could not be watched since the last full walk */
 	const char *fatal;    /* why watching cannot go on; NULL while it can */
 	gfs_inotree_warn_fn warn;
 	void *warn_ctx;
@@ -54,6 +56,16 @@ warn(gfs_inotree *t, const char *rel, const char *reason)
 {
 	if (t->warn)
 		t->warn(rel, reason, t->warn_ctx);
+}
+
+/* ENOSPC from inotify_add_watch is not about disk space: say which limit it is. */
+static void
+warn_unwatched(gfs_inotree *t, const char *rel, int errnum)
+{
+	t->unwatched++;
+	warn(t, rel, errnum == ENOSPC ? "the limit of inotify watches is reached "
+	                                "(sysctl fs.inotify.max_user_watches)"
+	                              : strerror(errnum));
 }
 
 static size_t
@@ -228,12 +240,18 @@ file_selected(const gfs_inotree *t, const char *rel)
 }
 
 static void
-emit(gfs_inotree *t, enum gfs_inotree_kind kind, const char *rel)
+emit_move(gfs_inotree *t, enum gfs_inotree_kind kind, const char *from, const char *rel)
 {
 	if (!t->fn)
 		return;
-	gfs_inotree_event ev = {.kind = kind, .rel = rel};
+	gfs_inotree_event ev = {.kind = kind, .rel = rel, .from = from};
 	t->fn(&ev, t->fn_ctx);
+}
+
+static void
+emit(gfs_inotree *t, enum gfs_inotree_kind kind, const char *rel)
+{
+	emit_move(t, kind, NULL, rel);
 }
 
 /* Some filesystems (XFS without ftype, network filesystems) leave d_type unknown. */
@@ -253,7 +271,7 @@ add_tree(gfs_inotree *t, const char *rel, bool report)
 	char *path = *rel ? join(t->root, rel) : strdup(t->root);
 	int wd = inotify_add_watch(t->fd, path, DIR_MASK);
 	if (wd < 0) {
-		warn(t, rel, strerror(errno));
+		warn_unwatched(t, rel, errno);
 		free(path);
 		return;
 	}
@@ -285,7 +303,8 @@ add_tree(gfs_inotree *t, const char *rel, bool report)
 }
 
 gfs_inotree *
-gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_error *err)
+gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_inotree_warn_fn warn_fn,
+                 void *warn_ctx, gfs_error *err)
 {
 	gfs_inotree *t = calloc(1, sizeof *t);
 	if (!t)
@@ -302,6 +321,8 @@ gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_error *err)
 		return NULL;
 	}
 	t->root = strdup(root);
+	t->warn = warn_fn;
+	t->warn_ctx = warn_ctx;
 	if (sel) {
 		t->sel = *sel;
 		t->have_sel = true;
@@ -349,35 +370,82 @@ gfs_inotree_count(const gfs_inotree *t)
 	return t->n;
 }
 
-void
-gfs_inotree_on_warning(gfs_inotree *t, gfs_inotree_warn_fn fn, void *ctx)
+size_t
+gfs_inotree_unwatched(const gfs_inotree *t)
 {
-	t->warn = fn;
-	t->warn_ctx = ctx;
+	return t->unwatched;
 }
 
-/* No IN_MOVED_TO followed the IN_MOVED_FROM of a directory: it went out of the tree. */
+static void
+forget_move(gfs_inotree *t)
+{
+	free(t->moved_rel);
+	t->moved_rel = NULL;
+	t->moved_cookie = 0;
+}
+
+/* No IN_MOVED_TO followed an IN_MOVED_FROM: the path went out of the tree. */
 static void
 settle_move(gfs_inotree *t)
 {
 	if (!t->moved_rel)
 		return;
-	drop_tree(t, t->moved_rel);
-	free(t->moved_rel);
-	t->moved_rel = NULL;
+	if (t->moved_is_dir) {
+		emit(t, GFS_INO_DIR_REMOVED, t->moved_rel);
+		drop_tree(t, t->moved_rel);
+	} else {
+		emit(t, GFS_INO_REMOVED, t->moved_rel);
+	}
+	forget_move(t);
 }
 
 /*
- * After lost events: watch the directories there are now (adding a watch
- * twice gives the same descriptor), and stop watching those gone.
+ * Watch the directories there are now (adding a watch twice gives the
+ * same descriptor), and stop watching those gone. The root may have been
+ * replaced while events were lost: a new directory under the same path
+ * gets a new descriptor, and it is the one to watch.
  */
-static void
+static const char *
 rewalk(gfs_inotree *t)
 {
 	settle_move(t);
+	int wd = inotify_add_watch(t->fd, t->root, DIR_MASK);
+	if (wd < 0)
+		return errno == ENOENT ? "the watched directory was deleted" : strerror(errno);
+	if (wd != t->root_wd) {
+		inotify_rm_watch(t->fd, t->root_wd);
+		forget_wd(t, t->root_wd);
+		t->root_wd = wd;
+	}
 	t->gen++;
+	t->unwatched = 0;
 	add_tree(t, "", false);
 	drop_wds(t, select_wds(t, NULL));
+	return NULL;
+}
+
+bool
+gfs_inotree_rewalk(gfs_inotree *t, gfs_error *err)
+{
+	const char *why = t->fatal ? t->fatal : rewalk(t);
+	if (why) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", t->root, why);
+		return false;
+	}
+	return true;
+}
+
+void
+gfs_inotree_list(gfs_inotree *t, const char *rel, gfs_inotree_fn fn, void *ctx)
+{
+	/* may be called from within fn, during a read */
+	gfs_inotree_fn saved_fn = t->fn;
+	void *saved_ctx = t->fn_ctx;
+	t->fn = fn;
+	t->fn_ctx = ctx;
+	add_tree(t, rel, true);
+	t->fn = saved_fn;
+	t->fn_ctx = saved_ctx;
 }
 
 /* Events on the root itself: without it there is nothing left to watch. */
@@ -394,36 +462,77 @@ handle_root(gfs_inotree *t, uint32_t mask)
 		t->fatal = "the watched directory can no longer be watched";
 }
 
+static bool
+pairs_move(const gfs_inotree *t, const struct inotify_event *ev, bool is_dir)
+{
+	return ev->mask & IN_MOVED_TO && t->moved_rel && ev->cookie == t->moved_cookie &&
+	       t->moved_is_dir == is_dir;
+}
+
+static void
+hold_move(gfs_inotree *t, const struct inotify_event *ev, const char *rel, bool is_dir)
+{
+	t->moved_rel = strdup(rel);
+	t->moved_cookie = ev->cookie;
+	t->moved_is_dir = is_dir;
+}
+
 static void
 handle_dir(gfs_inotree *t, const struct inotify_event *ev, const char *rel)
 {
-	if (ev->mask & IN_MOVED_TO && t->moved_rel && ev->cookie == t->moved_cookie) {
-		/* moved within the tree: the watches below are renamed by add_tree, or dropped */
-		if (dir_selected(t, rel))
-			add_tree(t, rel, true);
-		settle_move(t);
+	if (pairs_move(t, ev, true)) {
+		if (!dir_selected(t, rel)) {
+			settle_move(t);
+			return;
+		}
+		/* the watches below keep their descriptors: add_tree renames them, drop_tree the rest */
+		add_tree(t, rel, false);
+		drop_tree(t, t->moved_rel);
+		emit_move(t, GFS_INO_DIR_MOVED, t->moved_rel, rel);
+		forget_move(t);
 		return;
 	}
-	if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && dir_selected(t, rel)) {
+	if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && dir_selected(t, rel))
 		add_tree(t, rel, true);
-	} else if (ev->mask & IN_DELETE) {
+	else if (ev->mask & IN_DELETE)
 		emit(t, GFS_INO_DIR_REMOVED, rel);
-	} else if (ev->mask & IN_MOVED_FROM) {
-		emit(t, GFS_INO_DIR_REMOVED, rel);
-		t->moved_rel = strdup(rel);
-		t->moved_cookie = ev->cookie;
+	else if (ev->mask & IN_MOVED_FROM && dir_selected(t, rel))
+		hold_move(t, ev, rel, true);
+}
+
+static void
+handle_file(gfs_inotree *t, const struct inotify_event *ev, const char *rel)
+{
+	bool selected = file_selected(t, rel);
+	if (pairs_move(t, ev, false)) {
+		if (!selected) {
+			settle_move(t);
+			return;
+		}
+		emit_move(t, GFS_INO_MOVED, t->moved_rel, rel);
+		forget_move(t);
+		return;
 	}
+	if (!selected)
+		return;
+	if (ev->mask & IN_MOVED_FROM)
+		hold_move(t, ev, rel, false);
+	else if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+		emit(t, GFS_INO_CHANGED, rel);
+	else if (ev->mask & IN_DELETE)
+		emit(t, GFS_INO_REMOVED, rel);
 }
 
 static void
 handle(gfs_inotree *t, const struct inotify_event *ev)
 {
 	/* The two halves of a rename are queued one after the other. */
-	if (!(ev->mask & IN_MOVED_TO && ev->cookie == t->moved_cookie))
+	if (!(ev->mask & IN_MOVED_TO && t->moved_rel && ev->cookie == t->moved_cookie))
 		settle_move(t);
 	if (ev->mask & IN_Q_OVERFLOW) {
-		rewalk(t);
-		emit(t, GFS_INO_OVERFLOW, "");
+		t->fatal = rewalk(t);
+		if (!t->fatal)
+			emit(t, GFS_INO_OVERFLOW, "");
 		return;
 	}
 	if (ev->wd == t->root_wd && !ev->len) {
@@ -438,14 +547,10 @@ handle(gfs_inotree *t, const struct inotify_event *ev)
 	if (!dir || !ev->len)
 		return; /* events on the directory itself: its parent reports them */
 	char *rel = join(dir, ev->name);
-	if (ev->mask & IN_ISDIR) {
+	if (ev->mask & IN_ISDIR)
 		handle_dir(t, ev, rel);
-	} else if (file_selected(t, rel)) {
-		if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
-			emit(t, GFS_INO_CHANGED, rel);
-		else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
-			emit(t, GFS_INO_REMOVED, rel);
-	}
+	else
+		handle_file(t, ev, rel);
 	free(rel);
 }
 

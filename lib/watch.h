@@ -1,7 +1,9 @@
 /*
  * watch: the per-file actions that keep a bucket in step with a directory
  * as inotify reports changes (lib/inotree.c). The first full pass and any
- * rescan after lost events are an import (lib/import.c).
+ * rescan after lost events are an import (lib/import.c). Every action is
+ * idempotent, so that the caller can retry it after a failure: a retried
+ * upload that finds its content stored only trims old revisions.
  */
 #ifndef GFS_WATCH_H
 #define GFS_WATCH_H
@@ -24,7 +26,7 @@ typedef struct gfs_watch_opts {
 
 enum gfs_watch_action {
 	GFS_WATCH_NOTHING,     /* not a regular file, or not selected */
-	GFS_WATCH_UNCHANGED,   /* stored already with the same size and mtime */
+	GFS_WATCH_UNCHANGED,   /* stored already (size and mtime, and content when changed) */
 	GFS_WATCH_UPLOADED,    /* stored under a new name */
 	GFS_WATCH_REPLACED,    /* stored as a new revision; older ones removed */
 	GFS_WATCH_VANISHED,    /* gone before it could be read */
@@ -33,11 +35,13 @@ enum gfs_watch_action {
 const char *gfs_watch_action_name(enum gfs_watch_action a);
 
 /*
- * Stores dir/rel unless it is stored already with the same size and mtime.
- * *name receives the stored name (caller frees) and *bytes its length.
+ * Stores dir/rel unless it is stored already with the same size and mtime
+ * and, when changed (the file was seen written or moved in), the same
+ * sha256. *name receives the stored name (caller frees) and *bytes its length.
  */
 bool gfs_watch_sync_file(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel,
-                         enum gfs_watch_action *act, char **name, int64_t *bytes, gfs_error *err);
+                         bool changed, enum gfs_watch_action *act, char **name, int64_t *bytes,
+                         gfs_error *err);
 
 /*
  * Removes every revision of the name of rel, or with is_dir every name
@@ -45,5 +49,15 @@ bool gfs_watch_sync_file(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, 
  */
 bool gfs_watch_remove(gfs_session *s, const gfs_watch_opts *o, const char *rel, bool is_dir,
                       uint64_t *removed, gfs_error *err);
+
+/*
+ * Renames every revision of the name of from (with is_dir, every name under
+ * the folder from) to the name of to, as the spec's rename: filename is
+ * updated, no chunk is written. What to held before is removed after.
+ * GFS_EINVAL when a name that is not UTF-8 is involved: the caller stores
+ * and removes instead. *moved counts the documents renamed.
+ */
+bool gfs_watch_move(gfs_session *s, const gfs_watch_opts *o, const char *from, const char *to,
+                    bool is_dir, uint64_t *moved, gfs_error *err);
 
 #endif

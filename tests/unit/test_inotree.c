@@ -23,16 +23,22 @@ struct fixture {
 	gfs_inotree *t;
 };
 
-/* What the last reads reported, as "kind rel" lines. */
+/* What the last reads reported, as "kind rel" lines (as many as fit), and the overflows. */
 static char seen[8192];
+static int overflows;
 
 static void
 record(const gfs_inotree_event *ev, void *ctx)
 {
 	(void)ctx;
-	static const char *names[] = {"changed", "found", "removed", "dir-removed", "overflow"};
+	overflows += ev->kind == GFS_INO_OVERFLOW;
+	static const char *names[] = {"changed", "found", "removed", "dir-removed", "overflow",
+	                              "moved", "dir-moved"};
 	size_t n = strlen(seen);
-	snprintf(seen + n, sizeof seen - n, "%s %s\n", names[ev->kind], ev->rel);
+	if (ev->from)
+		snprintf(seen + n, sizeof seen - n, "%s %s -> %s\n", names[ev->kind], ev->from, ev->rel);
+	else
+		snprintf(seen + n, sizeof seen - n, "%s %s\n", names[ev->kind], ev->rel);
 }
 
 static void
@@ -130,7 +136,7 @@ static void
 open_tree(struct fixture *f)
 {
 	gfs_error err;
-	f->t = gfs_inotree_open(f->root, NULL, &err);
+	f->t = gfs_inotree_open(f->root, NULL, NULL, NULL, &err);
 	assert_non_null(f->t);
 }
 
@@ -198,7 +204,7 @@ test_moved_within_tree_is_renamed(void **state)
 
 	rename_in(f->root, "c", f->root, "e");
 	read_events(f);
-	assert_string_equal(seen, "dir-removed c\nfound e/d/old\n");
+	assert_string_equal(seen, "dir-moved c -> e\n");
 	assert_int_equal(gfs_inotree_count(f->t), 3);
 	write_file(f->root, "e/d/new");
 	read_events(f);
@@ -208,12 +214,67 @@ test_moved_within_tree_is_renamed(void **state)
 	gfs_walk_opts sel = {0};
 	gfs_inotree_close(f->t);
 	gfs_error err;
-	f->t = gfs_inotree_open(f->root, &sel, &err);
+	f->t = gfs_inotree_open(f->root, &sel, NULL, NULL, &err);
 	assert_non_null(f->t);
 	rename_in(f->root, "e", f->root, ".e");
 	read_events(f);
 	assert_string_equal(seen, "dir-removed e\n");
 	assert_int_equal(gfs_inotree_count(f->t), 1);
+}
+
+/* A file renamed within the tree is one move; renamed to a name not selected, a removal. */
+static void
+test_file_renames(void **state)
+{
+	struct fixture *f = *state;
+	make_dir(f->root, "a");
+	write_file(f->root, "a/x");
+	write_file(f->root, ".tmp");
+	gfs_walk_opts sel = {0};
+	gfs_error err;
+	f->t = gfs_inotree_open(f->root, &sel, NULL, NULL, &err);
+	assert_non_null(f->t);
+	rename_in(f->root, "a/x", f->root, "y");
+	read_events(f);
+	assert_string_equal(seen, "moved a/x -> y\n");
+	rename_in(f->root, "y", f->root, ".y");
+	read_events(f);
+	assert_string_equal(seen, "removed y\n");
+	rename_in(f->root, ".tmp", f->root, "a/saved");
+	read_events(f);
+	assert_string_equal(seen, "changed a/saved\n");
+	rename_in(f->root, "a/saved", f->outside, "saved");
+	read_events(f);
+	assert_string_equal(seen, "removed a/saved\n");
+}
+
+/* The root replaced while events were lost: the new directory is the one watched. */
+static void
+test_root_replaced_during_overflow(void **state)
+{
+	struct fixture *f = *state;
+	open_tree(f);
+	FILE *q = fopen("/proc/sys/fs/inotify/max_queued_events", "r");
+	assert_non_null(q);
+	int limit = 0;
+	assert_int_equal(fscanf(q, "%d", &limit), 1);
+	fclose(q);
+	/* two names in turn: the kernel merges an event identical to the one before */
+	for (int i = 0; i < limit + 10; i++)
+		write_file(f->root, i % 2 ? "a" : "b");
+	char away[128];
+	path(away, sizeof away, f->outside, "old-root");
+	assert_int_equal(rename(f->root, away), 0);
+	assert_int_equal(mkdir(f->root, 0700), 0);
+	make_dir(f->root, "sub");
+	overflows = 0;
+	read_events(f);
+	assert_int_equal(overflows, 1);
+	assert_int_equal(gfs_inotree_count(f->t), 2);
+	write_file(f->root, "sub/new");
+	write_file(away, "a");
+	read_events(f);
+	assert_string_equal(seen, "changed sub/new\n");
 }
 
 static void
@@ -236,6 +297,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_count_follows_live_directories, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_moved_out_directory_is_forgotten, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_moved_within_tree_is_renamed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_renames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_root_replaced_during_overflow, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_root_removed_is_an_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

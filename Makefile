@@ -2,8 +2,9 @@
 #   make              build ./gridfsctl (gcc by default; make CC=clang works too)
 #   make asan         build build/asan/gridfsctl with AddressSanitizer + UBSan
 #   make check        unit tests and integration tests (both builds) against the embedded backend
+#   make check-long   the reliability suite (tests/long, docs/reliability.md); make fuzz: HTTP fuzzer
 #   make demo         start the embedded backend, import a small poster tree, ls, get
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   (make uninstall, same PREFIX/DESTDIR, undoes it)
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -38,7 +39,8 @@ MAN_SRC := $(wildcard man/*.scd)
 MAN_OUT := $(patsubst man/%.scd,$(B)/man/%,$(MAN_SRC))
 
 .DEFAULT_GOAL := all
-.PHONY: all asan unit man check check-unit check-integration demo install clean backend deps
+.PHONY: all asan unit man check check-unit check-integration demo install clean backend deps \
+	fuzz check-long
 
 deps:
 	scripts/deps
@@ -87,10 +89,14 @@ backend:
 check-unit: unit
 	@set -e; for t in $(UNIT_BIN) $(ASAN_UNIT_BIN); do echo "== $$t"; $$t; done
 
-# Integration tests run the ASan build (leaks are errors) and the release build.
+# Integration tests run the ASan build (leaks are errors) and the release build,
+# each in a temporary tree of its own under $(B): pytest's clean-up of the
+# shared /tmp/pytest-of-USER recurses, and a deep tree left there by any
+# earlier run (mirror's depth tests make 1,500 levels) would end this one.
 check-integration: gridfsctl asan man backend
-	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
-	GRIDFSCTL_BIN=$(CURDIR)/gridfsctl $(PYTEST) -q tests $(PYTEST_ARGS)
+	rm -rf $(B)/pytest && mkdir -p $(B)/pytest
+	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl $(PYTEST) -q --basetemp=$(B)/pytest/asan tests $(PYTEST_ARGS)
+	GRIDFSCTL_BIN=$(CURDIR)/gridfsctl $(PYTEST) -q --basetemp=$(B)/pytest/release tests $(PYTEST_ARGS)
 
 # check and demo install what is missing first, then build in a fresh make
 # (pkg-config flags are read when make starts).
@@ -98,10 +104,48 @@ check:
 	scripts/deps
 	$(MAKE) check-unit check-integration
 
+# The HTTP fuzz harness (tests/fuzz/): clang's libFuzzer with ASan+UBSan over
+# the pure parsers serve uses, seeded from the committed corpus. New inputs go
+# to $(B)/fuzz/corpus, never into the tree; a finding is left as
+# $(B)/fuzz/crash-* and fails the target. FUZZ_SEED=0 draws a seed (printed).
+FUZZ_SECONDS ?= 60
+FUZZ_SEED ?= 0
+# All of lib/, not a hand-picked list: what the parsers link against moves.
+FUZZ_SRC := tests/fuzz/fuzz_http.c $(LIB_SRC)
+FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+$(B)/fuzz/fuzz_http: $(FUZZ_SRC) $(HDRS)
+	@mkdir -p $(dir $@)
+	clang $(ALL_CFLAGS) $(FUZZ_FLAGS) -o $@ $(FUZZ_SRC) $(PKG_LIBS)
+
+fuzz: $(B)/fuzz/fuzz_http
+	@mkdir -p $(B)/fuzz/corpus
+	$(B)/fuzz/fuzz_http -max_total_time=$(FUZZ_SECONDS) -max_len=512 -timeout=10 -seed=$(FUZZ_SEED) \
+		-dict=tests/fuzz/http.dict -artifact_prefix=$(B)/fuzz/ -print_final_stats=1 \
+		$(B)/fuzz/corpus tests/fuzz/corpus
+
+# The long reliability suite (tests/long/, docs/reliability.md): crash and
+# fault injection, hostile data under the sanitizers, HTTP abuse. Runs
+# against the ASan build; LONG_SCALE scales the fault counts (1 = full).
+LONG_SCALE ?= 1
+check-long: asan man backend
+	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl GRIDFSCTL_LONG_SCALE=$(LONG_SCALE) \
+		$(PYTEST) -q --basetemp=$(CURDIR)/$(B)/long-tmp tests/long $(PYTEST_ARGS)
+
 demo:
 	scripts/deps
 	$(MAKE) gridfsctl backend
 	scripts/demo
+
+# Shipped as documentation: the units and the logrotate file are examples to
+# copy into /etc, with the binary's path set to where this install puts it.
+DOCDIR  ?= $(PREFIX)/share/doc/gridfsctl
+CONTRIB := $(sort $(wildcard contrib/*/*))
+DOCS    := docs/cron.md
+MAN_DST  = $(foreach m,$(MAN_OUT),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
+COMP_DST = $(DESTDIR)$(PREFIX)/share/bash-completion/completions/gridfsctl \
+	$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_gridfsctl \
+	$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/gridfsctl.fish
 
 install: $(BIN) man
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
@@ -111,6 +155,20 @@ install: $(BIN) man
 	install -D -m 644 completions/gridfsctl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/gridfsctl
 	install -D -m 644 completions/_gridfsctl $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_gridfsctl
 	install -D -m 644 completions/gridfsctl.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/gridfsctl.fish
+	for f in $(CONTRIB); do install -d $(DESTDIR)$(DOCDIR)/$$(dirname $$f) && \
+		sed 's|/usr/local/bin/gridfsctl|$(PREFIX)/bin/gridfsctl|g' $$f > $(DESTDIR)$(DOCDIR)/$$f && \
+		chmod 644 $(DESTDIR)$(DOCDIR)/$$f || exit 1; done
+	install -m 644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+
+# Removes what install put, and the documentation directories it made; the
+# shared directories (bin, man1, completions) stay.
+.PHONY: uninstall
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/gridfsctl $(MAN_DST) $(COMP_DST)
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(CONTRIB) $(notdir $(DOCS)))
+	for d in $(sort $(dir $(CONTRIB))) contrib/; do \
+		if [ -d $(DESTDIR)$(DOCDIR)/$$d ]; then rmdir $(DESTDIR)$(DOCDIR)/$$d || exit 1; fi; done
+	if [ -d $(DESTDIR)$(DOCDIR) ]; then rmdir $(DESTDIR)$(DOCDIR); fi
 
 clean:
 	rm -rf build gridfsctl

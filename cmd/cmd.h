@@ -44,6 +44,13 @@ struct command {
 };
 
 extern const struct command commands[];
+/* The command called name, or NULL. */
+const struct command *find_command(const char *name);
+/* The global options' --help lines (cmd/main.c) and table (cmd/options.c). */
+extern const char global_help[];
+extern const struct option global_longopts[];
+/* _options, _complete and _names, the verbs the shell completions call (cmd/complete.c). */
+int run_completion_verb(int argc, char **argv);
 
 /*
  * Parses argv for one subcommand: its own options plus the global ones,
@@ -70,6 +77,8 @@ const struct command *current_command(void);
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void warn_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* appends strerror(errno) */
 void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The last message those printed, unescaped, for the "error" of a JSON summary; "" if none. */
+const char *last_message(void);
 
 /* Maps a library error to an exit code. */
 int exit_code_for(const gfs_error *err);
@@ -81,6 +90,17 @@ gfs_conn *connect_or_warn(void);
 
 /* Prints a bson document as one line of relaxed extended JSON. */
 void print_json(FILE *out, const bson_t *doc);
+
+/*
+ * s[0..len) for human eyes, the one escaping rule of gridfsctl(1): C0 and
+ * C1 controls, DEL and bytes that are not UTF-8 become \xNN. Caller frees.
+ */
+char *printable(const char *s, size_t len);
+/* Formats one line, escapes all of it with printable() and writes it with a newline. */
+void human_line(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Flushes and closes stdout at exit: a write error turns EXIT_OK into EXIT_LOCAL. */
+int close_stdout(int rc);
 
 /* Everyday-verb helpers (cmd/util.c). */
 void file_to_json(const gfs_file *f, bson_t *out);
@@ -96,6 +116,9 @@ void add_glob(const char ***list, size_t *n, const char *arg);
  */
 extern volatile sig_atomic_t stop_signal;
 void catch_stop_signals(void);
+
+/* uri with ?name=value added, unless it sets name already; malloc'd, NULL when out of memory. */
+char *uri_with_option(const char *uri, const char *name, long value);
 
 /* Parses sizes like "512", "64K", "1G". */
 bool parse_size(const char *s, uint64_t *out);

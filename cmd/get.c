@@ -1,7 +1,10 @@
 /* gridfsctl get: write a stored file to disk or stdout. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -78,32 +81,6 @@ to_fd(const uint8_t *data, size_t len, void *ctx)
 	return false;
 }
 
-/* A stored name used as a local path must stay below the current directory. */
-static bool
-safe_relative(const char *name)
-{
-	gfs_error err;
-	return gfs_safepath_check(name, strlen(name), &err);
-}
-
-static bool
-make_parents(const char *path)
-{
-	char *copy = strdup(path);
-	for (char *p = copy + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(copy, 0777) < 0 && errno != EEXIST) {
-			free(copy);
-			return false;
-		}
-		*p = '/';
-	}
-	free(copy);
-	return true;
-}
-
 static int
 read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
 {
@@ -123,66 +100,255 @@ read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
 	return fail(&err);
 }
 
+/* Where the output goes: a file name in an open directory. */
+struct target {
+	int dirfd;
+	const char *base;    /* points into shown */
+	const char *shown;   /* the path as the user knows it, for messages */
+};
+
 /*
  * Writes into a temporary file beside the target and renames it into place,
  * so the target is either the old file or the complete new one. Without
  * --force, RENAME_NOREPLACE makes "never overwrite" hold even against a file
  * created while we were downloading.
+ *
+ * The temporary file is .BASE.gridfsctl-PID-RANDOM, held under flock(2)
+ * while it is written. A get killed with SIGKILL cannot remove it, so the
+ * next get of the same target removes those whose owner is gone: the pid
+ * no longer exists here and no process holds the lock. Both must agree,
+ * since a pid means nothing in another pid namespace and the lock is only
+ * taken just after the file is made.
  */
+#define TEMP_TAG ".gridfsctl-"
+
+/* The pid in a temporary name of ours for base, or 0 when d_name is not one. */
+static long
+temp_owner(const char *d_name, const char *base)
+{
+	size_t bl = strlen(base), tl = strlen(TEMP_TAG);
+	if (d_name[0] != '.' || strncmp(d_name + 1, base, bl) != 0 ||
+	    strncmp(d_name + 1 + bl, TEMP_TAG, tl) != 0)
+		return 0;
+	const char *p = d_name + 1 + bl + tl;
+	char *end;
+	long pid = strtol(p, &end, 10);
+	if (end == p || *end != '-' || pid <= 0 || strlen(end + 1) != 6)
+		return 0;
+	return pid;
+}
+
+static bool
+owner_gone(int dirfd, const char *name, long pid)
+{
+	if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		return false;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct stat a, b;
+	bool gone = flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && S_ISREG(a.st_mode) &&
+	            fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+	            a.st_dev == b.st_dev;
+	close(fd);
+	return gone;
+}
+
+/* Removes what killed gets of this same target left beside it. */
+static void
+remove_stale_temps(int dirfd, const char *base)
+{
+	int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		long pid = temp_owner(e->d_name, base);
+		if (pid && owner_gone(dirfd, e->d_name, pid) && unlinkat(dirfd, e->d_name, 0) == 0 &&
+		    !G.quiet)
+			warnx_("removed %s, left by an interrupted get", e->d_name);
+	}
+	closedir(d);
+}
+
+/* Makes the locked temporary file for base in dirfd; *tmp names it (caller frees). */
 static int
-get_to_path(gfs_session *s, const gfs_file *f, const char *path, bool force)
+create_temp(int dirfd, const char *base, char **tmp)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		uint32_t r;
+		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+			r = (uint32_t)rand();
+		*tmp = bson_strdup_printf(".%s" TEMP_TAG "%ld-%06u", base, (long)getpid(),
+		                          (unsigned)(r % 1000000));
+		int fd = openat(dirfd, *tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 && flock(fd, LOCK_EX) == 0)
+			return fd;
+		int e = errno;
+		if (fd >= 0) {
+			unlinkat(dirfd, *tmp, 0);
+			close(fd);
+		}
+		bson_free(*tmp);
+		*tmp = NULL;
+		errno = e;
+		if (e != EEXIST)
+			return -1;
+	}
+	return -1;
+}
+
+/* A signal after the last chunk still means: leave no new file behind. */
+static int
+finish_temp(int fd, const char *what, int rc)
+{
+	mode_t mask = umask(0);
+	umask(mask);
+	/* The file was made 0600; a downloaded file gets the usual umask-based mode. */
+	if (rc == EXIT_OK && (fchmod(fd, 0666 & ~mask) < 0 || fsync(fd) < 0)) {
+		warn_("%s", what);
+		rc = EXIT_LOCAL;
+	}
+	if (close(fd) < 0 && rc == EXIT_OK) {
+		warn_("%s", what);
+		rc = EXIT_LOCAL;
+	}
+	if (rc == EXIT_OK && stop_signal) {
+		warnx_("%s: interrupted", what);
+		rc = EXIT_INTERRUPTED;
+	}
+	return rc;
+}
+
+static int
+get_to_path(gfs_session *s, const gfs_file *f, const struct target *t, bool force)
 {
 	struct stat st;
-	if (!force && lstat(path, &st) == 0) {
-		warnx_("%s: exists (use --force to replace it)", path);
+	if (!force && fstatat(t->dirfd, t->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		warnx_("%s: exists (use --force to replace it)", t->shown);
 		return EXIT_LOCAL;
+	}
+	remove_stale_temps(t->dirfd, t->base);
+	char *tmp;
+	int fd = create_temp(t->dirfd, t->base, &tmp);
+	if (fd < 0) {
+		warn_("%s", t->shown);
+		return EXIT_LOCAL;
+	}
+	int rc = finish_temp(fd, t->shown, read_into(s, f, fd, t->shown));
+	if (rc == EXIT_OK &&
+	    renameat2(t->dirfd, tmp, t->dirfd, t->base, force ? 0 : RENAME_NOREPLACE) < 0) {
+		if (errno == EEXIST)
+			warnx_("%s: exists (use --force to replace it)", t->shown);
+		else
+			warn_("%s", t->shown);
+		rc = EXIT_LOCAL;
+	}
+	if (rc != EXIT_OK)
+		unlinkat(t->dirfd, tmp, 0);
+	bson_free(tmp);
+	return rc;
+}
+
+/* Creates the directories above a path the user gave; they may go through symlinks. */
+static bool
+make_parents(const char *path)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		abort();
+	for (char *p = copy; *p; p++) {
+		if (*p != '/' || p == copy)
+			continue;
+		*p = '\0';
+		if (mkdir(copy, 0777) < 0 && errno != EEXIST) {
+			free(copy);
+			return false;
+		}
+		*p = '/';
+	}
+	free(copy);
+	return true;
+}
+
+/*
+ * -o PATH is the user's own path: resolved as any command resolves its
+ * arguments, symlinks included.
+ */
+static int
+open_user_target(const char *path, struct target *t)
+{
+	const char *slash = strrchr(path, '/');
+	t->base = slash ? slash + 1 : path;
+	t->shown = path;
+	if (!*t->base || strcmp(t->base, ".") == 0 || strcmp(t->base, "..") == 0) {
+		usage_error("-o %s: names a directory; give the file's path", path);
+		return EXIT_USAGE;
 	}
 	if (!make_parents(path)) {
 		warn_("%s", path);
 		return EXIT_LOCAL;
 	}
-	char *dcopy = strdup(path), *bcopy = strdup(path);
-	char *tmp = bson_strdup_printf("%s/.%s.gridfsctl-XXXXXX", dirname(dcopy), basename(bcopy));
-	free(dcopy);
-	free(bcopy);
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
+	char *dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+	if (!dir)
+		abort();
+	t->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(dir);
+	if (t->dirfd < 0) {
 		warn_("%s", path);
-		bson_free(tmp);
 		return EXIT_LOCAL;
 	}
-	int rc = read_into(s, f, fd, path);
-	if (rc == EXIT_OK && (fsync(fd) < 0 || close(fd) < 0)) {
-		warn_("%s", path);
-		rc = EXIT_LOCAL;
-	} else if (rc != EXIT_OK) {
-		close(fd);
+	return EXIT_OK;
+}
+
+/*
+ * A stored name came from whoever could write to the bucket: it must stay
+ * beneath the current directory, so no segment of it is resolved through a
+ * symlink (lib/safepath.c, as mirror does).
+ */
+static int
+open_stored_target(const char *name, struct target *t)
+{
+	gfs_error err;
+	size_t len = strlen(name);
+	if (!gfs_safepath_check(name, len, &err)) {
+		warnx_("%s: stored name is not a safe local path (%s); give -o FILE", name, err.msg);
+		return EXIT_USAGE;
 	}
-	/* mkostemp creates 0600; a downloaded file gets the usual umask-based mode. */
-	mode_t mask = umask(0);
-	umask(mask);
-	if (rc == EXIT_OK && chmod(tmp, 0666 & ~mask) < 0) {
-		warn_("%s", path);
-		rc = EXIT_LOCAL;
+	size_t dl = gfs_safepath_dirlen(name, len);
+	t->shown = name;
+	t->base = dl ? name + dl + 1 : name;
+	int root = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0) {
+		warn_("current directory");
+		return EXIT_LOCAL;
 	}
-	/* A signal after the last chunk still means: leave no new file behind. */
-	if (rc == EXIT_OK && stop_signal) {
-		warnx_("%s: interrupted", path);
-		rc = EXIT_INTERRUPTED;
+	t->dirfd = gfs_safepath_opendir(root, name, dl, GFS_SAFEPATH_CREATE, &err);
+	close(root);
+	if (t->dirfd < 0) {
+		warnx_("%s: %s", name, err.msg);
+		return EXIT_LOCAL;
 	}
-	if (rc == EXIT_OK) {
-		int r = force ? rename(tmp, path) : renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE);
-		if (r < 0) {
-			if (errno == EEXIST)
-				warnx_("%s: exists (use --force to replace it)", path);
-			else
-				warn_("%s", path);
-			rc = EXIT_LOCAL;
-		}
+	return EXIT_OK;
+}
+
+static int
+get_to_file(gfs_session *s, const gfs_file *f, const char *output, bool force)
+{
+	if (!output && !f->filename) {
+		warnx_("(no name): stored file has no name; give -o FILE");
+		return EXIT_USAGE;
 	}
+	struct target t;
+	int rc = output ? open_user_target(output, &t) : open_stored_target(f->filename, &t);
 	if (rc != EXIT_OK)
-		unlink(tmp);
-	bson_free(tmp);
+		return rc;
+	rc = get_to_path(s, f, &t, force);
+	close(t.dirfd);
 	return rc;
 }
 
@@ -193,6 +359,10 @@ cmd_get(int argc, char **argv)
 	int i = parse_options(argc, argv, "r:o:f", get_options, on_opt, &o);
 	if (i < 0 || !one_target(argc - i, o.id))
 		return EXIT_USAGE;
+	if (o.output && !*o.output) {
+		usage_error("-o needs a file name ('-' for stdout), not an empty string");
+		return EXIT_USAGE;
+	}
 	gfs_conn *conn = connect_or_warn();
 	if (!conn)
 		return EXIT_USAGE;
@@ -201,16 +371,10 @@ cmd_get(int argc, char **argv)
 	gfs_file f;
 	int rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f);
 	if (rc == EXIT_OK) {
-		const char *out = o.output ? o.output : f.filename;
-		if (out && strcmp(out, "-") == 0) {
+		if (o.output && strcmp(o.output, "-") == 0)
 			rc = read_into(s, &f, STDOUT_FILENO, "stdout");
-		} else if (!out || (!o.output && !safe_relative(out))) {
-			warnx_("%s: stored name is not a safe local path; give -o FILE",
-			       f.filename ? f.filename : "(no name)");
-			rc = EXIT_USAGE;
-		} else {
-			rc = get_to_path(s, &f, out, o.force);
-		}
+		else
+			rc = get_to_file(s, &f, o.output, o.force);
 		gfs_file_free(&f);
 	}
 	gfs_session_push(s);

@@ -6,6 +6,7 @@
 
 #include "../lib/import.h"
 #include "../lib/names.h"
+#include "../lib/safepath.h"
 #include "cmd.h"
 
 const char import_help[] =
@@ -19,7 +20,9 @@ const char import_help[] =
     "  -c, --checksum          compare sha256 instead of size and mtime to find changes\n"
     "  -k, --keep-revisions N  keep the N newest revisions of a changed name (default 1;\n"
     "                          0 keeps every revision)\n"
+    "      --allow-unsafe-name take a --prefix that mirror and get would refuse as a path\n"
     "      --delete            remove stored files under the prefix that are gone from DIR\n"
+    "      --allow-empty       let --delete remove everything when DIR has no file to import\n"
     "  -n, --dry-run           print what would be done; change nothing\n"
     "  -j, --jobs N            worker threads and connections (default 4)\n"
     "      --batch-size SIZE   chunk data per bulk insert (default 8M)\n"
@@ -27,7 +30,7 @@ const char import_help[] =
     "  -v, --verbose           print each stored and deleted file\n"
     "      --json              print a summary object (and, with -v or -n, one per file)\n";
 
-enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_BATCH, OPT_CHUNK, OPT_JSON };
+enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_ALLOW_EMPTY, OPT_UNSAFE, OPT_BATCH, OPT_CHUNK, OPT_JSON };
 
 const struct option import_options[] = {
 	{"prefix", required_argument, NULL, 'p'},
@@ -40,6 +43,8 @@ const struct option import_options[] = {
 	{"checksum", no_argument, NULL, 'c'},
 	{"keep-revisions", required_argument, NULL, 'k'},
 	{"delete", no_argument, NULL, OPT_DELETE},
+	{"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
+	{"allow-unsafe-name", no_argument, NULL, OPT_UNSAFE},
 	{"dry-run", no_argument, NULL, 'n'},
 	{"jobs", required_argument, NULL, 'j'},
 	{"batch-size", required_argument, NULL, OPT_BATCH},
@@ -53,8 +58,9 @@ struct import_cli {
 	gfs_import_opts o;
 	const char **include, **exclude;
 	size_t n_include, n_exclude;
-	bool verbose, json;
+	bool verbose, json, allow_unsafe;
 	struct progress *progress;
+	char *first_failure;   /* the first file's error line, for the JSON summary */
 };
 
 static int
@@ -73,6 +79,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 't': c->o.content_type = arg; return 0;
 	case 'c': c->o.checksum = true; return 0;
 	case OPT_DELETE: c->o.delete_missing = true; return 0;
+	case OPT_ALLOW_EMPTY: c->o.allow_empty = true; return 0;
+	case OPT_UNSAFE: c->allow_unsafe = true; return 0;
 	case 'n': c->o.dry_run = true; return 0;
 	case 'v': c->verbose = true; return 0;
 	case OPT_JSON: c->json = true; return 0;
@@ -157,9 +165,9 @@ print_action(struct import_cli *c, const gfs_import_event *ev)
 	}
 	static const char *done[] = {"uploaded", "replaced", NULL, "deleted"};
 	if (ev->dry_run)
-		printf("would %s %s\n", action, ev->name);
+		human_line(stdout, "would %s %s", action, ev->name);
 	else
-		printf("%s %s\n", done[ev->kind], ev->name);
+		human_line(stdout, "%s %s", done[ev->kind], ev->name);
 }
 
 /* Called by the library from its threads, one call at a time. */
@@ -175,6 +183,8 @@ on_event(const gfs_import_event *ev, void *ctx)
 		} else {
 			char *p = ev->path ? display_path(c->o.dir, ev->path) : strdup(ev->name ? ev->name : "?");
 			warnx_("%s: %s", p, ev->reason);
+			if (!c->first_failure)
+				c->first_failure = bson_strdup_printf("%s: %s", p, ev->reason);
 			free(p);
 		}
 	}
@@ -200,8 +210,15 @@ print_summary(const struct import_cli *c, const gfs_import_stats *st, const gfs_
 	BSON_APPEND_INT64(&doc, "recovered", (int64_t)st->recovered);
 	if (c->o.dry_run)
 		BSON_APPEND_BOOL(&doc, "dryRun", true);
-	if (err->code != GFS_OK)
+	if (err->code != GFS_OK) {
 		BSON_APPEND_UTF8(&doc, "error", err->msg);
+	} else if (st->failed) {
+		char *msg = bson_strdup_printf("%llu file%s failed, the first: %s",
+		                               (unsigned long long)st->failed, st->failed == 1 ? "" : "s",
+		                               c->first_failure ? c->first_failure : "?");
+		BSON_APPEND_UTF8(&doc, "error", msg);
+		bson_free(msg);
+	}
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
 }
@@ -233,12 +250,31 @@ handle_signals(void)
 	sigaction(SIGTERM, &sa, NULL);
 }
 
+/* As mirror --delete does when the bucket has nothing: refuse, and say how to insist. */
+static void
+refused_delete(const struct import_cli *c, const gfs_import_stats *st, gfs_error *err)
+{
+	char *dir = display_path(c->o.dir, NULL);
+	gfs_error_set(err, GFS_EINVAL,
+	              "not deleting anything: %s has no file to import, and --delete would remove "
+	              "all %llu stored name%s under the prefix (an unmounted file system looks like "
+	              "this); --allow-empty to delete them", dir,
+	              (unsigned long long)st->delete_refused, st->delete_refused == 1 ? "" : "s");
+	free(dir);
+}
+
 static int
 run(struct import_cli *c)
 {
 	gfs_conn *conn = connect_or_warn();
-	if (!conn)
+	if (!conn) {
+		gfs_import_stats none = {0};
+		gfs_error err;
+		gfs_error_set(&err, GFS_EINVAL, "%s", last_message());
+		if (c->json)
+			print_summary(c, &none, &err);
 		return EXIT_USAGE;
+	}
 	c->o.walk.include = c->include;
 	c->o.walk.n_include = c->n_include;
 	c->o.walk.exclude = c->exclude;
@@ -258,13 +294,41 @@ run(struct import_cli *c)
 	progress_done(c->progress);
 	c->progress = NULL;
 	int rc = ok ? (st.failed ? EXIT_PARTIAL : EXIT_OK) : exit_code_for(&err);
-	if (!ok)
+	if (ok && st.delete_refused) {
+		refused_delete(c, &st, &err);
+		rc = EXIT_PARTIAL;
+	}
+	if (err.code != GFS_OK)
 		warnx_("%s", err.msg);
 	if (c->json)
 		print_summary(c, &st, &err);
 	gfs_import_free(imp);
 	gfs_conn_close(conn);
+	bson_free(c->first_failure);
 	return rc;
+}
+
+/*
+ * Every name stored is the prefix and a path the walk found, whose segments
+ * are safe: a prefix mirror would refuse makes every one of them refused.
+ */
+static bool
+prefix_safe(const char *prefix)
+{
+	char *norm = gfs_prefix_normalize(prefix);
+	size_t len = strlen(norm);
+	gfs_error err;
+	bool ok = len == 0 || gfs_safepath_check(norm, len - 1, &err);
+	/* "/" alone normalizes to "": still an absolute name, as the user wrote it. */
+	if (ok && len == 0 && prefix && *prefix) {
+		gfs_error_set(&err, GFS_EINVAL, "absolute name");
+		ok = false;
+	}
+	if (!ok)
+		warnx_("--prefix %s: %s, so mirror and get would refuse every name under it; "
+		            "--allow-unsafe-name to use it anyway", prefix, err.msg);
+	free(norm);
+	return ok;
 }
 
 int
@@ -297,6 +361,8 @@ cmd_import(int argc, char **argv)
 		usage_error("the prefix must be UTF-8");
 		goto out;
 	}
+	if (!c.allow_unsafe && !prefix_safe(c.o.prefix))
+		goto out;
 	rc = run(&c);
 out:
 	free(c.include);

@@ -52,10 +52,10 @@ print_file(struct ls *l, const gfs_file *f, int64_t revisions)
 	} else if (l->lng) {
 		char date[32];
 		gfs_iso8601(f->upload_date, date);
-		printf("%12lld  %s  %-24s  %s\n", (long long)f->length, date,
-		       f->content_type ? f->content_type : "-", name);
+		human_line(stdout, "%12lld  %s  %-24s  %s", (long long)f->length, date,
+		           f->content_type ? f->content_type : "-", name);
 	} else {
-		printf("%s\n", name);
+		human_line(stdout, "%s", name);
 	}
 	l->count++;
 }
@@ -122,11 +122,5 @@ cmd_ls(int argc, char **argv)
 	flush_pending(&l);
 	gfs_session_push(s);
 	gfs_conn_close(conn);
-	if (!ok)
-		return fail(&err);
-	if (fflush(stdout) != 0) {
-		warn_("stdout");
-		return EXIT_LOCAL;
-	}
-	return EXIT_OK;
+	return ok ? EXIT_OK : fail(&err);
 }

@@ -21,40 +21,28 @@ const struct command commands[] = {
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };
 
+const char global_help[] =
+    "  --uri URI       connection string (default $GRIDFSCTL_URI, the config file, or "
+    GFS_DEFAULT_URI ")\n"
+    "  --db NAME       database (default: from the URI path, else " GFS_DEFAULT_DB ")\n"
+    "  --bucket NAME   GridFS bucket prefix (default " GFS_DEFAULT_BUCKET ")\n"
+    "  -q, --quiet     print only errors\n"
+    "  --no-progress   never draw a progress bar\n"
+    "  -h, --help      help for gridfsctl or for COMMAND\n"
+    "  --version       print the version\n";
+
 static void
 print_usage(FILE *out)
 {
 	fprintf(out, "usage: %s [global options] COMMAND [options] [args]\n\ncommands:\n", progname);
 	for (const struct command *c = commands; c->name; c++)
 		fprintf(out, "  %-10s %s\n", c->name, c->summary);
-	fprintf(out,
-	    "\nglobal options (before or after COMMAND):\n"
-	    "  --uri URI       connection string (default $GRIDFSCTL_URI, the config file, or %s)\n"
-	    "  --db NAME       database (default: from the URI path, else %s)\n"
-	    "  --bucket NAME   GridFS bucket prefix (default %s)\n"
-	    "  -q, --quiet     print only errors\n"
-	    "  --no-progress   never draw a progress bar\n"
-	    "  -h, --help      help for %s or for COMMAND\n"
-	    "  --version       print the version\n"
-	    "\nRun '%s COMMAND --help' for a command's options; see gridfsctl(1).\n",
-	    GFS_DEFAULT_URI, GFS_DEFAULT_DB, GFS_DEFAULT_BUCKET, progname, progname);
+	fprintf(out, "\nglobal options (before or after COMMAND):\n%s"
+	             "\nRun '%s COMMAND --help' for a command's options; see gridfsctl(1).\n",
+	        global_help, progname);
 }
 
-/* For the shell completions: one option per line, "=" marking those that take an argument. */
-static int
-print_option_names(const struct command *c)
-{
-	if (!c) {
-		for (c = commands; c->name; c++)
-			printf("%s\n", c->name);
-		return EXIT_OK;
-	}
-	for (const struct option *o = c->long_opts; o && o->name; o++)
-		printf("--%s%s\n", o->name, o->has_arg == no_argument ? "" : "=");
-	return EXIT_OK;
-}
-
-static const struct command *
+const struct command *
 find_command(const char *name)
 {
 	for (const struct command *c = commands; c->name; c++)
@@ -71,11 +59,11 @@ parse_leading_globals(int argc, char **argv)
 	while (i < argc && argv[i][0] == '-' && argv[i][1] != '\0') {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			print_usage(stdout);
-			exit(EXIT_OK);
+			exit(close_stdout(EXIT_OK));
 		}
 		if (strcmp(argv[i], "--version") == 0) {
 			printf("gridfsctl %s (mongo-c-driver %s)\n", GRIDFSCTL_VERSION, mongoc_get_version());
-			exit(EXIT_OK);
+			exit(close_stdout(EXIT_OK));
 		}
 		int used = global_option(argc - i, argv + i);
 		if (used < 0)
@@ -98,9 +86,14 @@ static void
 driver_log(mongoc_log_level_t level, const char *domain, const char *message, void *data)
 {
 	(void)data;
-	if (getenv("GRIDFSCTL_DEBUG"))
-		fprintf(stderr, "%s: driver %s: %s: %s\n", progname, mongoc_log_level_str(level), domain,
-		        message);
+	if (!getenv("GRIDFSCTL_DEBUG"))
+		return;
+	/* The driver names hosts as it parsed them: maybe a piece of the password. */
+	char shown[2048];
+	snprintf(shown, sizeof shown, "%s", message);
+	gfs_redact(shown, sizeof shown);
+	fprintf(stderr, "%s: driver %s: %s: %s\n", progname, mongoc_log_level_str(level), domain,
+	        shown);
 }
 
 int
@@ -117,26 +110,26 @@ main(int argc, char **argv)
 	if (strcmp(argv[i], "help") == 0) {
 		if (i + 1 >= argc) {
 			print_usage(stdout);
-			return EXIT_OK;
+			return close_stdout(EXIT_OK);
 		}
 		help_argv[0] = argv[i + 1];
 		argv = help_argv;
 		argc = 2;
 		i = 0;
 	}
-	if (strcmp(argv[i], "_options") == 0)
-		return print_option_names(i + 1 < argc ? find_command(argv[i + 1]) : NULL);
+	if (strcmp(argv[i], "_options") == 0 || strcmp(argv[i], "_complete") == 0)
+		return close_stdout(run_completion_verb(argc - i, argv + i));
 	const struct command *c = find_command(argv[i]);
-	if (!c) {
+	if (!c && strcmp(argv[i], "_names") != 0) {
 		fprintf(stderr, "%s: unknown command '%s'; see '%s --help'\n", progname, argv[i], progname);
 		return EXIT_USAGE;
 	}
-	cmdname = c->name;
+	cmdname = c ? c->name : NULL;
 	if (load_settings() < 0)
 		return EXIT_USAGE;
 	mongoc_log_set_handler(driver_log, NULL);
 	mongoc_init();
-	int rc = c->run(argc - i, argv + i);
+	int rc = c ? c->run(argc - i, argv + i) : run_completion_verb(argc - i, argv + i);
 	mongoc_cleanup();
-	return rc;
+	return close_stdout(rc);
 }

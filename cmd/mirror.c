@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ struct mirror {
 	atomic_bool backend_down;
 	size_t refused;
 	bool empty_refused;     /* --delete refused: nothing planned, DIR not empty */
+	char *error;            /* the first error reported, for the JSON summary */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -137,69 +139,43 @@ on_opt(int opt, const char *arg, void *ctx)
 }
 
 /*
- * Length of the printable character at s[0..len), 0 when it is a control
- * character (C0, DEL or C1) or not valid UTF-8. Stored names come from
- * anyone who could write to the bucket: printed raw, a newline in one
- * would forge an output line and an ESC would drive the terminal.
+ * One error line; stdio's recursive lock keeps it whole among threads. The
+ * first is kept for the summary, so that it says what went wrong.
  */
-static size_t
-printable_len(const char *s, size_t len)
-{
-	unsigned char c = (unsigned char)s[0];
-	if (c >= 0x20 && c < 0x7f)
-		return 1;
-	size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
-	if (n == 0 || n > len || !gfs_utf8_valid(s, n))
-		return 0;
-	if (c == 0xc2 && (unsigned char)s[1] < 0xa0)
-		return 0; /* U+0080 to U+009F, the C1 controls */
-	return n;
-}
-
-/* s[0..len) for human eyes: what is not printable becomes \xNN. Caller frees. */
-static char *
-printable(const char *s, size_t len)
-{
-	char *out = malloc(len * 4 + 1);
-	if (!out)
-		abort();
-	size_t o = 0;
-	for (size_t i = 0; i < len;) {
-		size_t n = printable_len(s + i, len - i);
-		if (n > 0) {
-			memcpy(out + o, s + i, n);
-			o += n;
-			i += n;
-			continue;
-		}
-		snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i]);
-		o += 4;
-		i++;
-	}
-	out[o] = '\0';
-	return out;
-}
-
-/* One error line; stdio's recursive lock keeps it whole among threads. */
 static void
-report(const char *msg)
+report(struct mirror *m, const char *msg)
 {
-	char *safe = printable(msg, strlen(msg));
+	pthread_mutex_lock(&m->lock);
+	if (!m->error)
+		m->error = strdup(msg);
+	pthread_mutex_unlock(&m->lock);
 	flockfile(stderr);
 	if (G.progress)
 		fputs("\r\033[K", stderr);
-	warnx_("%s", safe);
+	warnx_("%s", msg);
 	funlockfile(stderr);
-	free(safe);
+}
+
+static void
+reportf(struct mirror *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+reportf(struct mirror *m, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = bson_strdupv_printf(fmt, ap);
+	va_end(ap);
+	report(m, msg);
+	bson_free(msg);
 }
 
 static void
 on_refused(const char *name, const gfs_error *why, void *ctx)
 {
-	(void)ctx;
-	char msg[sizeof why->msg + 64];
-	snprintf(msg, sizeof msg, "%s: refused: %s", name, why->msg);
-	report(msg);
+	char short_name[GFS_NAME_SHOWN_MAX];
+	gfs_shorten(short_name, sizeof short_name, name, strlen(name));
+	reportf(ctx, "%s: refused: %s", short_name, why->msg);
 }
 
 /* ---- the workers ----------------------------------------------------- */
@@ -221,7 +197,7 @@ count_failure(struct mirror *m, size_t i, const gfs_error *err)
 	atomic_fetch_add(&m->failed, 1);
 	if (err->code == GFS_EBACKEND)
 		atomic_store(&m->backend_down, true);
-	report(err->msg);
+	report(m, err->msg);
 }
 
 static void
@@ -309,7 +285,7 @@ scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
 		atomic_fetch_add(&m->failed, 1);
 		if (err.code == GFS_EBACKEND)
 			atomic_store(&m->backend_down, true);
-		report(err.msg);
+		report(m, err.msg);
 	}
 }
 
@@ -333,7 +309,7 @@ worker(void *arg)
 	gfs_error err;
 	if (!gfs_mirror_dir_close(d, &err)) {
 		atomic_fetch_add(&m->failed, 1);
-		report(err.msg);
+		report(m, err.msg);
 	}
 	gfs_session_push(s);
 	pthread_mutex_lock(&m->lock);
@@ -434,7 +410,7 @@ run_workers(struct mirror *m)
 		gfs_error err;
 		if (!gfs_mirror_finisher_stop(m->fin, &err)) {
 			atomic_fetch_add(&m->failed, 1);
-			report(err.msg);
+			report(m, err.msg);
 		}
 		m->fin = NULL;
 	}
@@ -457,9 +433,7 @@ print_action(struct mirror *m, const char *action, const char *rel, size_t len,
              const struct gfs_mirror_item *it)
 {
 	if (!m->json) {
-		char *safe = printable(rel, len);
-		printf("%s %s\n", action, safe);
-		free(safe);
+		human_line(stdout, "%s %.*s", action, (int)len, rel);
 		return;
 	}
 	bson_t doc = BSON_INITIALIZER;
@@ -494,7 +468,7 @@ on_swept(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len, const gfs
 	struct mirror *m = ctx;
 	if (err) {
 		atomic_fetch_add(&m->failed, 1);
-		report(err->msg);
+		report(m, err->msg);
 		return;
 	}
 	switch (kind) {
@@ -508,8 +482,9 @@ on_swept(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len, const gfs
 	}
 }
 
+/* The counts, and with a failed run (rc not EXIT_OK) the first error as "error". */
 static void
-print_summary(struct mirror *m, double seconds)
+print_summary(struct mirror *m, int rc, double seconds)
 {
 	bson_t doc = BSON_INITIALIZER;
 	BSON_APPEND_UTF8(&doc, "summary", m->dry_run ? "dry-run" : "mirror");
@@ -525,6 +500,8 @@ print_summary(struct mirror *m, double seconds)
 	BSON_APPEND_INT64(&doc, "bytes", (int64_t)atomic_load(&m->bytes));
 	BSON_APPEND_DOUBLE(&doc, "seconds", (double)(int64_t)(seconds * 1000 + 0.5) / 1000);
 	BSON_APPEND_BOOL(&doc, "interrupted", interrupted());
+	if (rc != EXIT_OK)
+		BSON_APPEND_UTF8(&doc, "error", m->error ? m->error : "interrupted");
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
 }
@@ -567,13 +544,13 @@ open_root(struct mirror *m)
 		return EXIT_OK; /* nothing there yet: everything would be written */
 	if (m->rootfd < 0 && errno == ENOENT) {
 		if (make_dirs(m->dir) < 0) {
-			warn_("%s: cannot create", m->dir);
+			reportf(m, "%s: cannot create: %s", m->dir, strerror(errno));
 			return EXIT_LOCAL;
 		}
 		m->rootfd = open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
 	if (m->rootfd < 0) {
-		warn_("%s", m->dir);
+		reportf(m, "%s: %s", m->dir, strerror(errno));
 		return EXIT_LOCAL;
 	}
 	if (m->dry_run)
@@ -581,10 +558,10 @@ open_root(struct mirror *m)
 	/* The sweep removes temporary files, so two runs into one DIR must not overlap. */
 	if (flock(m->rootfd, LOCK_EX | LOCK_NB) < 0) {
 		if (errno == EWOULDBLOCK) {
-			warnx_("%s: another mirror is writing into this directory", m->dir);
+			reportf(m, "%s: another mirror is writing into this directory", m->dir);
 			return EXIT_BUSY;
 		}
-		warn_("%s: cannot lock", m->dir);
+		reportf(m, "%s: cannot lock: %s", m->dir, strerror(errno));
 		return EXIT_LOCAL;
 	}
 	return EXIT_OK;
@@ -645,17 +622,12 @@ refuse_empty_delete(struct mirror *m)
 {
 	if (m->plan.count > 0 || m->allow_empty || !holds_files(m->rootfd))
 		return false;
-	char *safe = printable(m->dir, strlen(m->dir));
-	if (m->prefix && m->prefix[0]) {
-		char *p = printable(m->prefix, strlen(m->prefix));
-		warnx_("not deleting anything: no files under '%s' in the bucket, and %s is not "
-		       "empty; --allow-empty to delete all of it", p, safe);
-		free(p);
-	} else {
-		warnx_("not deleting anything: the bucket has no files, and %s is not empty; "
-		       "--allow-empty to delete all of it", safe);
-	}
-	free(safe);
+	if (m->prefix && m->prefix[0])
+		reportf(m, "not deleting anything: no files under '%s' in the bucket, and %s is not "
+		        "empty; --allow-empty to delete all of it", m->prefix, m->dir);
+	else
+		reportf(m, "not deleting anything: the bucket has no files, and %s is not empty; "
+		        "--allow-empty to delete all of it", m->dir);
 	m->empty_refused = true;
 	return true;
 }
@@ -669,7 +641,7 @@ sweep(struct mirror *m)
 	bool del = m->del;
 	size_t failed = atomic_load(&m->failed);
 	if (del && failed > 0) {
-		warnx_("not deleting anything: %zu error%s in this run", failed, failed == 1 ? "" : "s");
+		reportf(m, "not deleting anything: %zu error%s in this run", failed, failed == 1 ? "" : "s");
 		del = false;
 	}
 	if (del && refuse_empty_delete(m))
@@ -692,17 +664,27 @@ mirror_run(struct mirror *m)
 {
 	double started = gfs_mono_seconds();
 	m->conn = connect_or_warn();
-	if (!m->conn)
+	if (!m->conn) {
+		m->error = strdup(last_message());
+		if (m->json)
+			print_summary(m, EXIT_USAGE, gfs_mono_seconds() - started);
+		free(m->error);
 		return EXIT_USAGE;
+	}
 	catch_signals();
 	/* The listing first: an unreachable backend should leave no empty DIR behind. */
 	gfs_error err;
 	int rc = EXIT_OK;
-	if (!load_plan(m, &err))
-		rc = fail(&err);
-	else
+	if (!load_plan(m, &err)) {
+		report(m, err.msg);
+		rc = exit_code_for(&err);
+	} else {
 		rc = open_root(m);
+	}
 	if (rc != EXIT_OK) {
+		if (m->json)
+			print_summary(m, rc, gfs_mono_seconds() - started);
+		free(m->error);
 		gfs_mirror_plan_free(&m->plan);
 		gfs_conn_close(m->conn);
 		return rc;
@@ -726,10 +708,11 @@ mirror_run(struct mirror *m)
 		print_planned_actions(m);
 	sweep(m);
 	if (interrupted())
-		warnx_("interrupted; files finished so far are in place");
-	if (m->json)
-		print_summary(m, gfs_mono_seconds() - started);
+		reportf(m, "interrupted; files finished so far are in place");
 	rc = exit_status(m);
+	if (m->json)
+		print_summary(m, rc, gfs_mono_seconds() - started);
+	free(m->error);
 	free(m->results);
 	free(m->todo);
 	gfs_mirror_plan_free(&m->plan);

@@ -16,7 +16,7 @@ const char *cmdname = NULL;
 
 enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_HELP };
 
-static const struct option global_longopts[] = {
+const struct option global_longopts[] = {
 	{"uri", required_argument, NULL, OPT_URI},
 	{"db", required_argument, NULL, OPT_DB},
 	{"bucket", required_argument, NULL, OPT_BUCKET},
@@ -180,7 +180,7 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 	free(shorts);
 	if (help) {
 		print_command_help(current_command());
-		exit(EXIT_OK);
+		exit(close_stdout(EXIT_OK));
 	}
 	G.progress = !no_progress && !G.quiet && isatty(STDERR_FILENO);
 	return rc < 0 ? -1 : optind;
@@ -231,6 +231,15 @@ load_settings(void)
 	const char *env_uri = getenv("GRIDFSCTL_URI");
 	if (!G.uri && env_uri && *env_uri)
 		G.uri = env_uri;
+	const char *timeout = getenv("GRIDFSCTL_TIMEOUT");
+	long secs;
+	if (timeout && *timeout) {
+		if (!parse_int(timeout, 1, 86400, &secs)) {
+			usage_error("GRIDFSCTL_TIMEOUT takes seconds from 1 to 86400, not '%s'", timeout);
+			return -1;
+		}
+		gfs_conn_set_timeout((int)secs * 1000);
+	}
 
 	char *path = config_path();
 	struct file_settings fs = {0};
@@ -274,17 +283,35 @@ load_settings(void)
 
 /* ---- messages and exit codes ----------------------------------------- */
 
+static char last_msg[1024];
+
+const char *
+last_message(void)
+{
+	return last_msg;
+}
+
+/* Messages name stored files and local paths: escaped like every human line. */
 static void
 vmessage(const char *fmt, va_list ap, const char *suffix)
 {
+	char *msg = bson_strdupv_printf(fmt, ap);
+	char *safe = printable(msg, strlen(msg));
+	flockfile(stderr);
+	char *kept = suffix ? bson_strdup_printf("%s: %s", msg, suffix) : NULL;
+	gfs_shorten(last_msg, sizeof last_msg, kept ? kept : msg, strlen(kept ? kept : msg));
+	bson_free(kept);
 	if (cmdname)
 		fprintf(stderr, "%s %s: ", progname, cmdname);
 	else
 		fprintf(stderr, "%s: ", progname);
-	vfprintf(stderr, fmt, ap);
+	fputs(safe, stderr);
 	if (suffix)
 		fprintf(stderr, ": %s", suffix);
 	fputc('\n', stderr);
+	funlockfile(stderr);
+	free(safe);
+	bson_free(msg);
 }
 
 void

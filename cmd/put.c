@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "../lib/magic.h"
+#include "../lib/mirror.h"
 #include "../lib/names.h"
 
 const char put_help[] =
@@ -17,9 +18,10 @@ const char put_help[] =
     "  -k, --keep-revisions N  keep the N newest revisions of the name in all (default 1;\n"
     "                          0 keeps every revision)\n"
     "      --chunk-size SIZE   chunk size (default 255K)\n"
+    "      --allow-unsafe-name store a NAME that mirror and get would refuse as a path\n"
     "      --json              print the stored file as one JSON object\n";
 
-enum { OPT_CHUNK = 1, OPT_JSON };
+enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE };
 
 const struct option put_options[] = {
 	{"name", required_argument, NULL, 'n'},
@@ -27,6 +29,7 @@ const struct option put_options[] = {
 	{"keep-revisions", required_argument, NULL, 'k'},
 	{"chunk-size", required_argument, NULL, OPT_CHUNK},
 	{"json", no_argument, NULL, OPT_JSON},
+	{"allow-unsafe-name", no_argument, NULL, OPT_UNSAFE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -34,7 +37,7 @@ struct put_opts {
 	const char *name, *type;
 	long keep;
 	uint64_t chunk_size;
-	bool json;
+	bool json, allow_unsafe;
 };
 
 static int
@@ -45,6 +48,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 'n': o->name = arg; return 0;
 	case 't': o->type = arg; return 0;
 	case OPT_JSON: o->json = true; return 0;
+	case OPT_UNSAFE: o->allow_unsafe = true; return 0;
 	case 'k':
 		if (parse_int(arg, 0, 1000000, &o->keep))
 			return 0;
@@ -236,6 +240,22 @@ put_failed(const struct put_job *j, const struct sniff_source *src, const gfs_er
 	return fail(err);
 }
 
+/* --json: the stored file (if any) and, when the put failed, the message that said why. */
+static void
+print_result(const struct put_job *j, const gfs_file *f, bool failed)
+{
+	bson_t doc = BSON_INITIALIZER;
+	if (f)
+		file_to_json(f, &doc);
+	else
+		BSON_APPEND_UTF8(&doc, "filename", j->name);
+	BSON_APPEND_UTF8(&doc, "source", j->path);
+	if (failed)
+		BSON_APPEND_UTF8(&doc, "error", last_message());
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
+
 static int
 upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 {
@@ -263,18 +283,45 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 	bool ok = gfs_put(s, &po, sniff_read, &src, &f, &err);
 	bson_destroy(&meta);
 	free(src.type);
-	if (!ok)
-		return put_failed(j, &src, &err);
-	int rc = trim_revisions(s, o, j->name, &f);
-	if (o->json) {
-		bson_t doc = BSON_INITIALIZER;
-		file_to_json(&f, &doc);
-		BSON_APPEND_UTF8(&doc, "source", j->path);
-		print_json(stdout, &doc);
-		bson_destroy(&doc);
+	if (!ok) {
+		int rc = put_failed(j, &src, &err);
+		if (o->json)
+			print_result(j, NULL, true);
+		return rc;
 	}
+	int rc = trim_revisions(s, o, j->name, &f);
+	if (o->json)
+		print_result(j, &f, rc != EXIT_OK);
 	gfs_file_free(&f);
 	return rc;
+}
+
+/* Chunks that a put killed mid-upload left behind: no reader finds them, so they go first. */
+static int
+recover_killed_puts(gfs_session *s)
+{
+	size_t removed;
+	gfs_error err;
+	if (!gfs_put_recover(s, &removed, &err))
+		return fail(&err);
+	if (removed && !G.quiet)
+		warnx_("removed %zu unfinished upload%s left by an interrupted put", removed,
+		       removed == 1 ? "" : "s");
+	return EXIT_OK;
+}
+
+/*
+ * Looks again at the uploads recover_killed_puts() took over: a chunk a
+ * dead put had in flight may have landed since. The file is stored, so a
+ * failure here is a warning: their markers stay for the next put or import.
+ */
+static void
+settle_killed_puts(gfs_session *s)
+{
+	size_t removed;
+	gfs_error err;
+	if (!gfs_put_recover(s, &removed, &err))
+		warnx_("stored, but could not look again at interrupted puts' uploads: %s", err.msg);
 }
 
 /* The stored name: --name or the base name, bytes that are not UTF-8 as %XX. */
@@ -313,8 +360,13 @@ cmd_put(int argc, char **argv)
 	char *name = stored_name(&o, path, &raw);
 	struct stat st;
 	int fd = -1, rc = EXIT_USAGE;
+	gfs_error nerr;
+	const char *given = raw ? raw : name;
 	if (!*name)
 		usage_error("the stored name is empty");
+	else if (!o.allow_unsafe && !gfs_mirror_name_check(given, strlen(given), &nerr))
+		warnx_("--name %s: %s, so mirror and get would refuse it as a path; "
+		            "--allow-unsafe-name to store it anyway", name, nerr.msg);
 	else if ((fd = open_source(path, &st)) < 0)
 		rc = EXIT_LOCAL;
 	gfs_conn *conn = fd >= 0 ? connect_or_warn() : NULL;
@@ -322,7 +374,13 @@ cmd_put(int argc, char **argv)
 		struct put_job j = {.path = path, .name = name, .raw = raw, .fd = fd, .st = &st};
 		gfs_session *s = gfs_session_pop(conn);
 		catch_stop_signals();
-		rc = upload(s, &o, &j);
+		rc = recover_killed_puts(s);
+		if (rc == EXIT_OK) {
+			rc = upload(s, &o, &j);
+			if (rc == EXIT_OK)
+				settle_killed_puts(s);
+		} else if (o.json)
+			print_result(&j, NULL, true);
 		gfs_session_push(s);
 		gfs_conn_close(conn);
 	}

@@ -35,34 +35,37 @@ on_opt(int opt, const char *arg, void *ctx)
 	return -1;
 }
 
+/* --json: one object per name; when it failed, "error" repeats the message. */
 static void
-report(const struct rm_opts *o, const char *what, int64_t removed)
+report(const struct rm_opts *o, const char *what, int64_t removed, int rc)
 {
 	if (!o->json)
 		return;
 	bson_t doc = BSON_INITIALIZER;
 	BSON_APPEND_UTF8(&doc, o->id ? "id" : "name", what);
 	BSON_APPEND_INT64(&doc, "removed", removed);
+	if (rc != EXIT_OK)
+		BSON_APPEND_UTF8(&doc, "error", last_message());
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
 }
 
 /* Deletes one revision; *gone keeps the id of one found already deleted. */
 static int
-rm_one(gfs_session *s, const gfs_file *f, char **gone, int64_t *removed)
+rm_one(gfs_session *s, const char *name, const bson_value_t *fid, char **gone, int64_t *removed)
 {
 	if (stop_signal) {
 		warnx_("interrupted");
 		return EXIT_INTERRUPTED;
 	}
-	char *id = gfs_id_string(&f->id);
+	char *id = gfs_id_string(fid);
 	if (*gone && strcmp(*gone, id) == 0) {
-		warnx_("%s: id %s is still listed after it was deleted", f->filename, id);
+		warnx_("%s: id %s is still listed after it was deleted", name, id);
 		free(id);
 		return EXIT_BACKEND;
 	}
 	gfs_error err;
-	if (gfs_delete(s, &f->id, &err)) {
+	if (gfs_delete(s, fid, &err)) {
 		(*removed)++;
 		free(id);
 		return EXIT_OK;
@@ -78,9 +81,10 @@ rm_one(gfs_session *s, const gfs_file *f, char **gone, int64_t *removed)
 
 /*
  * Removes every revision, oldest first, so the newest stays what readers get
- * until it is the last one left. A revision another process removed first
- * is not counted. find returning the very id that delete just found gone
- * would loop forever, so that is a backend error.
+ * until it is the last one left. Revisions are found by id alone, so that a
+ * malformed files document (one verify calls BAD-DOC) goes too. A revision
+ * another process removed first is not counted. find returning the very id
+ * that delete just found gone would loop forever, so that is a backend error.
  */
 static int
 rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
@@ -88,21 +92,19 @@ rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
 	int64_t removed = 0;
 	char *gone = NULL;
 	gfs_error err;
-	gfs_file f;
+	bson_value_t id;
 	int rc = EXIT_OK;
-	while (rc == EXIT_OK && gfs_find_by_name(s, name, 0, &f, &err)) {
-		rc = rm_one(s, &f, &gone, &removed);
-		gfs_file_free(&f);
+	while (rc == EXIT_OK && gfs_find_first_id(s, name, &id, &err)) {
+		rc = rm_one(s, name, &id, &gone, &removed);
+		bson_value_destroy(&id);
 	}
 	free(gone);
-	if (rc != EXIT_OK)
-		return rc;
-	if (err.code != GFS_ENOTFOUND)
-		return fail(&err);
-	report(o, name, removed);
-	if (removed == 0 && !o->force)
-		return fail(&err);
-	return EXIT_OK;
+	if (rc == EXIT_OK && err.code != GFS_ENOTFOUND)
+		rc = fail(&err);
+	else if (rc == EXIT_OK && removed == 0 && !o->force)
+		rc = fail(&err);
+	report(o, name, removed, rc);
+	return rc;
 }
 
 static int
@@ -115,10 +117,9 @@ rm_id(gfs_session *s, const struct rm_opts *o)
 	}
 	gfs_error err;
 	bool ok = gfs_delete(s, &id, &err);
-	if (!ok && !(err.code == GFS_ENOTFOUND && o->force))
-		return fail(&err);
-	report(o, o->id, ok ? 1 : 0);
-	return EXIT_OK;
+	int rc = ok || (err.code == GFS_ENOTFOUND && o->force) ? EXIT_OK : fail(&err);
+	report(o, o->id, ok ? 1 : 0, rc);
+	return rc;
 }
 
 int

@@ -58,16 +58,16 @@ print_text(const gfs_file *f)
 	char *id = gfs_id_string(&f->id);
 	char date[32];
 	gfs_iso8601(f->upload_date, date);
-	printf("name:        %s\n", f->filename ? f->filename : "");
-	printf("id:          %s\n", id);
+	human_line(stdout, "name:        %s", f->filename ? f->filename : "");
+	human_line(stdout, "id:          %s", id);
 	printf("length:      %lld\n", (long long)f->length);
 	printf("chunkSize:   %d\n", f->chunk_size);
 	printf("chunks:      %lld\n", (long long)gfs_chunk_count(f->length, f->chunk_size));
 	printf("uploadDate:  %s\n", date);
-	printf("contentType: %s\n", f->content_type ? f->content_type : "-");
-	printf("sha256:      %s\n", f->sha256[0] ? f->sha256 : "-");
+	human_line(stdout, "contentType: %s", f->content_type ? f->content_type : "-");
+	human_line(stdout, "sha256:      %s", f->sha256[0] ? f->sha256 : "-");
 	if (f->md5[0])
-		printf("md5:         %s\n", f->md5);
+		human_line(stdout, "md5:         %s", f->md5);
 	print_metadata(f);
 	free(id);
 }

@@ -1,9 +1,102 @@
-/* Output helpers shared by the everyday verbs. */
+/*
+ * Output helpers shared by the verbs.
+ *
+ * Every line written for human eyes goes through printable(): names and
+ * messages carry bytes from anyone who could write to the bucket or the
+ * disk, and printed raw a newline in one would forge an output line and an
+ * ESC would drive the terminal. JSON output needs none of this: its own
+ * escaping already keeps every byte exact and inert.
+ */
+#include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmd.h"
+#include "../lib/names.h"
+
+/*
+ * Length of the printable character at s[0..len), 0 when it is a control
+ * character (C0, DEL or C1) or not valid UTF-8.
+ */
+static size_t
+printable_len(const char *s, size_t len)
+{
+	unsigned char c = (unsigned char)s[0];
+	if (c >= 0x20 && c < 0x7f)
+		return 1;
+	size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+	if (n == 0 || n > len || !gfs_utf8_valid(s, n))
+		return 0;
+	if (c == 0xc2 && (unsigned char)s[1] < 0xa0)
+		return 0; /* U+0080 to U+009F, the C1 controls */
+	return n;
+}
+
+char *
+printable(const char *s, size_t len)
+{
+	char *out = malloc(len * 4 + 1);
+	if (!out)
+		abort();
+	size_t o = 0;
+	for (size_t i = 0; i < len;) {
+		size_t n = printable_len(s + i, len - i);
+		if (n > 0) {
+			memcpy(out + o, s + i, n);
+			o += n;
+			i += n;
+			continue;
+		}
+		snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i]);
+		o += 4;
+		i++;
+	}
+	out[o] = '\0';
+	return out;
+}
+
+void
+human_line(FILE *out, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *line = bson_strdupv_printf(fmt, ap);
+	va_end(ap);
+	char *safe = printable(line, strlen(line));
+	flockfile(out);
+	fputs(safe, out);
+	fputc('\n', out);
+	funlockfile(out);
+	free(safe);
+	bson_free(line);
+}
+
+/*
+ * What a verb printed is only written when stdout is flushed and closed: a
+ * full disk or a closed pipe then is an error like any other write error.
+ * A verb that already failed keeps its own, more specific, exit status.
+ */
+int
+close_stdout(int rc)
+{
+	errno = 0;
+	bool failed = fflush(stdout) != 0;
+	int e = errno;
+	failed |= ferror(stdout) != 0;
+	if (fclose(stdout) != 0 && !failed) {
+		failed = true;
+		e = errno;
+	}
+	if (!failed)
+		return rc;
+	if (e)
+		warnx_("cannot write to standard output: %s", strerror(e));
+	else
+		warnx_("cannot write to standard output");
+	return rc == EXIT_OK ? EXIT_LOCAL : rc;
+}
 
 void
 file_to_json(const gfs_file *f, bson_t *out)
@@ -97,4 +190,24 @@ catch_stop_signals(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+}
+
+char *
+uri_with_option(const char *uri, const char *name, long value)
+{
+	char key[64];
+	snprintf(key, sizeof key, "%s=", name);
+	if (strcasestr(uri, key))
+		return strdup(uri);
+	const char *sep = "&";
+	if (!strchr(uri, '?')) {
+		const char *hosts = strstr(uri, "://");
+		hosts = hosts ? hosts + 3 : uri;
+		sep = strchr(hosts, '/') ? "?" : "/?";
+	}
+	size_t n = strlen(uri) + strlen(key) + 32;
+	char *s = malloc(n);
+	if (s)
+		snprintf(s, n, "%s%s%s%ld", uri, sep, key, value);
+	return s;
 }

@@ -128,6 +128,7 @@ struct run {
 	uint64_t extra_problems;  /* from the disk comparison */
 	uint64_t repaired, unrepaired;
 	uint64_t same, differ, only_disk, only_gridfs, damaged;
+	char failure[600];        /* why the run could not finish; "" when it did */
 };
 
 static volatile sig_atomic_t stop_flag;
@@ -201,10 +202,8 @@ print_problem_line(struct run *r, const char *kind, const char *name, const bson
                    const char *detail)
 {
 	char *ids = id ? gfs_id_string(id) : NULL;
-	fprintf(r->pout, "%s %s %s", kind, name ? name : ids ? ids : "-", detail);
-	if (ids && name)
-		fprintf(r->pout, " id=%s", ids);
-	fputc('\n', r->pout);
+	human_line(r->pout, "%s %s %s%s%s", kind, name ? name : ids ? ids : "-", detail,
+	           ids && name ? " id=" : "", ids && name ? ids : "");
 	free(ids);
 }
 
@@ -217,7 +216,8 @@ emit_problem(struct run *r, const char *kind, const char *name, const bson_value
 		return;
 	}
 	bson_t doc = BSON_INITIALIZER;
-	BSON_APPEND_UTF8(&doc, "problem", kind);
+	bool note = p && p->kind == GFS_VK_IN_PROGRESS;   /* not a problem */
+	BSON_APPEND_UTF8(&doc, note ? "note" : "problem", kind);
 	if (name)
 		BSON_APPEND_UTF8(&doc, "name", name);
 	else
@@ -225,9 +225,10 @@ emit_problem(struct run *r, const char *kind, const char *name, const bson_value
 	append_id(&doc, "id", id);
 	if (p && p->n >= 0)
 		BSON_APPEND_INT64(&doc, "n", p->n);
-	if (p && (p->kind == GFS_VK_ORPHAN_CHUNKS || p->kind == GFS_VK_EXTRA_CHUNK))
+	bool orphans = p && (p->kind == GFS_VK_ORPHAN_CHUNKS || note);
+	if (p && (orphans || p->kind == GFS_VK_EXTRA_CHUNK))
 		BSON_APPEND_INT64(&doc, "count", p->count);
-	if (p && p->kind == GFS_VK_ORPHAN_CHUNKS)
+	if (orphans)
 		BSON_APPEND_INT64(&doc, "bytes", p->bytes);
 	if (p && p->kind == GFS_VK_CHECKSUM)
 		BSON_APPEND_UTF8(&doc, "actual", p->actual);
@@ -236,14 +237,30 @@ emit_problem(struct run *r, const char *kind, const char *name, const bson_value
 	bson_destroy(&doc);
 }
 
+/* How to remove a malformed files document, which no repair touches: "" when there is no way. */
+static const char *
+bad_doc_hint(const gfs_verify_problem *p)
+{
+	if (p->kind != GFS_VK_BAD_DOC || p->file || !p->id)
+		return "";
+	if (p->filename)
+		return "; 'gridfsctl rm NAME' removes it and its chunks";
+	return p->id->value_type == BSON_TYPE_OID ? "; 'gridfsctl rm --id ID' removes it and its chunks"
+	                                          : "";
+}
+
 static void
 on_problem(const gfs_verify_problem *p, void *ctx)
 {
 	struct run *r = ctx;
 	if (r->prog)
 		fputs("\r\033[K", stderr);
-	emit_problem(r, gfs_verify_kind_name(p->kind), p->filename, p->id, p->detail, p);
+	char detail[sizeof p->detail + 64];
+	snprintf(detail, sizeof detail, "%s%s", p->detail, bad_doc_hint(p));
+	emit_problem(r, gfs_verify_kind_name(p->kind), p->filename, p->id, detail, p);
 	fflush(r->pout);
+	if (p->kind == GFS_VK_IN_PROGRESS)
+		return;   /* another process's work: nothing to repair */
 	if (r->nprobs == r->capprobs) {
 		r->capprobs = r->capprobs ? r->capprobs * 2 : 16;
 		r->probs = realloc(r->probs, r->capprobs * sizeof *r->probs);
@@ -333,7 +350,7 @@ emit_repair(struct run *r, const char *action, const char *name, const bson_valu
 	}
 	if (!r->o->json) {
 		char *ids = id ? gfs_id_string(id) : NULL;
-		fprintf(r->pout, "%s %s %s: %s\n", state, action, name ? name : ids ? ids : "-", detail);
+		human_line(r->pout, "%s %s %s: %s", state, action, name ? name : ids ? ids : "-", detail);
 		free(ids);
 		return;
 	}
@@ -445,7 +462,7 @@ static void
 combined_line(struct run *r, char mark, const char *name)
 {
 	if (r->combined)
-		fprintf(r->combined, "%c %s\n", mark, name);
+		human_line(r->combined, "%c %s", mark, name);
 }
 
 /* Uploads a disk file under its name with the metadata import stores. */
@@ -579,6 +596,7 @@ compare_disk(struct run *r, gfs_session *s)
 		if (err.code == GFS_ECANCELED)
 			return EXIT_INTERRUPTED;
 		warnx_("%s", err.msg);
+		snprintf(r->failure, sizeof r->failure, "%s", err.msg);
 		return EXIT_LOCAL;
 	}
 	if (walk_n)
@@ -687,6 +705,13 @@ repair_file(struct run *r, gfs_session *s, struct prob *q, struct rec *rc)
 		return;
 	}
 	if (q->kind == GFS_VK_INCOMPLETE) {
+		/* Never remove what a reader could read: its chunks may have come since. */
+		int has = r->o->dry_run ? 0 : gfs_verify_chunks_exist(s, &q->id, &err);
+		if (has != 0) {
+			emit_repair(r, "remove-incomplete", q->name, &q->id,
+			            has > 0 ? "left: chunks with its id exist now" : err.msg, false);
+			return;
+		}
 		bool ok = r->o->dry_run || gfs_delete(s, &q->id, &err);
 		emit_repair(r, "remove-incomplete", q->name, &q->id,
 		            ok ? "files document of an interrupted upload (it had no data)" : err.msg, ok);
@@ -721,6 +746,13 @@ repair_orphans(struct run *r, gfs_session *s, struct prob *q)
 		emit_repair(r, "remove-orphans", NULL, &q->id, detail, true);
 		return;
 	}
+	/* Never remove what a reader could read: a files document may have come since. */
+	int has = gfs_verify_file_exists(s, &q->id, &err);
+	if (has != 0) {
+		emit_repair(r, "remove-orphans", NULL, &q->id,
+		            has > 0 ? "left: a files document with this id exists now" : err.msg, false);
+		return;
+	}
 	if (!gfs_verify_remove_chunks(s, &q->id, before, &n, &err)) {
 		emit_repair(r, "remove-orphans", NULL, &q->id, err.msg, false);
 		return;
@@ -748,7 +780,9 @@ repair(struct run *r, gfs_session *s)
 		}
 		if (q->tie < 0 || !q->has_id) {
 			emit_repair(r, "none", q->name, q->has_id ? &q->id : NULL,
-			            "a malformed files document needs a human", false);
+			            q->kind != GFS_VK_BAD_DOC ? "a chunk without files_id is left as it is"
+			            : "a malformed files document is left as it is: read it, then remove it "
+			              "with 'gridfsctl rm NAME' (or 'rm --id ID')", false);
 			continue;
 		}
 		repair_file(r, s, q, q->rec);
@@ -781,6 +815,7 @@ summary(struct run *r, double secs, bool interrupted)
 			BSON_APPEND_INT64(&kinds, "DIFFERS", (int64_t)r->differ);
 		bson_append_document_end(&doc, &kinds);
 		BSON_APPEND_BOOL(&doc, "orphansChecked", r->st.orphans_checked);
+		BSON_APPEND_INT64(&doc, "inProgress", (int64_t)r->st.in_progress);
 		if (r->o->against) {
 			BSON_APPEND_INT64(&doc, "same", (int64_t)r->same);
 			BSON_APPEND_INT64(&doc, "damaged", (int64_t)r->damaged);
@@ -791,6 +826,8 @@ summary(struct run *r, double secs, bool interrupted)
 			BSON_APPEND_BOOL(&doc, "dryRun", r->o->dry_run);
 		}
 		BSON_APPEND_BOOL(&doc, "interrupted", interrupted);
+		if (r->failure[0])
+			BSON_APPEND_UTF8(&doc, "error", r->failure);
 		BSON_APPEND_DOUBLE(&doc, "seconds", secs);
 		/* With --combined - stdout carries the report alone. */
 		print_json(r->pout, &doc);
@@ -798,6 +835,13 @@ summary(struct run *r, double secs, bool interrupted)
 		return;
 	}
 	FILE *out = r->pout;
+	/* "No problems" would vouch for work that was never done. */
+	if (r->failure[0]) {
+		fprintf(out, "verify: FAILED after %llu files, %llu bytes in %.1f s, %llu problem%s found: %s\n",
+		        (unsigned long long)r->st.files_checked, (unsigned long long)r->st.bytes, secs,
+		        (unsigned long long)problems, problems == 1 ? "" : "s", r->failure);
+		return;
+	}
 	fprintf(out, "verify: %llu files, %llu bytes in %.1f s: ", (unsigned long long)r->st.files_checked,
 	        (unsigned long long)r->st.bytes, secs);
 	if (!problems)
@@ -807,7 +851,10 @@ summary(struct run *r, double secs, bool interrupted)
 	if (r->o->repair && !r->o->dry_run)
 		fprintf(out, ", %llu repaired, %llu not", (unsigned long long)r->repaired,
 		        (unsigned long long)r->unrepaired);
-	if (!r->st.orphans_checked)
+	if (r->st.in_progress)
+		fprintf(out, " (%llu upload%s in progress left alone)", (unsigned long long)r->st.in_progress,
+		        r->st.in_progress == 1 ? "" : "s");
+	if (!r->st.orphans_checked && !interrupted)
 		fprintf(out, " (orphan chunks not checked: only without --prefix and --sample)");
 	if (interrupted)
 		fprintf(out, " (interrupted)");
@@ -869,9 +916,6 @@ cmd_verify(int argc, char **argv)
 		warnx_("%s: %s", o.against, strerror(ENOTDIR));
 		return EXIT_LOCAL;
 	}
-	if (load_settings() < 0)
-		return EXIT_USAGE;
-
 	struct run r = {.o = &o, .pout = stdout};
 	if (o.combined && strcmp(o.combined, "-") == 0) {
 		r.combined = stdout;
@@ -897,6 +941,9 @@ cmd_verify(int argc, char **argv)
 	if (o.repair && !o.dry_run) {
 		gfs_error lerr = {0};
 		if (!(lock = gfs_lock_acquire(conn, GFS_IMPORT_LOCK, GFS_LOCK_DEFAULT_TTL, &lerr))) {
+			snprintf(r.failure, sizeof r.failure, "%s", lerr.msg);
+			if (o.json)
+				summary(&r, 0, false);
 			if (r.combined && r.combined != stdout)
 				fclose(r.combined);
 			free(o.norm_prefix);
@@ -921,6 +968,7 @@ cmd_verify(int argc, char **argv)
 		.on_progress = on_progress,
 		.ctx = &r,
 		.stop = &stop_flag,
+		.own_import_lock = lock != NULL,
 	};
 	double t0 = gfs_mono_seconds();
 	gfs_error err = {0};
@@ -930,6 +978,8 @@ cmd_verify(int argc, char **argv)
 	int rc = EXIT_OK;
 	if (!ok) {
 		rc = fail(&err);
+		if (err.code != GFS_ECANCELED)
+			snprintf(r.failure, sizeof r.failure, "%s", err.msg);
 	} else {
 		gfs_session *s = gfs_session_pop(conn);
 		if (o.against)

@@ -1,5 +1,7 @@
 /* Connections: a client pool per process, a session per thread. */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,13 +17,38 @@ struct gfs_conn {
 	atomic_bool indexes_checked;
 };
 
-/* A CLI should report an unreachable server in seconds, not the driver's default 30. */
+/*
+ * Every wait on the server is bounded: a CLI should report an unreachable
+ * server in seconds, not after the driver's 30, and a server that stops
+ * answering (frozen, or a network that drops packets) after a minute, not
+ * after the driver's 300 s socket timeout. The URI's own settings win.
+ */
 #define DEFAULT_SERVER_SELECTION_MS 10000
+#define DEFAULT_CONNECT_MS 10000
+#define DEFAULT_SOCKET_MS 60000
+
+static atomic_int timeout_override_ms;
+
+void
+gfs_conn_set_timeout(int ms)
+{
+	atomic_store(&timeout_override_ms, ms > 0 ? ms : 0);
+}
+
+static void
+default_timeout(mongoc_uri_t *uri, const char *option, int32_t ms)
+{
+	int over = atomic_load(&timeout_override_ms);
+	if (!mongoc_uri_has_option(uri, option))
+		mongoc_uri_set_option_as_int32(uri, option, over ? over : ms);
+}
 
 gfs_conn *
 gfs_conn_open(const char *uri_str, const char *db, const char *bucket, gfs_error *err)
 {
 	bson_error_t berr;
+	/* Before parsing: the parser's own messages may quote the password. */
+	gfs_secrets_from_uri(uri_str);
 	mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_str ? uri_str : GFS_DEFAULT_URI, &berr);
 	if (!uri) {
 		gfs_error_set(err, GFS_EINVAL, "invalid connection string: %s", berr.message);
@@ -32,9 +59,9 @@ gfs_conn_open(const char *uri_str, const char *db, const char *bucket, gfs_error
 		gfs_error_set(err, GFS_EINVAL, "the bucket name is empty");
 		return NULL;
 	}
-	if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
-		mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
-		                               DEFAULT_SERVER_SELECTION_MS);
+	default_timeout(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, DEFAULT_SERVER_SELECTION_MS);
+	default_timeout(uri, MONGOC_URI_CONNECTTIMEOUTMS, DEFAULT_CONNECT_MS);
+	default_timeout(uri, MONGOC_URI_SOCKETTIMEOUTMS, DEFAULT_SOCKET_MS);
 	if (!mongoc_uri_has_option(uri, MONGOC_URI_APPNAME))
 		mongoc_uri_set_appname(uri, "gridfsctl");
 
@@ -98,6 +125,15 @@ gfs_session_pop(gfs_conn *c)
 	return s;
 }
 
+mongoc_collection_t *
+gfs_session_bucket_collection(gfs_session *s, const char *suffix)
+{
+	char *name = bson_strdup_printf("%s.%s", gfs_conn_bucket(s->conn), suffix);
+	mongoc_collection_t *c = mongoc_client_get_collection(s->client, gfs_conn_db(s->conn), name);
+	bson_free(name);
+	return c;
+}
+
 void
 gfs_session_push(gfs_session *s)
 {
@@ -139,6 +175,123 @@ gfs_uri_password(const char *authority, size_t len, size_t *pwlen)
 		return NULL;
 	*pwlen = (size_t)(at - colon - 1);
 	return colon + 1;
+}
+
+/* ---- secrets kept out of messages ------------------------------------ */
+
+#define MAX_SECRETS 32
+
+static pthread_mutex_t secrets_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *secrets[MAX_SECRETS];   /* longest first, so a whole password goes before its pieces */
+static size_t nsecrets;
+
+static void
+secret_add(const char *s, size_t n)
+{
+	if (n == 0)
+		return;
+	pthread_mutex_lock(&secrets_mu);
+	size_t i = 0;
+	while (i < nsecrets && !(strlen(secrets[i]) == n && memcmp(secrets[i], s, n) == 0))
+		i++;
+	if (i == nsecrets && nsecrets < MAX_SECRETS) {
+		char *copy = strndup(s, n);
+		if (!copy)
+			abort();
+		for (i = nsecrets++; i > 0 && strlen(secrets[i - 1]) < n; i--)
+			secrets[i] = secrets[i - 1];
+		secrets[i] = copy;
+	}
+	pthread_mutex_unlock(&secrets_mu);
+}
+
+/* The password and every run of it between '@'s (or its ends): each may be printed alone. */
+static void
+secret_add_pieces(const char *pw, size_t n)
+{
+	for (size_t from = 0; from <= n; from++) {
+		if (from > 0 && pw[from - 1] != '@')
+			continue;
+		for (size_t to = from + 1; to <= n; to++)
+			if (to == n || pw[to] == '@')
+				secret_add(pw + from, to - from);
+	}
+}
+
+static int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)(c | 0x20);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+void
+gfs_secrets_from_uri(const char *uri)
+{
+	if (!uri)
+		return;
+	const char *scheme = strstr(uri, "://");
+	const char *start = scheme ? scheme + 3 : uri;
+	size_t n;
+	/* As --uri scrubbing does: the userinfo ends at the last '@' before the options. */
+	const char *pw = gfs_uri_password(start, strcspn(start, "?"), &n);
+	if (!pw || n == 0)
+		return;
+	secret_add_pieces(pw, n);
+	char *plain = malloc(n + 1);
+	if (!plain)
+		abort();
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (pw[i] == '%' && i + 2 < n && hex_value(pw[i + 1]) >= 0 && hex_value(pw[i + 2]) >= 0) {
+			plain[o++] = (char)(hex_value(pw[i + 1]) * 16 + hex_value(pw[i + 2]));
+			i += 2;
+		} else {
+			plain[o++] = pw[i];
+		}
+	}
+	secret_add_pieces(plain, o);
+	free(plain);
+}
+
+/* Replaces the occurrences of one secret; out has room for size bytes. */
+static void
+redact_one(char *msg, size_t size, const char *secret)
+{
+	size_t sl = strlen(secret);
+	char *hit = strstr(msg, secret);
+	if (!hit)
+		return;
+	char *out = malloc(size);
+	if (!out)
+		abort();
+	size_t o = 0;
+	const char *p = msg;
+	while (hit && o + 1 < size) {
+		size_t keep = (size_t)(hit - p);
+		o += (size_t)snprintf(out + o, size - o, "%.*s***", (int)keep, p);
+		o = o < size ? o : size - 1;
+		p = hit + sl;
+		hit = strstr(p, secret);
+	}
+	if (o + 1 < size)
+		snprintf(out + o, size - o, "%s", p);
+	memcpy(msg, out, size);
+	msg[size - 1] = '\0';
+	free(out);
+}
+
+void
+gfs_redact(char *msg, size_t size)
+{
+	if (!msg || size == 0)
+		return;
+	pthread_mutex_lock(&secrets_mu);
+	for (size_t i = 0; i < nsecrets; i++)
+		redact_one(msg, size, secrets[i]);
+	pthread_mutex_unlock(&secrets_mu);
 }
 
 char *

@@ -4,6 +4,46 @@
 
 #include "gfs.h"
 
+/* Bytes of s[0..len) that may end a cut: never inside a UTF-8 sequence. */
+static size_t
+char_boundary_before(const char *s, size_t len, size_t at)
+{
+	while (at > 0 && at < len && ((unsigned char)s[at] & 0xc0) == 0x80)
+		at--;
+	return at;
+}
+
+static size_t
+char_boundary_after(const char *s, size_t len, size_t at)
+{
+	while (at < len && ((unsigned char)s[at] & 0xc0) == 0x80)
+		at++;
+	return at;
+}
+
+char *
+gfs_shorten(char *dst, size_t size, const char *s, size_t len)
+{
+	static const char dots[] = "...";
+	if (len < size) {
+		memcpy(dst, s, len);
+		dst[len] = '\0';
+		return dst;
+	}
+	size_t room = size - sizeof dots; /* the bytes kept, ends together */
+	size_t head = char_boundary_before(s, len, room / 2);
+	size_t tail_at = char_boundary_after(s, len, len - (room - room / 2));
+	memcpy(dst, s, head);
+	memcpy(dst + head, dots, sizeof dots - 1);
+	memcpy(dst + head + sizeof dots - 1, s + tail_at, len - tail_at);
+	dst[head + sizeof dots - 1 + len - tail_at] = '\0';
+	return dst;
+}
+
+/*
+ * A message too long for msg loses its middle, not its end: names come
+ * first ("NAME: reason") and may be thousands of bytes, the reason never.
+ */
 void
 gfs_error_set(gfs_error *err, enum gfs_errcode code, const char *fmt, ...)
 {
@@ -12,8 +52,20 @@ gfs_error_set(gfs_error *err, enum gfs_errcode code, const char *fmt, ...)
 	err->code = code;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	char *full = bson_strdupv_printf(fmt, ap);
 	va_end(ap);
+	/*
+	 * Driver messages can quote a piece of the URI's password as a host
+	 * name: redact the whole message before shortening it, so that no cut
+	 * can split a piece past recognition. "***" may stand for one byte.
+	 */
+	size_t room = strlen(full) * 3 + 1;
+	char *safe = bson_malloc(room);
+	memcpy(safe, full, strlen(full) + 1);
+	bson_free(full);
+	gfs_redact(safe, room);
+	gfs_shorten(err->msg, sizeof err->msg, safe, strlen(safe));
+	bson_free(safe);
 }
 
 void
@@ -28,7 +80,11 @@ gfs_error_clear(gfs_error *err)
 void
 gfs_error_from_bson(gfs_error *err, const bson_error_t *berr, const char *context)
 {
-	if (berr->domain == MONGOC_ERROR_SERVER_SELECTION || berr->domain == MONGOC_ERROR_STREAM)
+	/* The driver's "socket error or timeout": say which wait it may have been. */
+	if (berr->domain == MONGOC_ERROR_STREAM && berr->code == MONGOC_ERROR_STREAM_SOCKET)
+		gfs_error_set(err, GFS_EBACKEND, "%s: cannot reach the backend (timed out, or the "
+		              "connection broke): %s", context, berr->message);
+	else if (berr->domain == MONGOC_ERROR_SERVER_SELECTION || berr->domain == MONGOC_ERROR_STREAM)
 		gfs_error_set(err, GFS_EBACKEND, "%s: cannot reach the backend: %s", context, berr->message);
 	else
 		gfs_error_set(err, GFS_EBACKEND, "%s: %s", context, berr->message);

@@ -214,18 +214,55 @@ gfs_id_string(const bson_value_t *id)
 	return out;
 }
 
+/*
+ * The server compares numbers by value whatever their type, so an Int64 77
+ * _id and an Int32 77 files_id are one file to every reader. An int64 holds
+ * every integral double in its range exactly, so that is the common form.
+ */
+bson_value_t
+gfs_id_canonical(const bson_value_t *id)
+{
+	bson_value_t out = *id;
+	if (id->value_type == BSON_TYPE_INT32) {
+		out.value_type = BSON_TYPE_INT64;
+		out.value.v_int64 = id->value.v_int32;
+	} else if (id->value_type == BSON_TYPE_DOUBLE) {
+		double d = id->value.v_double;
+		/* -2^63 <= d < 2^63, both exact as doubles; NaN fails both tests. */
+		if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == (double)(int64_t)d) {
+			out.value_type = BSON_TYPE_INT64;
+			out.value.v_int64 = (int64_t)d;
+		}
+	}
+	return out;
+}
+
 bool
 gfs_id_equal(const bson_value_t *a, const bson_value_t *b)
 {
-	if (a->value_type != b->value_type)
+	bson_value_t x = gfs_id_canonical(a), y = gfs_id_canonical(b);
+	if (x.value_type != y.value_type)
 		return false;
-	if (a->value_type == BSON_TYPE_OID)
-		return bson_oid_equal(&a->value.v_oid, &b->value.v_oid);
-	char *x = gfs_id_string(a), *y = gfs_id_string(b);
-	bool same = strcmp(x, y) == 0;
-	free(x);
-	free(y);
+	if (x.value_type == BSON_TYPE_INT64)
+		return x.value.v_int64 == y.value.v_int64;
+	if (x.value_type == BSON_TYPE_DOUBLE)
+		return x.value.v_double == y.value.v_double;
+	if (x.value_type == BSON_TYPE_OID)
+		return bson_oid_equal(&x.value.v_oid, &y.value.v_oid);
+	char *xs = gfs_id_string(&x), *ys = gfs_id_string(&y);
+	bool same = strcmp(xs, ys) == 0;
+	free(xs);
+	free(ys);
 	return same;
+}
+
+void
+gfs_id_filter(bson_t *filter, const char *field, const bson_value_t *id)
+{
+	bson_t eq;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &eq);
+	BSON_APPEND_VALUE(&eq, "$eq", id);
+	bson_append_document_end(filter, &eq);
 }
 
 bool
@@ -297,7 +334,7 @@ bool
 gfs_find_by_id(gfs_session *s, const bson_value_t *id, gfs_file *out, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER;
-	BSON_APPEND_VALUE(&filter, "_id", id);
+	gfs_id_filter(&filter, "_id", id);
 	int rc = find_one(s->files, &filter, NULL, out, err);
 	bson_destroy(&filter);
 	if (rc == 0) {
@@ -306,6 +343,36 @@ gfs_find_by_id(gfs_session *s, const bson_value_t *id, gfs_file *out, gfs_error 
 		free(ids);
 	}
 	return rc > 0;
+}
+
+bool
+gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "uploadDate", 1);
+	BSON_APPEND_INT32(&sort, "_id", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "limit", 1);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	bson_iter_t it;
+	bool found = mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "_id");
+	if (found)
+		bson_value_copy(bson_iter_value(&it), out);
+	bson_error_t berr;
+	if (!found && mongoc_cursor_error(cur, &berr))
+		gfs_error_from_bson(err, &berr, "find in files collection");
+	else if (!found)
+		gfs_error_set(err, GFS_ENOTFOUND, "%s: no such file", name);
+	mongoc_cursor_destroy(cur);
+	return found;
 }
 
 /*

@@ -43,8 +43,16 @@ typedef struct gfs_error {
 	char msg[512];
 } gfs_error;
 
+/* A message longer than msg keeps its start and its end (the reason), not its middle. */
 void gfs_error_set(gfs_error *err, enum gfs_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* How much of one stored name a message shows, NUL included. */
+#define GFS_NAME_SHOWN_MAX 256
+/*
+ * s[0..len) into dst[size] (size >= 8), NUL-terminated: when it does not fit,
+ * its middle becomes "...", cut between UTF-8 characters. Returns dst.
+ */
+char *gfs_shorten(char *dst, size_t size, const char *s, size_t len);
 void gfs_error_clear(gfs_error *err);
 /* Copies a driver error into err with a short context prefix. */
 void gfs_error_from_bson(gfs_error *err, const bson_error_t *berr, const char *context);
@@ -60,6 +68,11 @@ typedef struct gfs_conn gfs_conn;
  * call gfs_conn_ping() for that.
  */
 gfs_conn *gfs_conn_open(const char *uri, const char *db, const char *bucket, gfs_error *err);
+/*
+ * The server selection, connect and socket timeouts of later gfs_conn_open()
+ * calls where the URI sets none (0: the defaults, 10 s, 10 s and 60 s).
+ */
+void gfs_conn_set_timeout(int ms);
 void gfs_conn_close(gfs_conn *conn);
 bool gfs_conn_ping(gfs_conn *conn, gfs_error *err);
 const char *gfs_conn_db(const gfs_conn *conn);
@@ -72,6 +85,16 @@ char *gfs_uri_redact(const char *uri);
  * its start, and its length (maybe 0) in pwlen.
  */
 const char *gfs_uri_password(const char *authority, size_t len, size_t *pwlen);
+/*
+ * Remembers the password of uri for gfs_redact(): as written, percent-decoded,
+ * and every run of the pieces an unescaped '@' cuts it into, since the driver
+ * splits the authority at another '@' than we do and prints the rest as a
+ * host name.
+ * gfs_conn_open() calls it; safe from any thread.
+ */
+void gfs_secrets_from_uri(const char *uri);
+/* Replaces every remembered secret in msg[0..size) (NUL-terminated) with "***". */
+void gfs_redact(char *msg, size_t size);
 
 /*
  * A client and the two bucket collections, for one thread at a time.
@@ -86,6 +109,8 @@ typedef struct gfs_session {
 
 gfs_session *gfs_session_pop(gfs_conn *conn);
 void gfs_session_push(gfs_session *s);
+/* The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's client. */
+mongoc_collection_t *gfs_session_bucket_collection(gfs_session *s, const char *suffix);
 
 /* Creates the spec's indexes if the files collection is empty and they are missing. */
 bool gfs_ensure_indexes(gfs_session *s, gfs_error *err);
@@ -122,8 +147,20 @@ int64_t gfs_ms_to_ns(int64_t ms);
 int32_t gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n);
 /* Writes the id as text: 24 hex digits for an ObjectId, else relaxed JSON. */
 char *gfs_id_string(const bson_value_t *id);
-/* Same type and same value: a string _id never equals the ObjectId it spells. */
+/*
+ * Equal as the server matches ids: numbers (int32, int64, double) by value
+ * whatever their types; else same type and value, so a string _id never
+ * equals the ObjectId it spells.
+ */
 bool gfs_id_equal(const bson_value_t *a, const bson_value_t *b);
+/*
+ * The form of id that equal ids share, for hashing and map keys: an
+ * integral number becomes an int64; anything else is id itself. Shallow:
+ * it points into id's storage and is never destroyed.
+ */
+bson_value_t gfs_id_canonical(const bson_value_t *id);
+/* Appends {field: {$eq: id}}: an id that is a document never acts as an operator. */
+void gfs_id_filter(bson_t *filter, const char *field, const bson_value_t *id);
 /* Parses 24 hex digits into an ObjectId value. */
 bool gfs_id_parse_oid(const char *s, bson_value_t *out);
 
@@ -133,6 +170,12 @@ bool gfs_id_parse_oid(const char *s, bson_value_t *out);
  */
 bool gfs_find_by_name(gfs_session *s, const char *name, int revision, gfs_file *out, gfs_error *err);
 bool gfs_find_by_id(gfs_session *s, const bson_value_t *id, gfs_file *out, gfs_error *err);
+/*
+ * The _id of name's oldest revision, the document unparsed: a malformed one
+ * (no valid length or chunkSize) has an id to remove it by too. The caller
+ * destroys out.
+ */
+bool gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_error *err);
 
 /*
  * Calls fn for each files document whose filename starts with prefix
@@ -152,8 +195,10 @@ typedef bool (*gfs_data_fn)(const uint8_t *data, size_t len, void *ctx);
 
 /*
  * Streams a file's content chunk by chunk, validating numbering and sizes.
- * When verify_hash is set and metadata.sha256 exists, a mismatch fails with
- * GFS_ECHECKSUM after the last chunk. sha256_out (65 bytes) may be NULL.
+ * When verify_hash is set, content that fails gfs_integrity_check fails
+ * with GFS_ECHECKSUM after the last chunk. An empty file is not looked for
+ * in the chunks collection (the spec forbids the query). sha256_out (65
+ * bytes) may be NULL.
  */
 bool gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, void *ctx,
               char *sha256_out, gfs_error *err);
@@ -176,12 +221,21 @@ typedef ssize_t (*gfs_source_fn)(uint8_t *buf, size_t len, void *ctx);
 
 /*
  * Uploads one file: chunks first, in bulk inserts, then the files document.
- * On failure the chunks already written are removed (best effort). The new
+ * On failure the chunks already written are removed (best effort) when the
+ * id is a new one and no files document of it can have landed. The new
  * files document is returned in out when out is not NULL. opts is read again
  * after the last chunk, so a source may fill in content_type as it reads.
  */
 bool gfs_put(gfs_session *s, const gfs_put_opts *opts, gfs_source_fn src, void *src_ctx,
              gfs_file *out, gfs_error *err);
+/*
+ * Removes what puts killed mid-upload left (their chunks when no files
+ * document was written), skipping puts still running; *removed counts the
+ * uploads newly recovered. A recovered upload's marker stays, flagged, until
+ * a later call finds no chunk of it (one the dead put had in flight can land
+ * late): call it again once the command's own work is done.
+ */
+bool gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err);
 /* gfs_source_fn over a file descriptor. ctx is an int *. */
 ssize_t gfs_source_fd(uint8_t *buf, size_t len, void *ctx);
 
@@ -233,5 +287,32 @@ gfs_sha256 *gfs_sha256_new(void);
 void gfs_sha256_update(gfs_sha256 *h, const void *data, size_t len);
 /* Writes 64 hex digits and a NUL into hex, and frees h. */
 void gfs_sha256_final(gfs_sha256 *h, char hex[65]);
+
+/*
+ * The integrity rule, one for verify, get, mirror and serve: a file's
+ * content is checked against metadata.sha256 when stored, else against the
+ * legacy md5 that older drivers wrote (the GridFS spec deprecates md5 but
+ * a stored one is still the only proof for such a file), else against
+ * nothing. Hex digits compare in either case.
+ */
+enum gfs_check { GFS_CHECK_NONE, GFS_CHECK_SHA256, GFS_CHECK_MD5 };
+/* Which stored digest decides for f. */
+enum gfs_check gfs_integrity_rule(const gfs_file *f);
+/*
+ * True when the content with these digests is what f stores, or f stores
+ * none; else false with GFS_ECHECKSUM naming the file. md5_hex is needed
+ * only when the rule is GFS_CHECK_MD5 (NULL: a mismatch).
+ */
+bool gfs_integrity_check(const gfs_file *f, const char *sha256_hex, const char *md5_hex,
+                         gfs_error *err);
+
+/* The digests f's rule needs, over the content as it streams by. */
+typedef struct gfs_digest gfs_digest;
+gfs_digest *gfs_digest_new(const gfs_file *f);
+void gfs_digest_update(gfs_digest *d, const void *data, size_t len);
+/* Frees d; md5_hex is "" unless f's rule is md5. */
+void gfs_digest_final(gfs_digest *d, char sha256_hex[65], char md5_hex[33]);
+/* Frees d and applies gfs_integrity_check; sha256_out (65 bytes) may be NULL. */
+bool gfs_digest_check(gfs_digest *d, const gfs_file *f, char *sha256_out, gfs_error *err);
 
 #endif

@@ -1,5 +1,8 @@
+/* Hashing, and the one rule that says whether stored content is intact. */
 #include <openssl/evp.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "gfs.h"
 
@@ -26,19 +29,103 @@ gfs_sha256_update(gfs_sha256 *h, const void *data, size_t len)
 		abort();
 }
 
-void
-gfs_sha256_final(gfs_sha256 *h, char hex[65])
+/* Finishes ctx, a digest of want bytes, into 2 * want lower-case hex digits and a NUL. */
+static void
+final_hex(EVP_MD_CTX *ctx, unsigned int want, char *hex)
 {
 	static const char digits[] = "0123456789abcdef";
-	unsigned char md[32];
+	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int n = 0;
-	if (EVP_DigestFinal_ex(h->ctx, md, &n) != 1 || n != 32)
+	if (EVP_DigestFinal_ex(ctx, md, &n) != 1 || n != want)
 		abort();
-	for (int i = 0; i < 32; i++) {
+	for (unsigned int i = 0; i < n; i++) {
 		hex[2 * i] = digits[md[i] >> 4];
 		hex[2 * i + 1] = digits[md[i] & 15];
 	}
-	hex[64] = '\0';
+	hex[2 * n] = '\0';
+}
+
+void
+gfs_sha256_final(gfs_sha256 *h, char hex[65])
+{
+	final_hex(h->ctx, 32, hex);
 	EVP_MD_CTX_free(h->ctx);
 	free(h);
+}
+
+/* ---- the integrity rule ---------------------------------------------- */
+
+enum gfs_check
+gfs_integrity_rule(const gfs_file *f)
+{
+	if (f->sha256[0])
+		return GFS_CHECK_SHA256;
+	return f->md5[0] ? GFS_CHECK_MD5 : GFS_CHECK_NONE;
+}
+
+bool
+gfs_integrity_check(const gfs_file *f, const char *sha256_hex, const char *md5_hex, gfs_error *err)
+{
+	enum gfs_check c = gfs_integrity_rule(f);
+	if (c == GFS_CHECK_NONE)
+		return true;
+	const char *algo = c == GFS_CHECK_SHA256 ? "sha256" : "md5";
+	const char *want = c == GFS_CHECK_SHA256 ? f->sha256 : f->md5;
+	const char *got = c == GFS_CHECK_SHA256 ? sha256_hex : md5_hex;
+	/* Other tools store the hex in upper case; it names the same digest. */
+	if (got && strcasecmp(got, want) == 0)
+		return true;
+	gfs_error_set(err, GFS_ECHECKSUM, "%s: content %s %s does not match stored %s",
+	              f->filename ? f->filename : "(unnamed)", algo, got ? got : "(not computed)", want);
+	return false;
+}
+
+struct gfs_digest {
+	gfs_sha256 *sha;
+	EVP_MD_CTX *md5;
+};
+
+gfs_digest *
+gfs_digest_new(const gfs_file *f)
+{
+	gfs_digest *d = calloc(1, sizeof *d);
+	if (!d)
+		abort();
+	d->sha = gfs_sha256_new();
+	if (gfs_integrity_rule(f) == GFS_CHECK_MD5) {
+		d->md5 = EVP_MD_CTX_new();
+		if (!d->md5 || EVP_DigestInit_ex(d->md5, EVP_md5(), NULL) != 1)
+			abort();
+	}
+	return d;
+}
+
+void
+gfs_digest_update(gfs_digest *d, const void *data, size_t len)
+{
+	gfs_sha256_update(d->sha, data, len);
+	if (d->md5 && len && EVP_DigestUpdate(d->md5, data, len) != 1)
+		abort();
+}
+
+void
+gfs_digest_final(gfs_digest *d, char sha256_hex[65], char md5_hex[33])
+{
+	gfs_sha256_final(d->sha, sha256_hex);
+	md5_hex[0] = '\0';
+	if (d->md5) {
+		final_hex(d->md5, 16, md5_hex);
+		EVP_MD_CTX_free(d->md5);
+	}
+	free(d);
+}
+
+bool
+gfs_digest_check(gfs_digest *d, const gfs_file *f, char *sha256_out, gfs_error *err)
+{
+	char sha[65], md5[33];
+	gfs_digest_final(d, sha, md5);
+	if (sha256_out)
+		memcpy(sha256_out, sha, sizeof sha);
+	return gfs_integrity_check(f, sha, md5, err);
 }

@@ -1,5 +1,6 @@
 /* import: the pipeline described in import.h. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -392,20 +394,34 @@ in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t 
 	bson_append_document_end(filter, &in);
 }
 
+/* Like delete_in(), counting the documents removed into *deleted. */
+static bool
+delete_in_count(mongoc_collection_t *coll, const char *field, const bson_value_t *values,
+                size_t n, int64_t *deleted, const char *what, gfs_error *err)
+{
+	*deleted = 0;
+	if (n == 0)
+		return true;
+	bson_t filter = BSON_INITIALIZER, reply;
+	in_filter(&filter, field, values, n);
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
+	bson_iter_t it;
+	if (ok && bson_iter_init_find(&it, &reply, "deletedCount"))
+		*deleted = bson_iter_as_int64(&it);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	bson_destroy(&reply);
+	bson_destroy(&filter);
+	return ok;
+}
+
 static bool
 delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
           const char *what, gfs_error *err)
 {
-	if (n == 0)
-		return true;
-	bson_t filter = BSON_INITIALIZER;
-	in_filter(&filter, field, values, n);
-	bson_error_t berr;
-	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, NULL, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, what);
-	bson_destroy(&filter);
-	return ok;
+	int64_t deleted;
+	return delete_in_count(coll, field, values, n, &deleted, what, err);
 }
 
 /* Removes files documents first, then their chunks, as the spec orders a delete. */
@@ -574,15 +590,24 @@ struct marker {
 	bson_value_t id;
 	char *name;
 	int keep;
+	bool flagged;   /* recovered before: its chunks were removed once */
 };
 
+/* Upload markers of import (only_flagged: those recovered before), into *out. */
 static bool
-load_markers(mongoc_collection_t *uploads, struct marker **out, size_t *count, gfs_error *err)
+load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **out, size_t *count,
+             gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, exists;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, exists, put;
+	if (only_flagged)
+		BSON_APPEND_BOOL(&filter, GFS_RECOVERED_FIELD, true);
 	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
 	BSON_APPEND_BOOL(&exists, "$exists", false);
 	bson_append_document_end(&filter, &exists);
+	/* A put's marker, which gfs_put_recover() settles: that put may be running still. */
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "lock", &put);
+	BSON_APPEND_BOOL(&put, "$exists", false);
+	bson_append_document_end(&filter, &put);
 	BSON_APPEND_INT32(&opts, "batchSize", 1000);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
 	struct marker *m = NULL;
@@ -605,6 +630,7 @@ load_markers(mongoc_collection_t *uploads, struct marker **out, size_t *count, g
 			m[n].name = strdup(bson_iter_utf8(&it, NULL));
 		if (bson_iter_init_find(&it, doc, "keep") && BSON_ITER_HOLDS_NUMBER(&it))
 			m[n].keep = (int)bson_iter_as_int64(&it);
+		m[n].flagged = bson_iter_init_find(&it, doc, GFS_RECOVERED_FIELD) && bson_iter_as_bool(&it);
 		n++;
 	}
 	bson_error_t berr;
@@ -656,34 +682,74 @@ find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, 
 	return ok;
 }
 
+/* Flags the markers of ids recovered, so that a later pass removes them once it finds no chunk. */
+static bool
+flag_recovered(mongoc_collection_t *uploads, const struct idlist *ids, gfs_error *err)
+{
+	if (ids->n == 0)
+		return true;
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
+	in_filter(&filter, "_id", ids->v, ids->n);
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+	BSON_APPEND_BOOL(&set, GFS_RECOVERED_FIELD, true);
+	bson_append_document_end(&update, &set);
+	bson_error_t berr;
+	bool ok = mongoc_collection_update_many(uploads, &filter, &update, NULL, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "flag upload markers recovered");
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	return ok;
+}
+
+/*
+ * Completed uploads get their old revisions trimmed and lose their markers.
+ * Unfinished ones lose their chunks; their markers are flagged, not removed,
+ * since a chunk the dead process had in flight may land still: a flagged
+ * marker goes once a later pass over the batch finds no chunk to remove.
+ * *late counts chunks that pass found (landed after the first removal).
+ */
 static bool
 recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, struct marker *m,
-              size_t n, gfs_error *err)
+              size_t n, int64_t *late, gfs_error *err)
 {
 	bool *complete = calloc(n, sizeof *complete);
 	struct newrev *revs = calloc(n, sizeof *revs);
-	struct idlist orphans = {0}, all = {0};
+	struct idlist orphans = {0}, done = {0}, flagged = {0}, fresh = {0};
 	if (!complete || !revs)
 		abort();
 	bool ok = find_complete(s, m, n, complete, err);
 	size_t nrevs = 0;
 	for (size_t i = 0; ok && i < n; i++) {
-		idlist_add(&all, &m[i].id);
 		if (!complete[i]) {
 			idlist_add(&orphans, &m[i].id);
-		} else if (m[i].name && m[i].keep > 0 && m[i].id.value_type == BSON_TYPE_OID) {
+			idlist_add(m[i].flagged ? &flagged : &fresh, &m[i].id);
+			continue;
+		}
+		idlist_add(&done, &m[i].id);
+		if (m[i].name && m[i].keep > 0 && m[i].id.value_type == BSON_TYPE_OID) {
 			revs[nrevs].name = m[i].name;
 			bson_oid_copy(&m[i].id.value.v_oid, &revs[nrevs].id);
 			revs[nrevs++].keep = m[i].keep;
 		}
 	}
-	ok = ok && delete_in(s->chunks, "files_id", orphans.v, orphans.n, "remove orphan chunks", err) &&
-	     trim_revisions(imp, s, uploads, revs, nrevs, err) &&
-	     delete_in(uploads, "_id", all.v, all.n, "remove upload markers", err);
-	if (ok)
-		imp->st.recovered += orphans.n;
+	int64_t removed = 0;
+	ok = ok && delete_in_count(s->chunks, "files_id", orphans.v, orphans.n, &removed,
+	                           "remove orphan chunks", err) &&
+	     trim_revisions(imp, s, uploads, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
+	     delete_in(uploads, "_id", done.v, done.n, "remove upload markers", err);
+	/* A chunk found means writes of the dead may be landing still: the next pass looks again. */
+	if (ok && removed == 0)
+		ok = delete_in(uploads, "_id", flagged.v, flagged.n, "remove upload markers", err);
+	if (ok) {
+		imp->st.recovered += fresh.n;
+		if (fresh.n == 0)
+			*late += removed;
+	}
 	idlist_free(&orphans);
-	idlist_free(&all);
+	idlist_free(&done);
+	idlist_free(&flagged);
+	idlist_free(&fresh);
 	free(complete);
 	free(revs);
 	return ok;
@@ -755,29 +821,50 @@ finish_deletions(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, 
 	return ok;
 }
 
-/*
- * Finishes what an interrupted import left: we hold the bucket's import
- * lock, so every marker belongs to a process that is gone.
- */
+/* Recovers the markers loaded (only_flagged: those recovered before); *late as recover_batch(). */
 static bool
-recover(gfs_import *imp, gfs_session *s, gfs_error *err)
+recover_markers(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, bool only_flagged,
+                int64_t *late, gfs_error *err)
 {
-	mongoc_collection_t *uploads =
-	    mongoc_client_get_collection(s->client, gfs_conn_db(imp->conn), imp->uploads_name);
 	struct marker *m = NULL;
 	size_t n = 0;
-	bool ok = finish_deletions(imp, s, uploads, err) && load_markers(uploads, &m, &n, err);
+	bool ok = load_markers(uploads, only_flagged, &m, &n, err);
 	for (size_t i = 0; ok && i < n; i += IN_BATCH)
-		ok = recover_batch(imp, s, uploads, m + i, n - i < IN_BATCH ? n - i : IN_BATCH, err);
+		ok = recover_batch(imp, s, uploads, m + i, n - i < IN_BATCH ? n - i : IN_BATCH, late, err);
 	for (size_t i = 0; i < n; i++) {
 		bson_value_destroy(&m[i].id);
 		free(m[i].name);
 	}
 	free(m);
+	return ok;
+}
+
+/*
+ * Finishes what an interrupted import left: we hold the bucket's import
+ * lock, so every marker belongs to a process that is gone. Called again at
+ * the end of the run (settle), when the writes those processes had in
+ * flight have landed or never will: recovered uploads lose what landed, and
+ * their markers go unless something had.
+ */
+static bool
+recover(gfs_import *imp, gfs_session *s, bool settle, gfs_error *err)
+{
+	mongoc_collection_t *uploads =
+	    mongoc_client_get_collection(s->client, gfs_conn_db(imp->conn), imp->uploads_name);
+	size_t puts = 0;
+	int64_t late = 0;
+	uint64_t before = imp->st.recovered;
+	bool ok = (settle || finish_deletions(imp, s, uploads, err)) && gfs_put_recover(s, &puts, err) &&
+	          recover_markers(imp, s, uploads, settle, &late, err);
+	imp->st.recovered += puts;
 	mongoc_collection_destroy(uploads);
-	if (ok && imp->st.recovered)
-		notice(imp, "removed %llu unfinished upload%s left by an interrupted import",
-		       (unsigned long long)imp->st.recovered, imp->st.recovered == 1 ? "" : "s");
+	unsigned long long n = (unsigned long long)(imp->st.recovered - before);
+	if (ok && n)
+		notice(imp, "removed %llu unfinished upload%s left by an interrupted import or put", n,
+		       n == 1 ? "" : "s");
+	if (ok && late)
+		notice(imp, "removed %lld chunk%s that landed after their upload was recovered%s",
+		       (long long)late, late == 1 ? "" : "s", settle ? "; the next run looks again" : "");
 	return ok;
 }
 
@@ -1737,6 +1824,15 @@ delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 			names[n++] = e->name;
 		}
 	}
+	/*
+	 * Nothing to import while names are stored is what an unmounted file
+	 * system or a mistyped DIR look like, and --delete would empty the prefix.
+	 */
+	if (n > 0 && imp->st.scanned == 0 && !imp->o.allow_empty) {
+		imp->st.delete_refused = n;
+		free(names);
+		return true;
+	}
 	if (n > 0)
 		qsort(names, n, sizeof *names, cmp_str);
 	mongoc_collection_t *uploads =
@@ -1775,6 +1871,60 @@ fit_pool(gfs_import *imp, gfs_session *s, gfs_error *err)
 	return true;
 }
 
+/* Descriptors open now, counted in /proc/self/fd (the count's own one included). */
+static long
+open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return 3;
+	long n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * Each worker holds a connection and a file it reads; the walk holds a
+ * directory per level, the driver's monitor two connections, this thread
+ * and the lock's heartbeat one each. With too few descriptors a connection
+ * fails as if the backend were down ("Too many open files"): use fewer
+ * workers, after raising the soft limit as far as the hard one allows.
+ */
+#define FDS_PER_WORKER 2
+#define FDS_RESERVED 8
+
+static bool
+fit_fds(gfs_import *imp, gfs_error *err)
+{
+	struct rlimit rl;
+	if (imp->o.dry_run || getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return true;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY)
+		return true;
+	long limit = (long)rl.rlim_cur, needed = open_fds() + FDS_RESERVED;
+	long fit = (limit - needed) / FDS_PER_WORKER;
+	if (fit >= imp->o.jobs)
+		return true;
+	if (fit < 1) {
+		gfs_error_set(err, GFS_ELOCAL,
+		              "the limit of %ld open file descriptors (ulimit -n) is too small for "
+		              "import: it needs at least %ld", limit, needed + FDS_PER_WORKER);
+		return false;
+	}
+	notice(imp, "the limit of %ld open file descriptors (ulimit -n) allows %ld worker%s, "
+	       "not %d", limit, fit, fit == 1 ? "" : "s", imp->o.jobs);
+	imp->o.jobs = (int)fit;
+	return true;
+}
+
 static bool
 prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
@@ -1789,7 +1939,7 @@ prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 		imp->lock = gfs_lock_acquire(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
 		if (!imp->lock)
 			return false;
-		if (!recover(imp, s, err))
+		if (!recover(imp, s, false, err))
 			return false;
 	}
 	return load_existing(imp, s, err);
@@ -1801,7 +1951,7 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 	imp->started = gfs_mono_seconds();
 	gfs_error_clear(err);
 	gfs_session *s = gfs_session_pop(imp->conn);
-	bool ok = fit_pool(imp, s, err) && prepare(imp, s, err);
+	bool ok = fit_pool(imp, s, err) && fit_fds(imp, err) && prepare(imp, s, err);
 	struct worker *ws = NULL;
 	int nworkers = 0;
 	if (ok && !imp->o.dry_run) {
@@ -1835,6 +1985,8 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 		else
 			ok = delete_missing(imp, s, err);
 	}
+	if (ok && imp->lock)
+		ok = recover(imp, s, true, err);
 	if (ok && atomic_load(&imp->cancel)) {
 		gfs_error_set(err, GFS_ECANCELED, "interrupted; run again to finish");
 		ok = false;

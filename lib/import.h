@@ -20,6 +20,13 @@
  * {_id, deleting: [ids]} first, so that their chunks can still be found
  * by id when a crash leaves them without files documents; recovery
  * finishes those removals before anything else.
+ * Markers with a "lock" field are put's (lib/write.c), whose process may
+ * still run: recovery leaves them to gfs_put_recover(), which asks the lock.
+ * A dead process's chunk insert can still be applied after recovery removed
+ * its chunks (the server runs what it received, client gone or not), so a
+ * recovered marker is not removed at once but flagged "recovered"; at the
+ * end of the run, when such a write has long landed, its chunks are removed
+ * again, and the marker goes only once a pass finds none.
  * Readers never see a partial file, since they find files documents first.
  */
 #ifndef GFS_IMPORT_H
@@ -32,6 +39,8 @@
 #include "walk.h"
 
 #define GFS_UPLOADS_SUFFIX "gridfsctl_uploads"
+/* Set on the marker of a dead upload whose chunks recovery removed once. */
+#define GFS_RECOVERED_FIELD "recovered"
 #define GFS_IMPORT_LOCK "import"
 /* The longest stored name, in bytes: the index key limit of MongoDB before 4.2. */
 #define GFS_IMPORT_MAX_NAME 1024
@@ -44,6 +53,7 @@ typedef struct gfs_import_stats {
 	uint64_t replaced;   /* stored as a new revision of an existing name */
 	uint64_t skipped;    /* unchanged */
 	uint64_t deleted;    /* names removed by delete_missing */
+	uint64_t delete_refused;   /* names delete_missing kept: the walk found no file (allow_empty) */
 	uint64_t failed;     /* files and directories that could not be imported */
 	uint64_t bytes;      /* content bytes stored (or, dry run, that would be) */
 	uint64_t recovered;  /* unfinished uploads of an interrupted run removed */
@@ -81,6 +91,7 @@ typedef struct gfs_import_opts {
 	const char *content_type;    /* NULL: from libmagic */
 	bool checksum;               /* compare sha256 instead of size and mtime */
 	bool delete_missing;         /* remove names under the prefix missing on disk */
+	bool allow_empty;            /* ... even when the walk found no file at all */
 	bool dry_run;
 	int keep_revisions;          /* revisions of a name to keep in all; 0: every one */
 	int jobs;                    /* worker threads, >= 1 */

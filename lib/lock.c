@@ -320,6 +320,28 @@ heartbeat(void *arg)
 	return NULL;
 }
 
+int
+gfs_lock_held(gfs_session *s, const char *name, gfs_error *err)
+{
+	gfs_lock probe = {.name = (char *)name};
+	probe.coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
+	bson_t held;
+	gfs_error ferr;
+	gfs_error_clear(&ferr);
+	int rc = 0;
+	if (find_holder(&probe, &held, &ferr)) {
+		struct identity me;
+		identity_self(&me);
+		rc = doc_int(&held, "expires") > gfs_now_ms() && !holder_gone(&held, &me);
+		bson_destroy(&held);
+	} else if (ferr.code != GFS_OK) {
+		*err = ferr;
+		rc = -1;
+	}
+	mongoc_collection_destroy(probe.coll);
+	return rc;
+}
+
 gfs_lock *
 gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 {

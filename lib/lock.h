@@ -29,6 +29,11 @@ gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_erro
  * check it right before each write that others' clean-up must not race.
  */
 bool gfs_lock_lost(gfs_lock *l);
+/*
+ * Whether someone holds the lock now (not expired, holder not known gone),
+ * without taking it: 1 held, 0 free, -1 error (err set).
+ */
+int gfs_lock_held(gfs_session *s, const char *name, gfs_error *err);
 /* Stops renewing and removes the lock document if it is still ours. */
 void gfs_lock_release(gfs_lock *l);
 

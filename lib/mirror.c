@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -104,6 +105,25 @@ restore_raw(const char *filename, size_t tail_off, const char *raw, size_t raw_l
 }
 
 bool
+gfs_mirror_name_check(const char *rel, size_t len, gfs_error *err)
+{
+	if (!gfs_safepath_check(rel, len, err))
+		return false;
+	size_t dl = gfs_safepath_dirlen(rel, len);
+	size_t bo = dl ? dl + 1 : 0;
+	if (gfs_mirror_is_temp_name(rel + bo, len - bo)) {
+		gfs_error_set(err, GFS_EINVAL, "name has the form of a mirror temporary file");
+		return false;
+	}
+	if (count_char(rel, len, '/') > GFS_MIRROR_DEPTH_MAX) {
+		gfs_error_set(err, GFS_EINVAL, "more than %d folders deep, deeper than the sweep goes",
+		              GFS_MIRROR_DEPTH_MAX);
+		return false;
+	}
+	return true;
+}
+
+bool
 gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw,
                       size_t raw_len, char **out, size_t *out_len, gfs_error *err)
 {
@@ -124,14 +144,7 @@ gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw
 			abort();
 		len = strlen(rel);
 	}
-	if (!gfs_safepath_check(rel, len, err)) {
-		free(rel);
-		return false;
-	}
-	size_t dl = gfs_safepath_dirlen(rel, len);
-	size_t bo = dl ? dl + 1 : 0;
-	if (gfs_mirror_is_temp_name(rel + bo, len - bo)) {
-		gfs_error_set(err, GFS_EINVAL, "name has the form of a mirror temporary file");
+	if (!gfs_mirror_name_check(rel, len, err)) {
 		free(rel);
 		return false;
 	}
@@ -733,7 +746,7 @@ same_content(gfs_mirror_dir *d, gfs_session *s, int pfd, const char *leaf,
 	} else if (!gfs_read(s, &it->file, false, NULL, NULL, stored, err)) {
 		return false;
 	}
-	*same = strcmp(local, stored) == 0;
+	*same = strcasecmp(local, stored) == 0;   /* stored hex may be upper case */
 	return true;
 }
 
@@ -1331,16 +1344,17 @@ struct scan {
 	bool failed;
 	struct temp t;
 	int64_t next, expected;
-	gfs_sha256 *h;
+	gfs_digest *h;
 	struct gfs_mirror_finisher *fin;   /* NULL: finish each file on the scan thread */
 };
 
-/* A map key for an _id of any type: the type, then its text. */
+/* A map key for an _id of any type: the type, then its text; equal numbers share one. */
 static char *
 id_key(const bson_value_t *id)
 {
-	char *text = gfs_id_string(id);
-	char *key = bson_strdup_printf("%d:%s", (int)id->value_type, text);
+	bson_value_t c = gfs_id_canonical(id);
+	char *text = gfs_id_string(&c);
+	char *key = bson_strdup_printf("%d:%s", (int)c.value_type, text);
 	free(text);
 	return key;
 }
@@ -1354,8 +1368,8 @@ scan_fail(struct scan *sc, const gfs_error *err)
 		sc->t.fd = -1;
 	}
 	if (sc->h) {
-		char hex[65];
-		gfs_sha256_final(sc->h, hex);
+		char hex[65], md5[33];
+		gfs_digest_final(sc->h, hex, md5);
 		sc->h = NULL;
 	}
 	sc->failed = true;
@@ -1377,12 +1391,9 @@ scan_end_file(struct scan *sc)
 		scan_fail(sc, &err);
 		return;
 	}
-	char hex[65];
-	gfs_sha256_final(sc->h, hex);
+	bool intact = gfs_digest_check(sc->h, &sc->it->file, NULL, &err);
 	sc->h = NULL;
-	if (sc->it->file.sha256[0] && strcmp(hex, sc->it->file.sha256) != 0) {
-		gfs_error_set(&err, GFS_ECHECKSUM, "%s: content sha256 %s does not match stored %s",
-		              name, hex, sc->it->file.sha256);
+	if (!intact) {
 		scan_fail(sc, &err);
 		return;
 	}
@@ -1418,7 +1429,7 @@ scan_begin_file(struct scan *sc, const bson_value_t *files_id)
 		scan_fail(sc, &err);
 		return;
 	}
-	sc->h = gfs_sha256_new();
+	sc->h = gfs_digest_new(&sc->it->file);
 }
 
 /* The checks of gfs_read(), for one chunk of the current file. */
@@ -1486,7 +1497,7 @@ scan_chunk(struct scan *sc, const bson_t *doc)
 		scan_fail(sc, &err);
 		return;
 	}
-	gfs_sha256_update(sc->h, data, len);
+	gfs_digest_update(sc->h, data, len);
 	struct write_ctx w = {.fd = sc->t.fd};
 	if (!write_chunk(data, len, &w)) {
 		local_error(&err, sc->it, "write", w.error);
@@ -1574,11 +1585,6 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 
 /* ---- sweeping -------------------------------------------------------- */
 
-/*
- * The sweep holds one descriptor per level it is inside, so its depth is
- * capped well below the usual limit of 1024 open files.
- */
-#define SWEEP_DEPTH_MAX 512
 
 /*
  * Which mount a directory is on. The device tells file systems apart but
@@ -1662,11 +1668,11 @@ static size_t sweep_dir(struct sweep *sw, int fd, size_t plen);
 static int
 sweep_open(struct sweep *sw, int dirfd, const char *name, size_t len)
 {
-	if (sw->depth >= SWEEP_DEPTH_MAX) {
+	if (sw->depth >= GFS_MIRROR_DEPTH_MAX) {
 		gfs_error err;
 		/* The reason first: a path this deep does not fit in the message. */
 		gfs_error_set(&err, GFS_ELOCAL, "not swept, more than %d levels deep: %.*s",
-		              SWEEP_DEPTH_MAX, (int)len, sw->path);
+		              GFS_MIRROR_DEPTH_MAX, (int)len, sw->path);
 		sw->ok = false;
 		sw->fn(GFS_MIRROR_RMDIR, sw->path, len, &err, sw->ctx);
 		return -1;

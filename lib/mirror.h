@@ -62,11 +62,28 @@ bool gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *p
 void gfs_mirror_plan_free(gfs_mirror_plan *plan);
 
 /*
+ * The sweep holds one descriptor per level it is inside, so it goes at most
+ * this many folders deep, well below the usual limit of 1024 open files;
+ * names deeper than that are refused, so that a tree mirror wrote is always
+ * one it can sweep.
+ */
+#define GFS_MIRROR_DEPTH_MAX 512
+
+/*
+ * The rules a stored name (below the mirror prefix; raw bytes when it has a
+ * rawName) must meet to become a local path: gfs_safepath_check(), and a
+ * last segment that is not a temporary-file name, and at most
+ * GFS_MIRROR_DEPTH_MAX folders. Writers check names with
+ * it too, so nothing is stored that mirror would refuse on every run.
+ */
+bool gfs_mirror_name_check(const char *rel, size_t len, gfs_error *err);
+
+/*
  * The local path for a stored filename under the normalized prefix: the
  * name with the prefix stripped or, when raw (metadata.rawName) is given,
  * those bytes in place of the matching trailing segments. Checked with
- * gfs_safepath_check(); temporary-file names are refused too. Caller frees
- * *out.
+ * gfs_safepath_check(); temporary-file names and paths more than
+ * GFS_MIRROR_DEPTH_MAX folders deep are refused too. Caller frees *out.
  */
 bool gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw,
                            size_t raw_len, char **out, size_t *out_len, gfs_error *err);

@@ -59,6 +59,50 @@ check_chunk(struct read_state *st, const bson_t *doc, const uint8_t **data, uint
 	return true;
 }
 
+/* Reads the chunks in order into fn and d; false with err set on any fault. */
+static bool
+read_chunks(gfs_session *s, struct read_state *st, gfs_digest *d, gfs_data_fn fn, void *ctx,
+            gfs_error *err)
+{
+	const gfs_file *f = st->f;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+	gfs_id_filter(&filter, "files_id", &f->id);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "n", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(f->chunk_size));
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+
+	const bson_t *doc;
+	bool ok = true;
+	while (ok && mongoc_cursor_next(cur, &doc)) {
+		const uint8_t *data;
+		uint32_t len;
+		ok = check_chunk(st, doc, &data, &len, err);
+		if (!ok)
+			break;
+		gfs_digest_update(d, data, len);
+		if (fn && !fn(data, len, ctx)) {
+			gfs_error_set(err, GFS_ECANCELED, "%s: read stopped", st->name);
+			ok = false;
+		}
+	}
+	bson_error_t berr;
+	if (ok && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "read chunks");
+		ok = false;
+	}
+	mongoc_cursor_destroy(cur);
+	if (ok && st->next < st->expected) {
+		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", st->name,
+		              (long long)st->next);
+		ok = false;
+	}
+	return ok;
+}
+
 bool
 gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, void *ctx,
          char *sha256_out, gfs_error *err)
@@ -69,49 +113,13 @@ gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, vo
 		.expected = gfs_chunk_count(f->length, f->chunk_size),
 		.next = 0,
 	};
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
-	BSON_APPEND_VALUE(&filter, "files_id", &f->id);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(f->chunk_size));
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-
-	gfs_sha256 *h = gfs_sha256_new();
-	const bson_t *doc;
-	bool ok = true;
-	while (ok && mongoc_cursor_next(cur, &doc)) {
-		const uint8_t *data;
-		uint32_t len;
-		ok = check_chunk(&st, doc, &data, &len, err);
-		if (!ok)
-			break;
-		gfs_sha256_update(h, data, len);
-		if (fn && !fn(data, len, ctx)) {
-			gfs_error_set(err, GFS_ECANCELED, "%s: read stopped", st.name);
-			ok = false;
-		}
-	}
-	bson_error_t berr;
-	if (ok && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "read chunks");
-		ok = false;
-	}
-	mongoc_cursor_destroy(cur);
-	if (ok && st.next < st.expected) {
-		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", st.name,
-		              (long long)st.next);
-		ok = false;
-	}
-	char hex[65];
-	gfs_sha256_final(h, hex);
-	if (ok && verify_hash && f->sha256[0] && strcmp(hex, f->sha256) != 0) {
-		gfs_error_set(err, GFS_ECHECKSUM, "%s: content sha256 %s does not match stored %s",
-		              st.name, hex, f->sha256);
-		ok = false;
-	}
+	gfs_digest *d = gfs_digest_new(f);
+	/* The spec: a zero-length file MUST NOT query the chunks collection. */
+	bool ok = f->length == 0 || read_chunks(s, &st, d, fn, ctx, err);
+	char hex[65], md5[33];
+	gfs_digest_final(d, hex, md5);
+	if (ok && verify_hash)
+		ok = gfs_integrity_check(f, hex, md5, err);
 	if (sha256_out)
 		memcpy(sha256_out, hex, 65);
 	return ok;

@@ -18,10 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "import.h"
+#include "lock.h"
 #include "verify.h"
 
 /* Bytes of chunk data waiting in one hashing queue before the reader blocks. */
@@ -45,6 +46,7 @@ gfs_verify_kind_name(enum gfs_verify_kind k)
 	case GFS_VK_ORPHAN_CHUNKS: return "ORPHAN-CHUNKS";
 	case GFS_VK_INCOMPLETE: return "INCOMPLETE";
 	case GFS_VK_BAD_DOC: return "BAD-DOC";
+	case GFS_VK_IN_PROGRESS: return "IN-PROGRESS";
 	}
 	return "UNKNOWN";
 }
@@ -78,12 +80,17 @@ fnv1a(const uint8_t *p, size_t len, uint64_t h)
 	return h;
 }
 
-/* The bytes that identify an id: its BSON element with an empty key. */
+/*
+ * The bytes that identify an id: its canonical form's BSON element with an
+ * empty key, so that ids the server finds equal (Int64 77, Int32 77) share
+ * one key and one hash.
+ */
 static void
 id_key(const bson_value_t *id, bson_t *key)
 {
+	bson_value_t c = gfs_id_canonical(id);
 	bson_init(key);
-	bson_append_value(key, "", 0, id);
+	bson_append_value(key, "", 0, &c);
 }
 
 bool
@@ -324,6 +331,8 @@ struct verify {
 	size_t in_flight;
 	pthread_cond_t done_cond;
 	double last_progress;
+	mongoc_collection_t *uploads;   /* import's markers, for chunks that look orphaned */
+	bool lookups_failed;            /* a second look failed: the backend is gone, stop asking */
 };
 
 static void
@@ -484,10 +493,41 @@ hashers_stop(struct verify *v)
 
 /* ---- verdicts -------------------------------------------------------- */
 
+static int exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id,
+                  char **lock, gfs_error *err);
+
+/*
+ * Damage to a file whose document is gone by now is an import or rm that
+ * removed it while verify read it (documents go first, then chunks): in
+ * progress, not damage, and nothing to repair.
+ */
+static void
+unless_removed_meanwhile(struct verify *v, gfs_verify_problem *p)
+{
+	if (!p->file || !p->id || p->kind == GFS_VK_IN_PROGRESS || p->kind == GFS_VK_BAD_DOC)
+		return;
+	if (v->lookups_failed)
+		return;
+	gfs_error err;
+	gfs_error_clear(&err);
+	int found = exists(v->s->files, "_id", p->id, NULL, &err);
+	v->lookups_failed = found < 0;
+	if (found != 0)
+		return;
+	size_t n = strlen(p->detail);
+	snprintf(p->detail + n, sizeof p->detail - n, "%s%s: removed while verify ran",
+	         n ? " " : "", gfs_verify_kind_name(p->kind));
+	p->kind = GFS_VK_IN_PROGRESS;
+}
+
 static void
 report(struct verify *v, gfs_verify_problem *p)
 {
-	v->st->problems++;
+	unless_removed_meanwhile(v, p);
+	if (p->kind == GFS_VK_IN_PROGRESS)
+		v->st->in_progress++;
+	else
+		v->st->problems++;
 	v->st->by_kind[p->kind]++;
 	if (v->o->on_problem)
 		v->o->on_problem(p, v->o->ctx);
@@ -539,16 +579,19 @@ verdict(struct verify *v, struct slot *sl)
 		report(v, &p);
 	} else {
 		memcpy(res.sha256, sl->sha256, sizeof res.sha256);
-		const char *want = f->sha256[0] ? f->sha256 : f->md5[0] ? f->md5 : NULL;
-		const char *got = f->sha256[0] ? sl->sha256 : sl->md5hex;
-		/* Other tools may store the hex in upper case; it names the same digest. */
-		if (want && strcasecmp(want, got) != 0) {
+		/* The rule get, mirror and serve apply too: one verdict on what is intact. */
+		enum gfs_check rule = gfs_integrity_rule(f);
+		bool sha = rule == GFS_CHECK_SHA256;
+		const char *want = sha ? f->sha256 : f->md5;
+		const char *got = sha ? sl->sha256 : sl->md5hex;
+		gfs_error cerr;
+		if (!gfs_integrity_check(f, sl->sha256, sl->md5hex, &cerr)) {
 			problem_init(&p, GFS_VK_CHECKSUM, sl->vf);
-			snprintf(p.detail, sizeof p.detail, "%s %s, stored %s",
-			         f->sha256[0] ? "sha256" : "md5", got, want);
+			snprintf(p.detail, sizeof p.detail, "%s %s, stored %s", sha ? "sha256" : "md5", got,
+			         want);
 			memcpy(p.actual, got, strlen(got) + 1);
 			report(v, &p);
-		} else if (want) {
+		} else if (rule != GFS_CHECK_NONE) {
 			hash_ok = true;
 			res.verified = true;
 		} else if (f->length > 0) {
@@ -591,7 +634,7 @@ slot_new(struct vfile *vf)
 	sl->sha = EVP_MD_CTX_new();
 	if (!sl->sha || EVP_DigestInit_ex(sl->sha, EVP_sha256(), NULL) != 1)
 		abort();
-	if (!vf->f.sha256[0] && vf->f.md5[0]) {
+	if (gfs_integrity_rule(&vf->f) == GFS_CHECK_MD5) {
 		sl->md5 = EVP_MD_CTX_new();
 		if (!sl->md5 || EVP_DigestInit_ex(sl->md5, EVP_md5(), NULL) != 1)
 			abort();
@@ -659,6 +702,87 @@ struct group {
 	int64_t chunks, bytes;     /* for orphans */
 };
 
+/*
+ * 1: a document whose field equals id (as the server matches) is in coll;
+ * 0: none; -1: error. lock (may be NULL) gets a copy of that document's
+ * "lock" field, which a put's upload marker names its own lock in.
+ */
+static int
+exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, char **lock,
+       gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	gfs_id_filter(&filter, field, id);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	BSON_APPEND_INT32(&proj, "lock", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "limit", 1);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	bson_iter_t it;
+	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
+	if (rc && lock && bson_iter_init_find(&it, doc, "lock") && BSON_ITER_HOLDS_UTF8(&it))
+		*lock = gfs_xstrdup(bson_iter_utf8(&it, NULL));
+	bson_error_t berr;
+	if (!rc && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "look up a files_id");
+		rc = -1;
+	}
+	mongoc_cursor_destroy(cur);
+	return rc;
+}
+
+/*
+ * Chunks with no files document in the table: in progress (p->kind set to
+ * GFS_VK_IN_PROGRESS) or orphans, with why in p->detail's tail. The marker
+ * is looked for before the files document, and whether the chunks are still
+ * there last: see verify.h. A put's marker names its own lock; import's
+ * markers are covered by the import lock.
+ */
+static void
+judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
+{
+	size_t n = strlen(p->detail);
+	char *tail = p->detail + n;
+	size_t room = sizeof p->detail - n;
+	if (v->lookups_failed) {
+		snprintf(tail, room, " (whether an upload is in progress is unknown: the backend "
+		         "did not answer)");
+		return;
+	}
+	gfs_error err;
+	gfs_error_clear(&err);
+	char *lock = NULL;
+	int up = exists(v->uploads, "_id", fid, &lock, &err);
+	int del = up == 0 ? exists(v->uploads, "deleting", fid, NULL, &err) : 0;
+	int live = 0;
+	if ((up > 0 || del > 0) && (lock || !v->o->own_import_lock))
+		live = gfs_lock_held(v->s, lock ? lock : GFS_IMPORT_LOCK, &err);
+	int file = exists(v->s->files, "_id", fid, NULL, &err);
+	int still = file == 0 && live == 0 ? exists(v->s->chunks, "files_id", fid, NULL, &err) : 1;
+	v->lookups_failed = up < 0 || del < 0 || live < 0 || file < 0 || still < 0;
+	if (file > 0) {
+		p->kind = GFS_VK_IN_PROGRESS;
+		snprintf(tail, room, ": its files document was written while verify ran");
+	} else if (live > 0) {
+		p->kind = GFS_VK_IN_PROGRESS;
+		snprintf(tail, room, ": %s is %s it", lock ? "a put" : "an import",
+		         up > 0 ? "uploading" : "removing");
+	} else if (still == 0) {
+		p->kind = GFS_VK_IN_PROGRESS;
+		snprintf(tail, room, ": removed while verify ran");
+	} else if (up > 0 || del > 0) {
+		snprintf(tail, room, ": left by an interrupted %s (the next %s removes them)",
+		         lock ? "put" : "import", lock ? "put or import" : "import");
+	} else if (up < 0 || del < 0 || live < 0 || file < 0 || still < 0) {
+		snprintf(tail, room, " (whether an upload is in progress is unknown: %s)", err.msg);
+	}
+	free(lock);
+}
+
 /* complete: all the group's chunks were read (the scan did not stop inside it). */
 static void
 group_end(struct verify *v, struct group *g, bool complete)
@@ -680,6 +804,7 @@ group_end(struct verify *v, struct group *g, bool complete)
 		p.bytes = g->bytes;
 		snprintf(p.detail, sizeof p.detail, "count=%lld bytes=%lld", (long long)g->chunks,
 		         (long long)g->bytes);
+		judge_orphans(v, &g->files_id, &p);
 		report(v, &p);
 	}
 	bson_destroy(&g->key);
@@ -976,6 +1101,7 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	v.st = st;
 	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
 	v.s = gfs_session_pop(conn);
+	v.uploads = gfs_session_bucket_collection(v.s, GFS_UPLOADS_SUFFIX);
 	pthread_mutex_init(&v.done_mu, NULL);
 	pthread_cond_init(&v.done_cond, NULL);
 
@@ -1006,8 +1132,12 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	}
 	if (ok)
 		unseen_files(&v);
+	/* A pass that stopped has not looked at every chunk: it cannot vouch for orphans. */
+	if (!ok)
+		st->orphans_checked = false;
 	progress(&v, true);
 	table_free(&v.t);
+	mongoc_collection_destroy(v.uploads);
 	pthread_mutex_destroy(&v.done_mu);
 	pthread_cond_destroy(&v.done_cond);
 	gfs_session_push(v.s);
@@ -1038,7 +1168,7 @@ gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t b
                          int64_t *deleted, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER;
-	BSON_APPEND_VALUE(&filter, "files_id", files_id);
+	gfs_id_filter(&filter, "files_id", files_id);
 	if (before_ms > 0) {
 		/* The smallest ObjectId of that second: its timestamp, then zeros. */
 		uint8_t raw[12] = {0};
@@ -1059,12 +1189,24 @@ gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t b
 	return ok;
 }
 
+int
+gfs_verify_file_exists(gfs_session *s, const bson_value_t *id, gfs_error *err)
+{
+	return exists(s->files, "_id", id, NULL, err);
+}
+
+int
+gfs_verify_chunks_exist(gfs_session *s, const bson_value_t *files_id, gfs_error *err)
+{
+	return exists(s->chunks, "files_id", files_id, NULL, err);
+}
+
 bool
 gfs_verify_remove_chunks_beyond(gfs_session *s, const bson_value_t *files_id, int64_t count,
                                 int64_t *deleted, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, or, alt, cmp;
-	BSON_APPEND_VALUE(&filter, "files_id", files_id);
+	gfs_id_filter(&filter, "files_id", files_id);
 	BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
 	BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &alt);
 	BSON_APPEND_DOCUMENT_BEGIN(&alt, "n", &cmp);
@@ -1107,7 +1249,7 @@ gfs_verify_set_sha256(gfs_session *s, const bson_value_t *id, const char *sha256
                       gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
-	BSON_APPEND_VALUE(&filter, "_id", id);
+	gfs_id_filter(&filter, "_id", id);
 	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
 	BSON_APPEND_UTF8(&set, "metadata.sha256", sha256_hex);
 	bson_append_document_end(&update, &set);

@@ -7,6 +7,19 @@
  * file's chunks arrive together and in order and only its hash state is
  * kept while it is in flight. Problems are handed to a callback on the
  * calling thread, each once.
+ *
+ * Chunks without a files document are orphans unless an import is writing
+ * them: import marks each upload (and each removal) in
+ * <bucket>.gridfsctl_uploads before its first chunk and holds the bucket's
+ * import lock while it works, so such chunks with a marker and a live lock
+ * are reported as in progress instead. Markers are read only for the files_ids
+ * that look orphaned, marker first, then the files document again (an upload
+ * that completed during the pass removes its marker after its document is
+ * in), so no order of events makes a finished upload look orphaned. A put
+ * (put, watch, --repair's re-uploads) marks its upload the same way under a
+ * lock of its own, which its marker names. Last, chunks seen in the pass
+ * but gone by then were removed while verify ran (an old revision trimmed):
+ * in progress too, never orphans.
  */
 #ifndef GFS_VERIFY_H
 #define GFS_VERIFY_H
@@ -24,6 +37,12 @@ enum gfs_verify_kind {
 	GFS_VK_ORPHAN_CHUNKS,   /* chunks whose files_id has no files document */
 	GFS_VK_INCOMPLETE,      /* a files document with length > 0 and no chunks at all */
 	GFS_VK_BAD_DOC,         /* a malformed files document, or a chunk without n or data */
+	/*
+	 * Not a problem: chunks without a files document that an import at work
+	 * has marked as its own (an upload or a removal in flight), or whose
+	 * files document appeared while verify ran. Counted apart, never repaired.
+	 */
+	GFS_VK_IN_PROGRESS,
 };
 
 /* "MISSING-CHUNK", "WRONG-SIZE", ... as printed and documented. */
@@ -91,6 +110,11 @@ typedef struct gfs_verify_opts {
 	gfs_verify_progress_fn on_progress;  /* may be NULL; called now and then */
 	void *ctx;
 	volatile sig_atomic_t *stop; /* when it becomes non-zero the pass ends with GFS_ECANCELED */
+	/*
+	 * The caller holds the import lock, so no import is at work: chunks that
+	 * upload markers name are an interrupted import's leftovers (orphans).
+	 */
+	bool own_import_lock;
 } gfs_verify_opts;
 
 typedef struct gfs_verify_stats {
@@ -99,8 +123,9 @@ typedef struct gfs_verify_stats {
 	uint64_t bytes;              /* chunk data bytes read of selected files */
 	uint64_t chunks;             /* chunk documents read */
 	uint64_t total_bytes;        /* sum of the selected files' lengths */
-	uint64_t problems;
-	uint64_t by_kind[GFS_VK_BAD_DOC + 1];
+	uint64_t problems;           /* every kind but GFS_VK_IN_PROGRESS */
+	uint64_t in_progress;        /* GFS_VK_IN_PROGRESS groups */
+	uint64_t by_kind[GFS_VK_IN_PROGRESS + 1];
 	bool orphans_checked;        /* a full scan ran, so orphan chunks were looked for */
 	enum gfs_verify_strategy strategy;  /* the one used */
 	int threads;
@@ -125,6 +150,14 @@ bool gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int6
 /* Deletes the chunks with this files_id numbered count or beyond, or below 0. */
 bool gfs_verify_remove_chunks_beyond(gfs_session *s, const bson_value_t *files_id, int64_t count,
                                      int64_t *deleted, gfs_error *err);
+/*
+ * Checks made again right before a repair deletes, since the pass's view
+ * may be old: 1 when a files document with this _id exists (chunks: a
+ * chunk with this files_id), matched as the server matches; 0 when none;
+ * -1 on error.
+ */
+int gfs_verify_file_exists(gfs_session *s, const bson_value_t *id, gfs_error *err);
+int gfs_verify_chunks_exist(gfs_session *s, const bson_value_t *files_id, gfs_error *err);
 /* Deletes chunk documents by their own _id. */
 bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n,
                                  int64_t *deleted, gfs_error *err);

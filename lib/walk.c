@@ -385,7 +385,8 @@ walk_dir(struct walker *w, int dfd)
 		snprintf(reason, sizeof reason, "cannot read directory: %s", strerror(errno));
 		emit(w, GFS_WALK_ERROR, NULL, reason);
 	}
-	qsort(names, count, sizeof *names, cmp_names);
+	if (count > 1)
+		qsort(names, count, sizeof *names, cmp_names);
 	size_t base = w->len;
 	for (size_t i = 0; i < count; i++) {
 		if (!w->stopped) {

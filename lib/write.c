@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "gfs.h"
+#include "import.h"
+#include "lock.h"
 
 /* Each bulk insert carries at most this much chunk data (one or two wire messages). */
 #define PUT_BATCH_BYTES (8 * 1024 * 1024)
@@ -159,13 +161,245 @@ gfs_source_fd(uint8_t *buf, size_t len, void *ctx)
 	return (ssize_t)got;
 }
 
-static void
+static bool
 remove_chunks(gfs_session *s, const bson_value_t *id)
 {
 	bson_t filter = BSON_INITIALIZER;
-	BSON_APPEND_VALUE(&filter, "files_id", id);
-	mongoc_collection_delete_many(s->chunks, &filter, NULL, NULL, NULL);
+	gfs_id_filter(&filter, "files_id", id);
+	bool ok = mongoc_collection_delete_many(s->chunks, &filter, NULL, NULL, NULL);
 	bson_destroy(&filter);
+	return ok;
+}
+
+/* ---- upload markers ---------------------------------------------------- */
+
+/*
+ * A put killed between its first chunk and its files document leaves
+ * chunks that no reader finds. So before the first chunk it takes the
+ * lock "put-ID" (lib/lock.c: renewed while it runs, free at once when its
+ * process is gone) and records {_id: ID, filename, lock} in the uploads
+ * collection import uses; both go when the file is complete or its chunks
+ * are removed. Whoever can take the lock of a marker knows its put is dead.
+ */
+#define PUT_LOCK_PREFIX "put-"
+
+struct put_marker {
+	gfs_lock *lock;
+	char *lock_name;
+};
+
+static bool
+marker_begin(gfs_session *s, const bson_value_t *id, const char *filename, struct put_marker *m,
+             gfs_error *err)
+{
+	char *ids = gfs_id_string(id);
+	m->lock_name = bson_strdup_printf(PUT_LOCK_PREFIX "%s", ids);
+	free(ids);
+	m->lock = gfs_lock_acquire(s->conn, m->lock_name, 0, err);
+	if (!m->lock)
+		return false;
+	bson_t doc = BSON_INITIALIZER;
+	BSON_APPEND_VALUE(&doc, "_id", id);
+	BSON_APPEND_UTF8(&doc, "filename", filename);
+	BSON_APPEND_UTF8(&doc, "lock", m->lock_name);
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	bson_error_t berr;
+	bool ok = mongoc_collection_insert_one(uploads, &doc, NULL, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "insert upload marker");
+	mongoc_collection_destroy(uploads);
+	bson_destroy(&doc);
+	if (!ok) {
+		gfs_lock_release(m->lock);
+		m->lock = NULL;
+	}
+	return ok;
+}
+
+/* Removes a marker (ours, or a dead put's whose lock we hold). */
+static bool
+marker_remove(gfs_session *s, const bson_value_t *id, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "_id", id);
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_one(uploads, &filter, NULL, NULL, &berr);
+	if (!ok && err)
+		gfs_error_from_bson(err, &berr, "remove upload marker");
+	mongoc_collection_destroy(uploads);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* settled: the upload is stored, or its chunks are gone; else recovery decides later. */
+static void
+marker_end(gfs_session *s, const bson_value_t *id, struct put_marker *m, bool settled)
+{
+	if (m->lock) {
+		if (settled)
+			marker_remove(s, id, NULL);
+		gfs_lock_release(m->lock);
+	}
+	bson_free(m->lock_name);
+}
+
+/* Whether a files document with this _id exists. */
+static bool
+files_doc_exists(gfs_session *s, const bson_value_t *id, bool *exists, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "_id", id);
+	bson_error_t berr;
+	int64_t n = mongoc_collection_count_documents(s->files, &filter, NULL, NULL, NULL, &berr);
+	bson_destroy(&filter);
+	if (n < 0) {
+		gfs_error_from_bson(err, &berr, "find completed uploads");
+		return false;
+	}
+	*exists = n > 0;
+	return true;
+}
+
+/* Chunks of id removed; *n how many, so that a recovery knows whether any had landed late. */
+static bool
+remove_dead_chunks(gfs_session *s, const bson_value_t *id, int64_t *n, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, reply;
+	gfs_id_filter(&filter, "files_id", id);
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_many(s->chunks, &filter, NULL, &reply, &berr);
+	bson_iter_t it;
+	*n = ok && bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it) : 0;
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "remove orphan chunks");
+	bson_destroy(&reply);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* Flags a dead put's marker as recovered: its process is known gone, its lock no longer asked. */
+static bool
+marker_flag(gfs_session *s, const bson_value_t *id, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
+	gfs_id_filter(&filter, "_id", id);
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+	BSON_APPEND_BOOL(&set, GFS_RECOVERED_FIELD, true);
+	bson_append_document_end(&update, &set);
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	bson_error_t berr;
+	bool ok = mongoc_collection_update_one(uploads, &filter, &update, NULL, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "flag upload marker recovered");
+	mongoc_collection_destroy(uploads);
+	bson_destroy(&filter);
+	bson_destroy(&update);
+	return ok;
+}
+
+/*
+ * Finishes one marker whose put is gone; false only on a backend error.
+ * A chunk insert the dead put had in flight can still land after its
+ * chunks were removed, so the marker stays, flagged, until a later pass
+ * (at the end of the recovering command, or the next one) finds no chunk.
+ */
+static bool
+recover_marker(gfs_session *s, const bson_value_t *id, const char *lock_name, bool flagged,
+               size_t *removed, gfs_error *err)
+{
+	gfs_lock *l = NULL;
+	if (!flagged) {
+		gfs_error lerr;
+		l = gfs_lock_acquire(s->conn, lock_name, 0, &lerr);
+		if (!l && lerr.code == GFS_EBUSY)
+			return true; /* still running */
+		if (!l) {
+			*err = lerr;
+			return false;
+		}
+	}
+	bool exists;
+	int64_t late = 0;
+	bool ok = files_doc_exists(s, id, &exists, err);
+	if (ok && !exists)
+		ok = remove_dead_chunks(s, id, &late, err);
+	if (ok && (exists || (flagged && late == 0))) {
+		ok = marker_remove(s, id, err);
+	} else if (ok && !flagged) {
+		ok = marker_flag(s, id, err);
+		*removed += ok;
+	}
+	if (l)
+		gfs_lock_release(l);
+	return ok;
+}
+
+#define RECOVER_MAX 1000
+
+bool
+gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
+{
+	*removed = 0;
+	bson_t filter = BSON_INITIALIZER, exists, opts = BSON_INITIALIZER;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "lock", &exists);
+	BSON_APPEND_BOOL(&exists, "$exists", true);
+	bson_append_document_end(&filter, &exists);
+	BSON_APPEND_INT64(&opts, "limit", RECOVER_MAX);
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
+	/* Read them all first: recovering removes markers, and the cursor could skip some. */
+	bson_t **docs = calloc(RECOVER_MAX, sizeof *docs);
+	if (!docs)
+		abort();
+	size_t n = 0;
+	const bson_t *doc;
+	while (n < RECOVER_MAX && mongoc_cursor_next(cur, &doc))
+		docs[n++] = bson_copy(doc);
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read upload markers");
+	mongoc_cursor_destroy(cur);
+	mongoc_collection_destroy(uploads);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	for (size_t i = 0; i < n; i++) {
+		bson_iter_t id, lock;
+		bson_iter_t flag;
+		bool flagged = bson_iter_init_find(&flag, docs[i], GFS_RECOVERED_FIELD) &&
+		               bson_iter_as_bool(&flag);
+		if (ok && bson_iter_init_find(&id, docs[i], "_id") &&
+		    bson_iter_init_find(&lock, docs[i], "lock") && BSON_ITER_HOLDS_UTF8(&lock))
+			ok = recover_marker(s, bson_iter_value(&id), bson_iter_utf8(&lock, NULL), flagged,
+			                    removed, err);
+		bson_destroy(docs[i]);
+	}
+	free(docs);
+	return ok;
+}
+
+/* Flushes the batch, recording the marker before the file's first chunk goes. */
+static bool
+flush_marked(gfs_chunk_batch *b, gfs_session *s, const bson_value_t *id, const char *filename,
+             struct put_marker *m, gfs_error *err)
+{
+	if (!m->lock && !marker_begin(s, id, filename, m, err))
+		return false;
+	return gfs_chunk_batch_flush(b, s, err);
+}
+
+/* True only when the backend answers that no files document has this id. */
+static bool
+upload_absent(gfs_session *s, const bson_value_t *id)
+{
+	gfs_file f;
+	gfs_error err;
+	if (gfs_find_by_id(s, id, &f, &err)) {
+		gfs_file_free(&f);
+		return false;
+	}
+	return err.code == GFS_ENOTFOUND;
 }
 
 bool
@@ -197,6 +431,7 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 	gfs_sha256 *h = gfs_sha256_new();
 	int64_t length = 0, n = 0;
 	bool ok = true, wrote = false;
+	struct put_marker marker = {0};
 	for (;;) {
 		ssize_t r = src(buf, (size_t)cs, src_ctx);
 		if (r < 0) {
@@ -219,7 +454,7 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 		if (gfs_chunk_batch_bytes(batch) >= PUT_BATCH_BYTES ||
 		    gfs_chunk_batch_count(batch) >= PUT_BATCH_DOCS) {
 			wrote = true;
-			if (!(ok = gfs_chunk_batch_flush(batch, s, err)))
+			if (!(ok = flush_marked(batch, s, &id, o->filename, &marker, err)))
 				break;
 		}
 		if (r < cs)
@@ -227,18 +462,26 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 	}
 	if (ok && gfs_chunk_batch_count(batch)) {
 		wrote = true;
-		ok = gfs_chunk_batch_flush(batch, s, err);
+		ok = flush_marked(batch, s, &id, o->filename, &marker, err);
 	}
 	char hex[65];
 	gfs_sha256_final(h, hex);
 	gfs_chunk_batch_free(batch);
 	free(buf);
 
+	/* Past its lease, a recovery may have taken our chunks for a dead put's. */
+	if (ok && gfs_lock_lost(marker.lock)) {
+		gfs_error_set(err, GFS_EBACKEND, "%s: the upload's lock was lost (backend unreachable "
+		              "for too long); nothing stored", o->filename);
+		ok = false;
+	}
+	bool doc_tried = false;
 	if (ok) {
 		bson_t doc = BSON_INITIALIZER;
 		gfs_files_doc(&doc, &id, o->filename, length, cs, gfs_now_ms(), o->content_type, hex,
 		              o->metadata);
 		bson_error_t berr;
+		doc_tried = true;
 		ok = mongoc_collection_insert_one(s->files, &doc, NULL, NULL, &berr);
 		if (!ok)
 			gfs_error_from_bson(err, &berr, "insert files document");
@@ -246,8 +489,19 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 			ok = gfs_file_parse(&doc, out, err);
 		bson_destroy(&doc);
 	}
-	if (!ok && wrote)
-		remove_chunks(s, &id);
+	/*
+	 * The spec cleans up after an abort only and leaves chunks behind when an
+	 * insert fails, since a write that failed on the wire may have been
+	 * applied. Ours are safe to remove when their files_id is a new ObjectId
+	 * (no opts->id): no other file has it, so only this upload's chunks go;
+	 * a given id may be another file's, whose chunks made ours fail. Once
+	 * the files document was sent it may have landed, and then the chunks
+	 * are a complete file: they go only when a lookup shows no such document.
+	 */
+	bool drop = !ok && wrote && !o->id && (!doc_tried || upload_absent(s, &id)) &&
+	            remove_chunks(s, &id);
+	/* Chunks kept for want of an answer stay marked: the next put's recovery looks again. */
+	marker_end(s, &id, &marker, ok || !wrote || drop);
 	bson_value_destroy(&id);
 	return ok;
 }
@@ -257,7 +511,7 @@ gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, reply;
 	bson_error_t berr;
-	BSON_APPEND_VALUE(&filter, "_id", id);
+	gfs_id_filter(&filter, "_id", id);
 	bool ok = mongoc_collection_delete_one(s->files, &filter, NULL, &reply, &berr);
 	bson_destroy(&filter);
 	if (!ok) {
@@ -272,7 +526,7 @@ gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err)
 	bson_destroy(&reply);
 
 	bson_init(&filter);
-	BSON_APPEND_VALUE(&filter, "files_id", id);
+	gfs_id_filter(&filter, "files_id", id);
 	ok = mongoc_collection_delete_many(s->chunks, &filter, NULL, NULL, &berr);
 	bson_destroy(&filter);
 	if (!ok) {
@@ -373,7 +627,7 @@ bool
 gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, reply;
-	BSON_APPEND_VALUE(&filter, "_id", id);
+	gfs_id_filter(&filter, "_id", id);
 	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
 	BSON_APPEND_UTF8(&set, "filename", new_name);
 	bson_append_document_end(&update, &set);

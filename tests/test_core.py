@@ -14,6 +14,9 @@ import gridfs
 import pytest
 from bson import ObjectId
 
+import conftest
+
+import planted
 from conftest import sha256
 
 CHUNK = 255 * 1024
@@ -301,11 +304,16 @@ def test_help_and_version(gfs):
 # ---- review fixes: rm order, odd names, signals, option parsing -------------
 
 class RecordingProxy:
-    """Forwards TCP to the backend and keeps what each client connection sent, in order."""
+    """Forwards TCP to the backend and keeps what each client connection sent, in order.
 
-    def __init__(self, backend_port):
+    With cut_on, the first client message holding those bytes is not
+    forwarded: every connection is closed and no new one accepted, as when
+    the backend dies mid-run."""
+
+    def __init__(self, backend_port, cut_on=None):
         self.target = ("127.0.0.1", backend_port)
         self.sent = []
+        self.cut_on, self.cut, self.socks = cut_on, threading.Event(), []
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
@@ -319,19 +327,22 @@ class RecordingProxy:
             except OSError:
                 return
             server = socket.create_connection(self.target)
+            self.socks += [client, server]
             buf = bytearray()
             self.sent.append(buf)
             threading.Thread(target=self._pump, args=(client, server, buf), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
 
-    @staticmethod
-    def _pump(src, dst, buf):
+    def _pump(self, src, dst, buf):
         # Bytes are recorded before they are forwarded, so all a command sent is
         # here by the time its reply reaches the client.
         try:
             while data := src.recv(65536):
                 if buf is not None:
                     buf += data
+                if buf is not None and self.cut_on and self.cut_on in buf:
+                    self._cut()
+                    return
                 dst.sendall(data)
         except OSError:
             pass
@@ -341,6 +352,15 @@ class RecordingProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def _cut(self):
+        self.cut.set()
+        self.sock.close()
+        for s in list(self.socks):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self):
         self.sock.close()
@@ -488,3 +508,293 @@ def test_password_scrubbed_even_from_a_uri_the_driver_refuses(gfs):
         rc = p.wait()
     err = data[filler:].decode()
     assert rc == 2 and "visible to other users" in err and "hunter2" not in err
+
+
+# ---- truthful output: escaping, stdout errors, JSON errors -------------------
+
+import planted  # noqa: E402
+
+UNREACHABLE = {"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200"}
+
+
+def assert_inert(text, forged=("FAKE",)):
+    """No control byte reaches the terminal, and no stored name starts a line of its own."""
+    assert not any(c in text for c in "\x1b\x07\r\x85"), repr(text)
+    for line in text.splitlines():
+        assert not line.startswith(forged), (line, text)
+
+
+def test_hostile_names_are_escaped_in_every_human_line(gfs, db, tmp_path):
+    ids = planted.plant_hostile(db, planted.HOSTILE_NAMES + [planted.UNSAFE_TITLE_NAME])
+    forging = planted.FORGING_NAME
+    shown = "dmg\\x1b[31m\\x0aFAKE"
+    for args in (["ls"], ["ls", "-l"], ["ls", "-a"]):
+        r = gfs.run(*args)
+        assert r.rc == 0, r
+        assert_inert(r.text)
+        assert len(r.text.splitlines()) == len(ids), r.text
+        assert any(line.endswith(shown) for line in r.text.splitlines()), r.text
+    r = gfs.run("stat", forging)
+    assert r.rc == 0 and f"name:        {shown}\n" in r.text, r
+    assert_inert(r.text)
+    # The refusal names the file, escaped: no terminal title is set.
+    r = gfs.run("get", planted.UNSAFE_TITLE_NAME)
+    assert r.rc == 2 and "../title\\x1b]0;owned\\x07: stored name is not a safe" in r.err, r
+    assert_inert(r.err)
+    # Damage reports name the file on one line.
+    db.fs.chunks.delete_one({"files_id": ids[forging], "n": 1})
+    r = gfs.run("verify")
+    assert r.rc == 1 and shown in r.text, r
+    assert_inert(r.text + r.err)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "only-on-disk\x1b[2J\nFAKE").write_bytes(b"x")
+    r = gfs.run("verify", "--against", disk, "--combined", tmp_path / "combined")
+    assert r.rc == 1, r
+    assert_inert(r.text + r.err + (tmp_path / "combined").read_text())
+    assert "only-on-disk\\x1b[2J\\x0aFAKE" in (tmp_path / "combined").read_text()
+    # import -v prints what it stored the same way.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "imp\x1b[31m\nFAKE").write_bytes(b"y")
+    r = gfs.run("import", src, "--prefix", "in", "-v")
+    assert r.rc == 0 and "uploaded in/imp\\x1b[31m\\x0aFAKE\n" in r.text, r
+    assert_inert(r.text + r.err)
+    # JSON keeps every name exact.
+    r = gfs.run("ls", "--json")
+    names = {json.loads(line)["filename"] for line in r.text.splitlines()}
+    assert set(ids) | {"in/imp\x1b[31m\nFAKE"} == names
+    assert json.loads(gfs.run("stat", forging, "--json").text)["filename"] == forging
+
+
+def run_to_full(gfs, *args, db=True):
+    """Runs gridfsctl with stdout on /dev/full, where every write fails with ENOSPC."""
+    with open("/dev/full", "wb") as full:
+        p = gfs.popen(*args, stdout=full, stderr=subprocess.PIPE, cwd=gfs.tmp_path, db=db)
+        _, err = p.communicate(timeout=120)
+    assert b"AddressSanitizer" not in err and b"runtime error" not in err, err
+    return p.returncode, err.decode()
+
+
+def test_write_error_on_stdout_exits_5(gfs, bucket, tmp_path):
+    """Output that could not be written is a failure, whatever the verb."""
+    (tmp_path / "f").write_bytes(b"put me")
+    assert gfs.run("put", tmp_path / "f", "--name", "a.txt").rc == 0
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "t.txt").write_bytes(b"t")
+    cases = [
+        ["ls"], ["ls", "-l"], ["ls", "--json"], ["stat", "a.txt"], ["stat", "a.txt", "--json"],
+        ["put", tmp_path / "f", "--json"], ["rm", "f", "--json"],
+        ["import", tmp_path / "tree", "--json"], ["import", tmp_path / "tree", "-v", "--prefix", "v"],
+        ["verify"], ["verify", "--json"],
+        ["mirror", tmp_path / "m", "--json"], ["mirror", tmp_path / "m2", "--dry-run"],
+        ["ls", "--help"], ["help"], ["_options", "ls"], ["--version"],
+    ]
+    for args in cases:
+        verb = args[0] not in ("help", "_options", "--version")  # the others run before any verb
+        rc, err = run_to_full(gfs, *args, db=verb)
+        who = f"gridfsctl {args[0]}" if verb else "gridfsctl"
+        assert rc == 5, (args, rc, err)
+        assert conftest.DRIVER_SHM_WARNING.sub("", err).splitlines() == \
+            [f"{who}: cannot write to standard output: No space left on device"], (args, err)
+    rc, err = run_to_full(gfs, "get", "a.txt", "-o", "-")
+    assert rc == 5 and "stdout: No space left on device" in err, err
+    # A verb that failed keeps its own exit status, and still says stdout failed.
+    rc, err = run_to_full(gfs, "rm", "nonesuch", "--json")
+    assert rc == 4 and "cannot write to standard output" in err, err
+    bucket.upload_from_stream("no-sha", b"x")
+    rc, err = run_to_full(gfs, "verify")
+    assert rc == 1 and "cannot write to standard output" in err, err
+
+
+def test_json_errors_with_the_backend_unreachable(gfs, tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "t").write_bytes(b"t")
+    r = gfs.run("put", tmp_path / "f", "--json", env=UNREACHABLE)
+    doc = json.loads(r.text)
+    assert r.rc == 3 and "cannot reach the backend" in doc["error"], r
+    assert doc["source"] == str(tmp_path / "f") and doc["filename"] == "f"
+    r = gfs.run("rm", "a", "b", "--json", env=UNREACHABLE)
+    docs = [json.loads(line) for line in r.text.splitlines()]
+    assert r.rc == 3 and len(docs) == 1 and docs[0]["name"] == "a", r
+    assert "cannot reach the backend" in docs[0]["error"] and docs[0]["removed"] == 0
+    r = gfs.run("import", tmp_path / "tree", "--json", env=UNREACHABLE)
+    assert r.rc == 3 and "cannot reach the backend" in json.loads(r.text.splitlines()[-1])["error"], r
+    r = gfs.run("import", tmp_path / "tree", "--json", env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?tls=maybe"})
+    assert r.rc == 2 and json.loads(r.text)["error"].startswith("invalid connection string"), r
+    # Verbs that print files, not a summary, print none and say why on stderr.
+    for args in (["ls", "--json"], ["stat", "a", "--json"], ["get", "a", "-o", "-"]):
+        r = gfs.run(*args, env=UNREACHABLE)
+        assert r.rc == 3 and r.out == b"" and "cannot reach the backend" in r.err, (args, r)
+
+
+def test_json_errors_of_refused_runs(gfs, bucket, tmp_path):
+    r = gfs.run("rm", "nonesuch", "--json")
+    doc = json.loads(r.text)
+    assert r.rc == 4 and doc == {"name": "nonesuch", "removed": 0, "error": r.err.strip().split(": ", 1)[1]}, r
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "ok").write_bytes(b"ok")
+    os.mkfifo(tree / "pipe")
+    r = gfs.run("import", tree, "--json")
+    s = json.loads(r.text.splitlines()[-1])
+    assert r.rc == 1 and s["failed"] == 1, r
+    assert s["error"].startswith("1 file failed, the first: ") and "pipe: not a regular file" in s["error"], s
+    r = gfs.run("import", tree, "--json", "--exclude", "pipe")
+    assert r.rc == 0 and "error" not in json.loads(r.text.splitlines()[-1]), r
+
+def test_get_stored_name_never_follows_a_symlink(gfs, bucket, tmp_path):
+    work, outside = tmp_path / "w", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    os.symlink("../outside", work / "lnk")
+    bucket.upload_from_stream("lnk/pwn", b"x")
+    r = gfs.run("get", "lnk/pwn", cwd=work)
+    assert r.rc == 5 and "lnk" in r.err and "symlink" in r.err, r
+    assert os.listdir(outside) == []
+    # The user's own -o path may go through the symlink: that is their choice.
+    r = gfs.run("get", "lnk/pwn", "-o", "lnk/mine", cwd=work)
+    assert r.rc == 0, r
+    assert (outside / "mine").read_bytes() == b"x"
+
+
+def test_get_empty_output_is_a_usage_error(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("e.txt", b"x")
+    r = gfs.run("get", "e.txt", "-o", "")
+    assert r.rc == 2 and "-o" in r.err, r
+    r = gfs.run("get", "e.txt", "-o", "sub/")
+    assert r.rc == 2 and "sub/" in r.err, r
+    assert os.listdir(tmp_path) == []
+
+
+def wait_for_entries(path, proc, deadline_s=60):
+    deadline = time.monotonic() + deadline_s
+    while not os.listdir(path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)  # polling for the temp file, not waiting for time to pass
+    return os.listdir(path)
+
+
+def test_get_removes_temp_files_of_killed_gets_only(gfs, bucket, tmp_path):
+    body = os.urandom(24 * 1024 * 1024)
+    bucket.upload_from_stream("large", body)
+    out = tmp_path / "out"
+    out.mkdir()
+    # A get that is still running (stopped here) must keep its temp file...
+    running = gfs.popen("get", "large", "-o", out / "large", stderr=subprocess.DEVNULL)
+    killed = None
+    try:
+        mine = wait_for_entries(out, running)
+        os.kill(running.pid, signal.SIGSTOP)
+        assert len(mine) == 1 and mine[0].startswith(".large.gridfsctl-"), mine
+        # ...while one killed with SIGKILL leaves its own behind.
+        killed = gfs.popen("get", "large", "-o", out / "large", stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while len(os.listdir(out)) < 2 and killed.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)  # polling for the temp file, not waiting for time to pass
+        killed.kill()
+        killed.wait()
+        assert len(os.listdir(out)) == 2, os.listdir(out)
+        r = gfs.run("get", "large", "-o", out / "large")
+        assert r.rc == 0, r
+        assert "interrupted get" in r.err
+        assert sorted(os.listdir(out)) == sorted(["large"] + mine)
+        assert (out / "large").read_bytes() == body
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_put_refuses_names_mirror_would_refuse(gfs, db, tmp_path):
+    from planted import UNSAFE_PATH_NAMES
+    src = tmp_path / "f.txt"
+    src.write_bytes(b"x")
+    for name in UNSAFE_PATH_NAMES:
+        r = gfs.run("put", src, "--name", name)
+        assert r.rc == 2 and name in r.err and "--allow-unsafe-name" in r.err, (name, r)
+        assert r.err.count("\n") == 1, r
+    assert db.fs.files.count_documents({}) == 0 and db.fs.chunks.count_documents({}) == 0
+    r = gfs.run("put", src, "--name", "../../x", "--allow-unsafe-name")
+    assert r.rc == 0, r
+    assert db.fs.files.find_one()["filename"] == "../../x"
+
+
+def test_no_piece_of_a_password_with_an_unescaped_at_is_printed(gfs, tmp_path):
+    # The driver splits the authority at the first '@', we at the last: it
+    # then takes the rest of the password for a host name and prints it.
+    pieces = ["s3cr", "t-tail", "more-tail"]
+    uri = f"mongodb://user:{'@'.join(pieces)}@127.0.0.1:1/?serverSelectionTimeoutMS=200"
+    env = {"GRIDFSCTL_URI": uri, "GRIDFSCTL_DEBUG": "1"}
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "f.txt").write_bytes(b"x")
+    for args in (["ls"], ["get", "f.txt", "-o", "-"], ["put", tmp_path / "f.txt"],
+                 ["import", tmp_path / "tree", "--json"]):
+        r = gfs.run(*args, env=env)
+        assert r.rc == 3 and "cannot reach the backend" in r.err, (args, r)
+        for piece in pieces:
+            assert piece not in r.err and piece not in r.text, (args, piece, r)
+    assert "error" in json.loads(r.text.strip().splitlines()[-1])
+
+
+def test_put_killed_leaves_chunks_the_next_put_removes(gfs, db, tmp_path):
+    def start_put(name):
+        p = gfs.popen("put", "-", "--name", name, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # More than one bulk insert (8M): the first is on the server while put waits on stdin.
+        p.stdin.write(os.urandom(9 * 1024 * 1024))
+        p.stdin.flush()
+        deadline = time.monotonic() + 60
+        while db.fs.gridfsctl_uploads.count_documents({"filename": name}) == 0:
+            assert p.poll() is None and time.monotonic() < deadline, "no upload marker"
+            time.sleep(0.01)  # polling for the marker, not waiting for time to pass
+        fid = db.fs.gridfsctl_uploads.find_one({"filename": name})["_id"]
+        while db.fs.chunks.count_documents({"files_id": fid}) == 0:
+            assert p.poll() is None and time.monotonic() < deadline, "no chunks"
+            time.sleep(0.01)
+        return p, fid
+
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"small")
+    running, live = start_put("running")
+    killed, dead = start_put("killed")
+    try:
+        os.kill(running.pid, signal.SIGSTOP)  # alive, but not renewing anything
+        killed.kill()
+        killed.wait()
+        r = gfs.run("put", small, "--name", "one")
+        assert r.rc == 0 and "removed 1 unfinished upload" in r.err, r
+        assert db.fs.chunks.count_documents({"files_id": dead}) == 0
+        assert db.fs.gridfsctl_uploads.count_documents({"_id": dead}) == 0
+        # Neither put nor import touches the upload of a put still running.
+        assert db.fs.chunks.count_documents({"files_id": live}) > 0
+        (tmp_path / "tree").mkdir()
+        assert gfs.run("import", tmp_path / "tree").rc == 0
+        assert db.fs.chunks.count_documents({"files_id": live}) > 0
+        assert db.fs.gridfsctl_uploads.count_documents({"_id": live}) == 1
+    finally:
+        running.kill()
+        running.wait()
+    r = gfs.run("import", tmp_path / "tree", "--json")
+    assert r.rc == 0 and json.loads(r.text.splitlines()[-1])["recovered"] == 1, r
+    assert db.fs.chunks.count_documents({"files_id": live}) == 0
+    assert db.fs.gridfsctl_uploads.count_documents({}) == 0
+    assert db.fs.gridfsctl_locks.count_documents({}) == 0
+    assert [d["filename"] for d in db.fs.files.find()] == ["one"]
+
+def test_rm_name_removes_malformed_revisions(gfs, bucket, db):
+    """A files document no reader can parse still has a name: rm NAME removes it and its chunks."""
+    bad = planted.plant_bad_docs(db, "broken")
+    good = bucket.upload_from_stream("broken", b"newest")
+    r = gfs.run("rm", "broken", "--json")
+    assert r.rc == 0 and json.loads(r.text) == {"name": "broken", "removed": 3}, r
+    assert db.fs.files.count_documents({}) == 0
+    assert db.fs.chunks.count_documents({"files_id": {"$in": bad + [good]}}) == 0
+
+
+def test_get_empty_file_reads_no_chunks(gfs, db, tmp_path):
+    """The spec: a zero-length file MUST NOT query the chunks collection, so a stray chunk is unseen."""
+    planted.plant_empty_with_stray_chunk(db, "empty")
+    r = gfs.run("get", "empty", "-o", "-")
+    assert r.rc == 0 and r.out == b"", r
+    r = gfs.run("get", "empty", "-o", tmp_path / "e")
+    assert r.rc == 0 and (tmp_path / "e").read_bytes() == b"", r
+

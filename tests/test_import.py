@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import sha256
+import planted
+from conftest import check_sanitizers, Result, sha256
 
 CHUNK = 255 * 1024
 
@@ -103,6 +104,7 @@ def test_basic_tree_metadata(gfs, db, bucket, tree):
     write(tree / "download.part", b"temp")
     write(tree / "notes~", b"temp")
     write(tree / ".#lock", b"temp")
+    os.makedirs(tree / "a" / "nothing-here")  # an empty directory: qsort(NULL, 0) in the walk
     os.chmod(tree / "a" / "big.bin", 0o640)
 
     res = gfs.run("import", tree, "--prefix", "posters", "--json")
@@ -492,10 +494,96 @@ def test_kill9_then_rerun_completes(gfs, db, bucket, tree):
         assert s["recovered"] >= 1
         assert "unfinished upload" in res.err
     assert s["failed"] == 0
-    assert_matches_tree(db, bucket, tree)
+    assert orphan_chunks(db) == []
+    # A chunk the killed import had in flight may have landed after the
+    # rerun's recovery: the rerun removed it but kept its marker, flagged,
+    # for the next run to look again.
+    uploads = db["fs.gridfsctl_uploads"]
+    assert uploads.count_documents({"recovered": {"$ne": True}}) == 0
     assert db["fs.gridfsctl_locks"].count_documents({}) == 0
     s = summary(gfs.run("import", tree, "--json"))
     assert s["skipped"] == s["scanned"] == 121
+    assert_matches_tree(db, bucket, tree)
+
+
+def is_stopped(pid):
+    """Whether the process is in the stopped state (SIGSTOP delivered)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def finish(proc, input=None):
+    """Waits for a popen'd gridfsctl; its Result, checked for sanitizer reports."""
+    out, err = proc.communicate(input, timeout=120)
+    res = Result(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    check_sanitizers(res)
+    return res
+
+
+def test_chunk_landing_after_recovery_is_removed(gfs, db, bucket, tree):
+    """A chunk insert a killed import had in flight can be applied after the
+    next import's recovery removed that upload's chunks. The late chunk is
+    made to land explicitly, with the importer stopped between its recovery
+    and the end of its run: the run removes it, and the marker stays until a
+    run finds nothing more."""
+    make_big_tree(tree, files=30)
+    uploads = db["fs.gridfsctl_uploads"]
+    for _ in range(3):
+        dead = planted.plant_dead_upload(db, "dead.bin")
+        proc = gfs.popen("import", tree, "--batch-size", "64K", "-j", "1", "--json",
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: db.fs.chunks.count_documents({"files_id": dead}) == 0
+                     or proc.poll() is not None, what="the recovery of the dead upload")
+            proc.send_signal(signal.SIGSTOP)
+            wait_for(lambda: proc.poll() is not None or is_stopped(proc.pid), what="the stop")
+            # Its workers not done yet, so the end of its run is still to come.
+            early = proc.poll() is None and db.fs.files.count_documents({}) < 31
+            if early:
+                planted.plant_late_chunk(db, dead)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            res = finish(proc)
+        assert res.rc == 0, res
+        if early:
+            break
+        for c in ("files", "chunks", "gridfsctl_uploads"):   # too late to stop: again
+            db["fs." + c].delete_many({})
+    assert early, "the import finished every time before it could be stopped"
+    assert summary(res)["recovered"] == 1
+    assert "landed after their upload was recovered" in res.err, res
+    assert orphan_chunks(db) == []
+    assert uploads.count_documents({"_id": dead, "recovered": True}) == 1
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 0, res
+    assert summary(res)["recovered"] == 0
+    assert uploads.count_documents({}) == 0
+    assert orphan_chunks(db) == []
+    assert_matches_tree(db, bucket, tree)
+
+
+def test_put_recovery_removes_a_chunk_landing_late(gfs, db):
+    """The same for put's recovery of killed puts: a chunk landing after it
+    (while this put waits on its stdin) is removed when the put ends."""
+    uploads = db["fs.gridfsctl_uploads"]
+    dead = planted.plant_dead_upload(db, "dead.bin", put=True)
+    proc = gfs.popen("put", "-", "--name", "new.txt", stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: db.fs.chunks.count_documents({"files_id": dead}) == 0
+                 or proc.poll() is not None, what="the put's recovery")
+        planted.plant_late_chunk(db, dead)
+    finally:
+        res = finish(proc, b"new")
+    assert res.rc == 0, res
+    assert "removed 1 unfinished upload" in res.err, res
+    assert orphan_chunks(db) == []
+    assert uploads.count_documents({"_id": dead, "recovered": True}) == 1
+    res = gfs.run("put", "-", "--name", "other.txt", input=b"other")
+    assert res.rc == 0 and "unfinished" not in res.err, res
+    assert uploads.count_documents({}) == 0
+    assert orphan_chunks(db) == []
+    assert sorted(d["filename"] for d in db.fs.files.find()) == ["new.txt", "other.txt"]
 
 
 def test_rerun_finishes_a_deletion_cut_short(gfs, db, bucket, tree):
@@ -766,3 +854,140 @@ def test_file_longer_than_its_size_is_not_stored(gfs, db, tree):
     assert set(stored(db)) == {"ok.txt"}
     assert db.fs.chunks.count_documents({}) == 1
     assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+def test_empty_directories_import_and_verify_against(gfs, db, tree):
+    os.makedirs(tree / "void")
+    os.makedirs(tree / "a" / "deeper" / "void")
+    write(tree / "a" / "f.txt", b"f")
+    res = gfs.run("import", tree, "--json")
+    assert res.rc == 0, res
+    assert summary(res)["uploaded"] == 1
+    r = gfs.run("verify", "--against", tree)
+    assert r.rc == 0, r
+
+
+def test_delete_from_an_empty_dir_is_refused_unless_allow_empty(gfs, db, tmp_path, tree):
+    write(tree / "a.txt", b"a")
+    write(tree / "sub" / "b.txt", b"b")
+    assert gfs.run("import", tree, "--prefix", "p").rc == 0
+    empty = tmp_path / "mnt"
+    empty.mkdir()  # what an unmounted mount point looks like
+    for extra in ([], ["--dry-run"]):
+        res = gfs.run("import", empty, "--prefix", "p", "--delete", "--json", *extra)
+        assert res.rc == 1, res
+        s = summary(res)
+        assert s["deleted"] == 0 and "--allow-empty" in s["error"] and str(empty) in s["error"]
+        assert "not deleting anything" in res.err and res.err.count("\n") == 1, res
+        assert set(stored(db)) == {"p/a.txt", "p/sub/b.txt"}
+    res = gfs.run("import", empty, "--prefix", "p", "--delete", "--allow-empty", "--json")
+    assert res.rc == 0, res
+    assert summary(res)["deleted"] == 2 and stored(db) == {}
+
+
+def test_prefix_mirror_would_refuse_is_refused(gfs, db, tree):
+    from planted import UNSAFE_PREFIXES
+    write(tree / "f.txt", b"f")
+    for prefix in UNSAFE_PREFIXES:
+        res = gfs.run("import", tree, "--prefix", prefix)
+        assert res.rc == 2 and f"--prefix {prefix}:" in res.err, (prefix, res)
+        assert "--allow-unsafe-name" in res.err and res.err.count("\n") == 1, res
+    assert db.fs.files.count_documents({}) == 0
+    assert gfs.run("import", tree, "--prefix", "ok/").rc == 0
+    res = gfs.run("import", tree, "--prefix", "../x", "--allow-unsafe-name")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {"ok/f.txt", "../x/f.txt"}
+
+
+class FreezingProxy:
+    """Forwards TCP to the backend until a client sends `trigger`; from then on it
+    forwards nothing on any connection (the trigger included) and accepts new ones
+    without answering: what a SIGSTOPped server looks like from the client."""
+
+    def __init__(self, backend_port, trigger):
+        import threading
+        self.threading = threading
+        self.target, self.trigger = ("127.0.0.1", backend_port), trigger
+        self.frozen = threading.Event()
+        self.closed = threading.Event()
+        self.socks = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.uri = f"mongodb://127.0.0.1:{self.sock.getsockname()[1]}/"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.socks.append(client)
+            if self.frozen.is_set():
+                continue
+            server = socket.create_connection(self.target)
+            self.socks.append(server)
+            for src, dst, watch in ((client, server, True), (server, client, False)):
+                self.threading.Thread(target=self._pump, args=(src, dst, watch), daemon=True).start()
+
+    def _pump(self, src, dst, watch):
+        tail = b""
+        try:
+            while not self.frozen.is_set() and (data := src.recv(65536)):
+                if watch and self.trigger in tail + data:
+                    self.frozen.set()
+                tail = (tail + data)[-len(self.trigger):]
+                if self.frozen.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        self.closed.wait()  # frozen: hold the connection open, answer nothing
+
+    def close(self):
+        self.closed.set()
+        for s in [self.sock] + self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+# The insert command of chunks, as the wire carries it: {insert: "fs.chunks", ...}.
+CHUNKS_INSERT = b"\x02insert\x00\x0a\x00\x00\x00fs.chunks\x00"
+
+
+def test_frozen_backend_times_out_naming_the_operation(gfs, backend, db, tree):
+    write(tree / "f.bin", os.urandom(3000))
+    proxy = FreezingProxy(backend.port, CHUNKS_INSERT)
+    try:
+        res = gfs.run("import", tree, "--json", timeout=60,
+                      env={"GRIDFSCTL_URI": proxy.uri, "GRIDFSCTL_TIMEOUT": "2"})
+    finally:
+        proxy.close()
+    assert proxy.frozen.is_set()
+    assert res.rc == 3, res
+    assert "insert chunks: cannot reach the backend (timed out" in res.err, res
+    assert "insert chunks" in summary(res)["error"]
+    bad = gfs.run("import", tree, env={"GRIDFSCTL_TIMEOUT": "soon"})
+    assert bad.rc == 2 and "GRIDFSCTL_TIMEOUT" in bad.err, bad
+
+
+def test_jobs_are_sized_to_the_descriptor_limit(gfs, db, tree):
+    import resource
+    from conftest import BIN, Result, check_sanitizers
+    for i in range(40):
+        write(tree / f"d{i % 4}" / f"f{i}.txt", f"file {i}\n".encode())
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+
+    proc = subprocess.run([BIN, "import", tree, "--jobs", "64", "--json", "--db", gfs.dbname],
+                          env=gfs.env, capture_output=True, timeout=120, preexec_fn=limited)
+    res = Result(proc)
+    check_sanitizers(res)
+    assert res.rc == 0, res
+    assert "open file descriptors (ulimit -n) allows" in res.err, res
+    assert summary(res)["uploaded"] == 40
+    assert len(stored(db)) == 40

@@ -750,3 +750,90 @@ def test_sweep_stays_on_dirs_mount(gfs, bucket, tmp_path, how):
     s = json.loads(p.stdout.splitlines()[-1])
     assert s["deleted"] == 1 and s["removedDirs"] == 0, s
     assert sorted(os.listdir(dst)) == ["a", "other"]
+
+
+# ---- truthful output ----------------------------------------------------------
+
+import planted  # noqa: E402
+
+UNREACHABLE = {"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200"}
+
+
+def test_json_summary_says_why_the_run_failed(gfs, bucket, tmp_path):
+    """Unreachable, or --delete refused: the summary is printed and carries an error."""
+    dst = tmp_path / "d"
+    r = gfs.run("mirror", dst, "--json", env=UNREACHABLE)
+    assert r.rc == 3, r
+    s = summary(r)
+    assert "cannot reach the backend" in s["error"] and s["files"] == 0, s
+    assert not dst.exists()
+    r = gfs.run("mirror", dst, "--json", env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?tls=maybe"})
+    assert r.rc == 2 and summary(r)["error"].startswith("invalid connection string"), r
+    store(bucket, "real/a", b"a")
+    assert gfs.run("mirror", dst, "--prefix", "real").rc == 0
+    r = gfs.run("mirror", dst, "--prefix", "typo", "--delete", "--json")
+    assert r.rc == 1, r
+    s = summary(r)
+    assert s["error"].startswith("not deleting anything: no files under 'typo'"), s
+    assert s["error"] in r.err
+    # Busy: the lock's holder is named in the summary too.
+    fd = os.open(dst, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = gfs.run("mirror", dst, "--prefix", "real", "--json")
+    finally:
+        os.close(fd)
+    assert r.rc == 6 and "another mirror" in summary(r)["error"], r
+    r = gfs.run("mirror", dst, "--prefix", "real", "--json")
+    assert r.rc == 0 and "error" not in summary(r), r
+
+
+def test_backend_lost_mid_run_is_in_the_summary(gfs, bucket, backend, tmp_path):
+    """The backend goes away once the listing is done, at the first chunk read."""
+    from test_core import RecordingProxy
+    for i in range(3):
+        store(bucket, f"mid/{i}", b"x" * 10)
+    proxy = RecordingProxy(backend.port, cut_on=b"fs.chunks")
+    try:
+        uri = proxy.uri + "?serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+        r = gfs.run("mirror", tmp_path / "d", "--prefix", "mid", "--json", env={"GRIDFSCTL_URI": uri})
+    finally:
+        proxy.close()
+    assert proxy.cut.is_set()
+    assert r.rc == 3, r
+    s = summary(r)
+    assert s["files"] == 3 and s["written"] == 0 and s["failed"] >= 1, s
+    assert s["error"] and s["error"] in r.err, s
+
+
+def test_refusal_of_a_long_name_keeps_its_reason(gfs, db, tmp_path):
+    planted.plant(db, 1, planted.LONG_NAME, b"x")
+    r = gfs.run("mirror", tmp_path / "d", "--prefix", "long", "--json")
+    assert r.rc == 1, r
+    lines = r.err.splitlines()
+    assert len(lines) == 1 and lines[0].endswith(": refused: name longer than 4000 bytes"), r.err[-300:]
+    assert "nnn...nnn" in lines[0] and len(lines[0]) < 600, lines[0][:100]
+    assert summary(r)["error"].endswith("refused: name longer than 4000 bytes")
+
+
+def test_names_deeper_than_the_sweep_are_refused_not_written(gfs, db, bucket, tmp_path):
+    """What mirror writes it can sweep: a name 1,500 folders deep is refused, with its reason."""
+    planted.plant(db, 1, planted.DEEP_NAME, b"deep")
+    ok = "deep/" + "o/" * 511 + "leaf"  # 512 folders: as deep as the sweep goes
+    planted.plant(db, 2, ok, b"ok")
+    dst = tmp_path / "d"
+    try:
+        r = gfs.run("mirror", dst, "--prefix", "deep", "--delete", "--json")
+        assert r.rc == 1, r
+        assert "refused: more than 512 folders deep, deeper than the sweep goes" in r.err, r.err[-300:]
+        assert "not swept" not in r.err
+        assert sorted(os.listdir(dst)) == ["o"]
+        assert (dst / ok[len("deep/"):]).read_bytes() == b"ok"
+        db.fs.files.delete_one({"_id": 1})
+        for _ in range(2):  # and again: nothing left that the sweep cannot reach
+            r = gfs.run("mirror", dst, "--prefix", "deep", "--delete", "--json")
+            assert r.rc == 0 and summary(r)["failed"] == 0, r
+    finally:
+        # A tree 1,500 deep (what a mirror without the limit writes) is too
+        # deep for the recursion of pytest's own clean-up; rm(1) is not.
+        subprocess.run(["rm", "-rf", str(dst)], check=True)

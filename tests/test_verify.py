@@ -10,6 +10,9 @@ import subprocess
 import bson
 import pytest
 
+import planted
+from conftest import SAN_MARKERS, Backend, free_port
+
 CS = 1000  # small chunks, so that files have several
 
 
@@ -512,3 +515,166 @@ def test_interrupt_does_not_judge_the_file_being_read(gfs, db):
     assert proc.returncode == 130, err
     assert b"MISSING-CHUNK" not in first + out, out[-2000:]
     assert b"(interrupted)" in out
+
+
+def counts(db):
+    return db["fs.files"].count_documents({}), db["fs.chunks"].count_documents({})
+
+
+def test_mixed_numeric_ids_are_one_file(gfs, db, tmp_path):
+    """Int64 77 and Int32 77 are one id to the server: verify and --repair agree with get."""
+    bodies = planted.plant_mixed_numeric(db)
+    before = counts(db)
+    r = gfs.run("verify")
+    assert r.rc == 0 and "no problems" in r.text and "3 files" in r.text, r
+    r = gfs.run("verify", "--strategy", "batched")
+    assert r.rc == 0 and "no problems" in r.text, r
+    r = gfs.run("verify", "--repair", "--grace", "0")
+    assert r.rc == 0 and "REPAIRED" not in r.text, r
+    assert counts(db) == before
+    for name, body in bodies.items():
+        r = gfs.run("get", name, "-o", "-")
+        assert r.rc == 0 and r.out == body, r
+    for read in ("each", "scan"):
+        dst = tmp_path / read
+        r = gfs.run("mirror", dst, "--read", read)
+        assert r.rc == 0, r
+        assert {n: (dst / n).read_bytes() for n in os.listdir(dst)} == bodies, read
+
+
+def test_one_integrity_rule_for_verify_get_and_mirror(gfs, db, tmp_path):
+    """Upper-case hex is the same digest; a wrong legacy md5 is damage to every reader."""
+    planted_ = planted.plant_hash_variants(db)
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["CHECKSUM"] and "CHECKSUM wrong-md5.bin md5 " in r.text, r
+    for name, (body, intact) in planted_.items():
+        r = gfs.run("get", name, "-o", "-")
+        if intact:
+            assert r.rc == 0 and r.out == body, r
+        else:
+            # stdout has had the chunks already: the exit status and message tell
+            assert r.rc == 1 and "md5" in r.err and name in r.err, r
+            r = gfs.run("get", name, "-o", tmp_path / name)
+            assert r.rc == 1 and not (tmp_path / name).exists(), r
+    for read in ("each", "scan"):
+        dst = tmp_path / read
+        r = gfs.run("mirror", dst, "--read", read)
+        assert r.rc != 0 and "wrong-md5.bin" in r.err, r
+        assert sorted(os.listdir(dst)) == ["upper-md5.bin", "upper-sha.bin"], r
+
+
+def test_backend_down_is_never_no_problems(gfs):
+    """A pass that could not run says so: an error in the summary, never "no problems"."""
+    env = {"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/x?serverSelectionTimeoutMS=300"}
+    r = gfs.run("verify", "--json", env=env, db=False)
+    assert r.rc == 3, r
+    summary = json_lines(r)[-1]
+    assert summary["summary"] is True and summary["error"], r
+    assert summary["orphansChecked"] is False, r
+    r = gfs.run("verify", env=env, db=False)
+    assert r.rc == 3 and "no problems" not in r.text and "FAILED" in r.text, r
+    assert len(errlines(r)) == 1, r
+
+
+def test_lock_held_json_summary_has_error(gfs, db, bucket):
+    far = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)
+    db["fs.gridfsctl_locks"].insert_one({"_id": "import", "host": "elsewhere.example", "pid": 1,
+                                         "expires": far})
+    r = gfs.run("verify", "--repair", "--json")
+    assert r.rc == 6 and "lock" in json_lines(r)[-1]["error"], r
+
+
+def test_bad_doc_says_how_to_remove_it(gfs, db):
+    """No repair touches a malformed files document; the report names the command that does."""
+    planted.plant_bad_docs(db, "broken")
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["BAD-DOC", "BAD-DOC"], r
+    assert all("'gridfsctl rm NAME' removes it" in l for l in problems(r)), r
+    r = gfs.run("verify", "--repair")
+    assert "NOT-REPAIRED none broken: a malformed files document is left as it is" in r.text, r
+    assert db["fs.files"].count_documents({"filename": "broken"}) == 2
+    r = gfs.run("rm", "broken")
+    assert r.rc == 0, r
+    r = gfs.run("verify")
+    assert r.rc == 0 and "no problems" in r.text, r
+
+
+def test_import_in_flight_is_not_orphans(gfs, db, bucket):
+    """Chunks an import at work has marked are reported IN-PROGRESS: no problem, never repaired."""
+    put(bucket, "a", data(10))
+    up, gone = planted.plant_import_in_flight(db)
+    r = gfs.run("verify")
+    assert r.rc == 0 and "no problems" in r.text and "2 uploads in progress" in r.text, r
+    assert sorted(l.split(" ", 2)[:2] for l in problems(r)) == sorted(
+        [["IN-PROGRESS", str(up)], ["IN-PROGRESS", str(gone)]]), r
+    assert "an import is uploading it" in r.text and "an import is removing it" in r.text, r
+    r = gfs.run("verify", "--json")
+    assert r.rc == 0, r
+    objs = json_lines(r)
+    assert sorted(o["note"] for o in objs[:-1]) == ["IN-PROGRESS", "IN-PROGRESS"], r
+    assert objs[-1]["problems"] == 0 and objs[-1]["inProgress"] == 2, r
+    assert all(o["count"] == 2 and o["bytes"] == 20 for o in objs[:-1]), r
+
+
+def test_interrupted_import_leftovers_are_orphans(gfs, db, bucket):
+    """Markers whose import is gone (its lock expired) name leftovers: orphans, which --repair removes."""
+    up, gone = planted.plant_import_in_flight(db, live=False)
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["ORPHAN-CHUNKS", "ORPHAN-CHUNKS"], r
+    assert r.text.count("left by an interrupted import") == 2, r
+    r = gfs.run("verify", "--repair", "--grace", "0")
+    assert r.rc == 0 and r.text.count("REPAIRED remove-orphans") == 2, r
+    assert db["fs.chunks"].count_documents({}) == 0
+
+
+def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path):
+    """The backend dies while verify is blocked on a full pipe mid-scan: exit 3, an error, no verdict."""
+    b = Backend(str(tmp_path / "own-backend"), free_port(), "sqlite")
+    os.makedirs(b.datadir)
+    b.start()
+    try:
+        client = b.client()
+        planted.plant_long_report(client["lost"])
+        client.close()
+        env = {"GRIDFSCTL_URI": b.uri + "?serverSelectionTimeoutMS=1000"}
+        proc = gfs.popen("verify", "--json", "--threads", "1", "--db", "lost", db=False, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = proc.stdout.readline()
+        assert b'"EXTRA-CHUNK"' in first, first
+    finally:
+        b.stop()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    assert not any(m.encode() in err for m in SAN_MARKERS), err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["summary"] is True and summary["error"], summary
+    assert summary["orphansChecked"] is False and summary["checked"] < 300, summary
+
+
+def test_config_warning_is_printed_once(gfs, backend, tmp_path):
+    """main() reads the settings for every verb; verify used to read them a second time."""
+    conf = tmp_path / "gridfsctl.conf"
+    conf.write_text(f"[connection]\nuri = mongodb://user:secret@127.0.0.1:{backend.port}/\n")
+    conf.chmod(0o644)
+    r = gfs.run("verify", "--prefix", "none/", env={"GRIDFSCTL_CONFIG": str(conf), "GRIDFSCTL_URI": ""})
+    warnings = [l for l in r.err.splitlines() if "others can read it" in l]
+    assert len(warnings) == 1, r
+    assert "secret" not in r.err + r.text, r
+
+
+def test_put_in_flight_is_not_orphans(gfs, db, bucket):
+    """A put's marker names a lock of its own: while it is held the chunks are in progress,
+    whether or not an import holds the import lock."""
+    put(bucket, "a", data(10))
+    fid = planted.plant_put_in_flight(db)
+    r = gfs.run("verify")
+    assert r.rc == 0 and "no problems" in r.text, r
+    assert [l.split(" ", 2)[:2] for l in problems(r)] == [["IN-PROGRESS", str(fid)]], r
+    assert "a put is uploading it" in r.text, r
+
+
+def test_interrupted_put_leftovers_are_orphans(gfs, db):
+    fid = planted.plant_put_in_flight(db, live=False)
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["ORPHAN-CHUNKS"] and str(fid) in r.text, r
+    assert "left by an interrupted put" in r.text, r

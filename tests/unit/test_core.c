@@ -171,6 +171,20 @@ test_redact(void **state)
 	free(r);
 }
 
+/* Each side of an unescaped '@' in a password, and its percent-decoded form, is blanked. */
+static void
+test_redact_messages(void **state)
+{
+	(void)state;
+	gfs_secrets_from_uri("mongodb://user:ab%21cd@ef-gh@ij@db1/x?appname=a@b");
+	char msg[128] = "Failed to resolve ef-gh@ij@db1; auth ab!cd@ef-gh@ij; raw ab%21cd";
+	gfs_redact(msg, sizeof msg);
+	assert_string_equal(msg, "Failed to resolve ***@db1; auth ***; raw ***");
+	char small[12] = "ef-gh ef-gh";
+	gfs_redact(small, sizeof small);
+	assert_string_equal(small, "*** ***");
+}
+
 static void
 test_sha256_vectors(void **state)
 {
@@ -229,6 +243,38 @@ test_files_doc_layout(void **state)
 	bson_destroy(meta);
 }
 
+static void
+test_shorten_keeps_both_ends(void **state)
+{
+	(void)state;
+	char buf[12];
+	assert_string_equal(gfs_shorten(buf, sizeof buf, "short", 5), "short");
+	assert_string_equal(gfs_shorten(buf, sizeof buf, "exactly-11c", 11), "exactly-11c");
+	assert_string_equal(gfs_shorten(buf, sizeof buf, "abcdefghijklmnop", 16), "abcd...mnop");
+	/* Never inside a UTF-8 character: "\u00e9" is two bytes, kept whole or not at all. */
+	const char *s = "ab\xc3\xa9" "cdefgh\xc3\xa9z";
+	gfs_shorten(buf, sizeof buf, s, strlen(s));
+	assert_true(gfs_utf8_valid(buf, strlen(buf)));
+	assert_true(strlen(buf) < sizeof buf);
+	assert_non_null(strstr(buf, "..."));
+}
+
+static void
+test_error_set_keeps_the_reason(void **state)
+{
+	(void)state;
+	char name[5000];
+	memset(name, 'n', sizeof name - 1);
+	name[sizeof name - 1] = '\0';
+	gfs_error err;
+	gfs_error_set(&err, GFS_EINVAL, "%s: refused: name longer than 4000 bytes", name);
+	assert_int_equal(err.code, GFS_EINVAL);
+	assert_true(strlen(err.msg) < sizeof err.msg);
+	assert_non_null(strstr(err.msg, "nnn...nnn"));
+	const char *end = ": refused: name longer than 4000 bytes";
+	assert_string_equal(err.msg + strlen(err.msg) - strlen(end), end);
+}
+
 int
 main(void)
 {
@@ -243,9 +289,12 @@ main(void)
 		cmocka_unit_test(test_utf8_names),
 		cmocka_unit_test(test_raw_name),
 		cmocka_unit_test(test_redact),
+		cmocka_unit_test(test_redact_messages),
 		cmocka_unit_test(test_sha256_vectors),
 		cmocka_unit_test(test_ids_and_dates),
 		cmocka_unit_test(test_files_doc_layout),
+		cmocka_unit_test(test_shorten_keeps_both_ends),
+		cmocka_unit_test(test_error_set_keeps_the_reason),
 	};
 	return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

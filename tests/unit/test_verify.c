@@ -167,6 +167,106 @@ test_kind_names(void **state)
 	assert_string_equal(gfs_verify_kind_name(GFS_VK_BAD_DOC), "BAD-DOC");
 }
 
+static bson_value_t
+num(bson_type_t t, double d)
+{
+	bson_value_t v = {.value_type = t};
+	if (t == BSON_TYPE_INT32)
+		v.value.v_int32 = (int32_t)d;
+	else if (t == BSON_TYPE_INT64)
+		v.value.v_int64 = (int64_t)d;
+	else
+		v.value.v_double = d;
+	return v;
+}
+
+/* The server matches ids by value across number types: so must every table and filter. */
+static void
+test_numeric_ids_match_by_value(void **state)
+{
+	(void)state;
+	bson_value_t i32 = num(BSON_TYPE_INT32, 77), i64 = num(BSON_TYPE_INT64, 77);
+	bson_value_t dbl = num(BSON_TYPE_DOUBLE, 77.0), half = num(BSON_TYPE_DOUBLE, 77.5);
+	assert_true(gfs_id_equal(&i32, &i64));
+	assert_true(gfs_id_equal(&i64, &dbl));
+	assert_true(gfs_id_equal(&dbl, &i32));
+	assert_false(gfs_id_equal(&half, &i64));
+	assert_true(gfs_id_equal(&half, &half));
+	/* 2^53 + 1 has no double: the nearest double is another number */
+	bson_value_t big = num(BSON_TYPE_INT64, 0), bigd = num(BSON_TYPE_DOUBLE, 9007199254740992.0);
+	big.value.v_int64 = 9007199254740993LL;
+	assert_false(gfs_id_equal(&big, &bigd));
+	big.value.v_int64 = 9007199254740992LL;
+	assert_true(gfs_id_equal(&big, &bigd));
+	/* beyond int64: stays a double, equal to no int64 */
+	bson_value_t huge = num(BSON_TYPE_DOUBLE, 9223372036854775808.0);
+	assert_int_equal(gfs_id_canonical(&huge).value_type, BSON_TYPE_DOUBLE);
+	bson_value_t str = {.value_type = BSON_TYPE_UTF8};
+	str.value.v_utf8.str = (char *)"77";
+	str.value.v_utf8.len = 2;
+	assert_false(gfs_id_equal(&str, &i32));
+	/* the sample draws equal ids alike, whatever their type */
+	for (uint64_t seed = 0; seed < 64; seed++)
+		assert_int_equal(gfs_verify_sampled(&i32, 0.5, seed), gfs_verify_sampled(&dbl, 0.5, seed));
+}
+
+/* One rule for verify, get, mirror and serve: sha256, else md5, hex in any case. */
+static void
+test_integrity_rule(void **state)
+{
+	(void)state;
+	gfs_file f;
+	memset(&f, 0, sizeof f);
+	f.filename = (char *)"x";
+	gfs_error err;
+	assert_int_equal(gfs_integrity_rule(&f), GFS_CHECK_NONE);
+	assert_true(gfs_integrity_check(&f, "00", NULL, &err));
+
+	gfs_digest *d = gfs_digest_new(&f);
+	gfs_digest_update(d, "abc", 3);
+	char sha[65], md5[33];
+	gfs_digest_final(d, sha, md5);
+	assert_string_equal(sha, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_string_equal(md5, "");
+
+	strcpy(f.md5, "900150983CD24FB0D6963F7D28E17F72");   /* md5("abc"), upper case */
+	assert_int_equal(gfs_integrity_rule(&f), GFS_CHECK_MD5);
+	d = gfs_digest_new(&f);
+	gfs_digest_update(d, "abc", 3);
+	assert_true(gfs_digest_check(d, &f, sha, &err));
+	d = gfs_digest_new(&f);
+	gfs_digest_update(d, "abd", 3);
+	assert_false(gfs_digest_check(d, &f, NULL, &err));
+	assert_int_equal(err.code, GFS_ECHECKSUM);
+	assert_non_null(strstr(err.msg, "md5"));
+
+	/* sha256 stored: it decides, and md5 is not consulted */
+	strcpy(f.sha256, "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD");
+	strcpy(f.md5, "00000000000000000000000000000000");
+	assert_int_equal(gfs_integrity_rule(&f), GFS_CHECK_SHA256);
+	assert_true(gfs_integrity_check(&f, sha, NULL, &err));
+	f.sha256[0] = 'C';
+	assert_false(gfs_integrity_check(&f, sha, NULL, &err));
+}
+
+/* The spec's filters: {files_id: {$eq: id}}, so an id that is a document is never an operator. */
+static void
+test_id_filter_uses_eq(void **state)
+{
+	(void)state;
+	bson_t *inner = BCON_NEW("$ne", BCON_INT32(0));
+	bson_value_t id = {.value_type = BSON_TYPE_DOCUMENT};
+	id.value.v_doc.data = (uint8_t *)bson_get_data(inner);
+	id.value.v_doc.data_len = inner->len;
+	bson_t filter = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "files_id", &id);
+	char *json = bson_as_canonical_extended_json(&filter, NULL);
+	assert_string_equal(json, "{ \"files_id\" : { \"$eq\" : { \"$ne\" : { \"$numberInt\" : \"0\" } } } }");
+	bson_free(json);
+	bson_destroy(&filter);
+	bson_destroy(inner);
+}
+
 int
 main(void)
 {
@@ -178,6 +278,9 @@ main(void)
 		cmocka_unit_test(test_parse_percent),
 		cmocka_unit_test(test_sampled),
 		cmocka_unit_test(test_kind_names),
+		cmocka_unit_test(test_numeric_ids_match_by_value),
+		cmocka_unit_test(test_integrity_rule),
+		cmocka_unit_test(test_id_filter_uses_eq),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

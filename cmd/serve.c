@@ -8,10 +8,12 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../lib/addr.h"
 #include "../lib/httpserve.h"
+#include "../lib/sdnotify.h"
 #include "cmd.h"
 
 const char serve_help[] =
@@ -257,6 +259,39 @@ inherited_socket(void)
 	return fd;
 }
 
+/* systemd's Type=notify (lib/sdnotify.h); a failure is said, never fatal. */
+static void
+notify(const char *state)
+{
+	if (gfs_sd_notify(state) < 0)
+		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
+}
+
+/*
+ * The next signal of set; meanwhile WATCHDOG=1 at half the interval systemd
+ * asked for. The main thread only waits for signals, so the pings say the
+ * process lives, not that every event thread does.
+ */
+static int
+wait_signal(const sigset_t *set)
+{
+	uint64_t usec = gfs_sd_watchdog_usec() / 2;
+	if (usec == 0) {
+		int sig;
+		return sigwait(set, &sig) == 0 ? sig : SIGTERM;
+	}
+	for (;;) {
+		struct timespec ts = {.tv_sec = (time_t)(usec / 1000000), .tv_nsec = (long)(usec % 1000000) * 1000};
+		int sig = sigtimedwait(set, NULL, &ts);
+		if (sig > 0)
+			return sig;
+		if (errno == EAGAIN)
+			notify("WATCHDOG=1");
+		else if (errno != EINTR)
+			return SIGTERM;
+	}
+}
+
 /*
  * A missing backend should turn into a 503 in about two seconds, not the
  * driver's default wait, unless the connection string says otherwise.
@@ -352,13 +387,14 @@ cmd_serve(int argc, char **argv)
 			       strchr(o.host, ':') ? "]" : "", httpserve_port(srv));
 	}
 
-	int sig = 0;
+	notify("READY=1\nSTATUS=serving");
+	int sig = wait_signal(&set);
 	while (sig != SIGTERM && sig != SIGINT) {
-		if (sigwait(&set, &sig) != 0)
-			break;
 		if (sig == SIGHUP && log && log != stdout)
 			log = reopen_log(srv, o.access_log, log);
+		sig = wait_signal(&set);
 	}
+	notify("STOPPING=1");
 	if (!G.quiet)
 		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");
 	httpserve_quiesce(srv);
@@ -368,5 +404,6 @@ cmd_serve(int argc, char **argv)
 	gfs_conn_close(conn);
 	if (log && log != stdout)
 		fclose(log);
-	return EXIT_OK;
+	/* SIGTERM is how a service manager stops a server: a clean stop, 0. */
+	return sig == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
 }

@@ -30,6 +30,7 @@
 #include "../lib/import.h"
 #include "../lib/inotree.h"
 #include "../lib/names.h"
+#include "../lib/sdnotify.h"
 #include "../lib/strmap.h"
 #include "../lib/watch.h"
 #include "cmd.h"
@@ -212,28 +213,12 @@ report(const struct watch_cli *w, const char *event, const char *name, int64_t b
 	}
 }
 
-/*
- * The sd_notify protocol, by hand: one datagram to $NOTIFY_SOCKET, a path
- * or, with a leading '@', an abstract socket. Without it, nothing is sent.
- */
+/* The sd_notify protocol (lib/sdnotify.h); a failure is said, never fatal. */
 static void
 sd_notify_(const char *msg)
 {
-	const char *path = getenv("NOTIFY_SOCKET");
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	size_t len = path ? strlen(path) : 0;
-	if (len < 2 || len >= sizeof sa.sun_path || (path[0] != '/' && path[0] != '@'))
-		return;
-	memcpy(sa.sun_path, path, len);
-	if (path[0] == '@')
-		sa.sun_path[0] = '\0';
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return;
-	socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
-	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, sl) < 0)
-		warn_("NOTIFY_SOCKET %s", path);
-	close(fd);
+	if (gfs_sd_notify(msg) < 0)
+		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
 }
 
 /* ---- the table of pending changes ------------------------------------- */

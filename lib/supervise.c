@@ -31,6 +31,7 @@
 #include "fdwatch.h"
 #include "gfs.h"
 #include "logrotate.h"
+#include "sdnotify.h"
 #include "supervise.h"
 
 extern char **environ;
@@ -169,6 +170,8 @@ struct sv {
 	bool stopping;
 	int stop_signals;
 	double t_accept;        /* watch the control socket again then; 0: watched */
+	double t_watchdog;      /* send WATCHDOG=1 then; 0: systemd asked for none */
+	double watchdog_s;      /* half the interval systemd asked for */
 	struct sv_config *pending;      /* unused beyond sv_new */
 };
 
@@ -190,6 +193,14 @@ event(struct sv *s, const char *fmt, ...)
 	if (s->cb.event)
 		s->cb.event(s->cb.ctx, line);
 	relay_event(s, line);
+}
+
+/* systemd's Type=notify (sdnotify.h): a failure is an event, never fatal. */
+static void
+notify(struct sv *s, const char *state)
+{
+	if (gfs_sd_notify(state) < 0)
+		event(s, "NOTIFY_SOCKET %s: %s", gfs_sd_notify_socket(), strerror(errno));
 }
 
 static void
@@ -2051,6 +2062,7 @@ static void
 arm_timer(struct sv *s)
 {
 	double earliest = s->t_accept;
+	consider(&earliest, s->t_watchdog);
 	for (struct program *p = s->progs; p; p = p->next)
 		for (int i = 0; i < p->ninst; i++) {
 			struct instance *in = &p->inst[i];
@@ -2090,6 +2102,10 @@ on_timer(struct sv *s)
 	double t = gfs_mono_seconds() + 0.0005;
 	if (due(&s->t_accept, t))
 		ep_add(s, s->ctlfd, &s->w_ctl, W_CONTROL, NULL);
+	if (due(&s->t_watchdog, t)) {
+		notify(s, "WATCHDOG=1");
+		s->t_watchdog = t + s->watchdog_s;
+	}
 	for (struct program *p = s->progs; p; p = p->next)
 		for (int i = 0; i < p->ninst; i++) {
 			struct instance *in = &p->inst[i];
@@ -2315,8 +2331,10 @@ reload(struct sv *s)
 static void
 stop_all(struct sv *s, const char *why)
 {
-	if (!s->stopping)
+	if (!s->stopping) {
 		event(s, "stopping every program (%s)", why);
+		notify(s, "STOPPING=1");
+	}
 	s->stopping = true;
 	for (struct program *p = s->progs; p; p = p->next) {
 		p->rolling = -1;
@@ -2619,6 +2637,8 @@ sv_new(struct sv_config *cfg, const char *config_path, const char *control_path,
 	ep_add(s, s->ctlfd, &s->w_ctl, W_CONTROL, NULL);
 	/* A closed stdout or control client must not kill the supervisor of everything. */
 	signal(SIGPIPE, SIG_IGN);
+	/* The programs are not ours to speak for to systemd, nor it for them. */
+	gfs_sd_notify_detach();
 	/* Orphans of daemonising children become ours, not init's: we can still see them. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	return s;
@@ -2631,6 +2651,11 @@ sv_run(struct sv *s)
 	      s->config_path ? s->config_path : "one program", s->control_path);
 	for (struct program *p = s->progs; p; p = p->next)
 		start_program(p);
+	/* Started, not yet proven running: systemd's READY means "the supervisor is up". */
+	notify(s, "READY=1\nSTATUS=supervising");
+	uint64_t wd = gfs_sd_watchdog_usec();
+	s->watchdog_s = (double)wd / 2e6;
+	s->t_watchdog = wd ? gfs_mono_seconds() + s->watchdog_s : 0;
 	while (!(s->stopping && all_quiet(s))) {
 		arm_timer(s);
 		struct epoll_event evs[32];

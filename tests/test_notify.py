@@ -1,0 +1,128 @@
+"""sd_notify (systemd Type=notify) from serve, supervise and watch.
+
+The datagrams are received on a unix socket of our own named in
+NOTIFY_SOCKET, as systemd would; every wait has a deadline.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN, SAN_ENV, SAN_MARKERS, free_port
+
+DEADLINE = 60
+
+
+@pytest.fixture
+def notify(tmp_path):
+    path = str(tmp_path / "notify.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(DEADLINE)
+    yield s, path
+    s.close()
+
+
+def messages_until(sock, want):
+    """Datagrams received until one contains want (raises socket.timeout at the deadline)."""
+    got = []
+    while True:
+        msg = sock.recv(4096).decode()
+        got.append(msg)
+        if want in msg.split("\n"):
+            return got
+
+
+def finish(proc, sig=signal.SIGTERM):
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=DEADLINE)
+    err = err.decode(errors="replace")
+    for m in SAN_MARKERS:
+        assert m not in err, err
+    return proc.returncode, err
+
+
+def test_serve_ready_watchdog_stopping(gfs, notify):
+    sock, path = notify
+    port = free_port()
+    p = gfs.popen("serve", "--listen", f"127.0.0.1:{port}",
+                  env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"},
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        first = messages_until(sock, "READY=1")
+        assert "STATUS=serving" in first[-1].split("\n")
+        # READY comes once the socket listens: a connection is accepted at once.
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        messages_until(sock, "WATCHDOG=1")
+        messages_until(sock, "WATCHDOG=1")
+    finally:
+        rc, err = finish(p)
+    assert messages_until(sock, "STOPPING=1")
+    assert rc == 0, err
+
+
+def test_serve_watchdog_for_another_pid_is_not_ours(gfs, notify):
+    sock, path = notify
+    p = gfs.popen("serve", "--listen", f"127.0.0.1:{free_port()}",
+                  env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"},
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        messages_until(sock, "READY=1")
+    finally:
+        rc, err = finish(p, signal.SIGINT)
+    # The next datagram is STOPPING, with no WATCHDOG in between.
+    assert sock.recv(4096).decode() == "STOPPING=1"
+    assert rc == 130, err  # SIGINT is an interruption; SIGTERM a clean stop (above)
+
+
+def test_serve_unusable_notify_socket_is_said_not_fatal(gfs, tmp_path):
+    p = gfs.popen("serve", "--listen", f"127.0.0.1:{free_port()}",
+                  env={"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")},
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p.stderr.readline()  # "serving ..." comes before READY
+    line = p.stderr.readline().decode()
+    assert "NOTIFY_SOCKET" in line and "nobody-listens" in line, line
+    rc, err = finish(p)
+    assert rc == 0, err
+
+
+def test_supervise_ready_watchdog_stopping_and_children_do_not_inherit(notify, tmp_path):
+    sock, path = notify
+    env = dict(os.environ, **SAN_ENV, GRIDFSCTL_CONFIG="/dev/null", NOTIFY_SOCKET=path,
+               WATCHDOG_USEC="200000")
+    probe = tmp_path / "child-env"
+    child = ("import os,sys,time\n"
+             f"open({str(probe)!r},'w').write(repr([k for k in os.environ if k in ('NOTIFY_SOCKET','WATCHDOG_USEC')]))\n"
+             "import signal; signal.pause()\n")
+    p = subprocess.Popen([BIN, "supervise", "--control", str(tmp_path / "ctl.sock"), "--",
+                          sys.executable, "-c", child],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=env, cwd=tmp_path)
+    try:
+        messages_until(sock, "READY=1")
+        messages_until(sock, "WATCHDOG=1")
+        messages_until(sock, "WATCHDOG=1")
+    finally:
+        rc, err = finish(p)
+    messages_until(sock, "STOPPING=1")
+    assert rc == 0, err
+    assert probe.read_text() == "[]"
+
+
+def test_watch_still_notifies_through_the_library(gfs, notify, tmp_path):
+    sock, path = notify
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_bytes(b"a")
+    p = gfs.popen("watch", str(tree), env={"NOTIFY_SOCKET": path},
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        msgs = messages_until(sock, "READY=1")
+        assert msgs[-1].startswith("READY=1\nSTATUS=watching")
+    finally:
+        rc, err = finish(p)
+    messages_until(sock, "STOPPING=1")
+    assert rc == 0, err

@@ -147,11 +147,12 @@ int cmd_mirror(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_supervise(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 extern const char ls_help[], get_help[], put_help[], rm_help[], stat_help[], import_help[],
-    verify_help[], mirror_help[], watch_help[], serve_help[], supervise_help[];
+    verify_help[], mirror_help[], watch_help[], serve_help[], supervise_help[], doctor_help[];
 extern const struct option ls_options[], get_options[], put_options[], rm_options[],
     stat_options[], import_options[], verify_options[], mirror_options[], watch_options[],
-    serve_options[], supervise_options[];
+    serve_options[], supervise_options[], doctor_options[];
 
 #endif

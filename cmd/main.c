@@ -18,6 +18,7 @@ const struct command commands[] = {
 	{"watch", "watch DIR [--prefix P]", "keep the bucket in sync with a directory", watch_help, cmd_watch, watch_options},
 	{"serve", "serve [--listen ADDR:PORT] [--prefix P]", "serve files over HTTP", serve_help, cmd_serve, serve_options},
 	{"supervise", "supervise -c FILE | [options] -- CMD ARGS... | status|restart NAME|reload|stop", "keep backends and servers running, watching their descriptors", supervise_help, cmd_supervise, supervise_options},
+	{"doctor", "doctor [--sample N] [--json]", "check the backend, the bucket's indexes, the import lock and orphan chunks", doctor_help, cmd_doctor, doctor_options},
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };
 

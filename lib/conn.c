@@ -308,8 +308,8 @@ gfs_uri_redact(const char *uri)
 
 /* ---- indexes --------------------------------------------------------- */
 
-static bool
-keys_equal(const bson_t *a, const bson_t *b)
+bool
+gfs_index_keys_equal(const bson_t *a, const bson_t *b)
 {
 	bson_iter_t ia, ib;
 	if (!bson_iter_init(&ia, a) || !bson_iter_init(&ib, b))
@@ -341,7 +341,7 @@ has_index(mongoc_collection_t *coll, const bson_t *keys, bool *found, gfs_error 
 			continue;
 		bson_iter_document(&it, &len, &data);
 		bson_t key;
-		if (bson_init_static(&key, data, len) && keys_equal(&key, keys))
+		if (bson_init_static(&key, data, len) && gfs_index_keys_equal(&key, keys))
 			*found = true;
 	}
 	bson_error_t berr;

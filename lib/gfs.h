@@ -112,6 +112,8 @@ void gfs_session_push(gfs_session *s);
 /* The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's client. */
 mongoc_collection_t *gfs_session_bucket_collection(gfs_session *s, const char *suffix);
 
+/* Whether two index key patterns are the same index (1, 1.0 and int64 1 alike). */
+bool gfs_index_keys_equal(const bson_t *a, const bson_t *b);
 /* Creates the spec's indexes if the files collection is empty and they are missing. */
 bool gfs_ensure_indexes(gfs_session *s, gfs_error *err);
 

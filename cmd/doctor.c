@@ -1,0 +1,192 @@
+/* gridfsctl doctor: is the bucket reachable and sound? For monit and cron. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/doctor.h"
+#include "cmd.h"
+
+const char doctor_help[] =
+    "      --sample N    chunks to look at for the orphan estimate (default 200; 0: skip it);\n"
+    "                    a bucket of up to 20*N chunks is counted exactly\n"
+    "      --json        print one JSON object\n";
+
+enum { OPT_SAMPLE = 1, OPT_JSON };
+
+const struct option doctor_options[] = {
+	{"sample", required_argument, NULL, OPT_SAMPLE},
+	{"json", no_argument, NULL, OPT_JSON},
+	{NULL, 0, NULL, 0},
+};
+
+struct doctor_opts {
+	long sample;
+	bool json;
+};
+
+static int
+on_opt(int opt, const char *arg, void *ctx)
+{
+	struct doctor_opts *o = ctx;
+	switch (opt) {
+	case OPT_JSON: o->json = true; return 0;
+	case OPT_SAMPLE:
+		if (parse_int(arg, 0, 100000, &o->sample))
+			return 0;
+		usage_error("--sample takes a number of chunks from 0 to 100000, not '%s'", arg);
+		return -1;
+	}
+	return -1;
+}
+
+static void
+index_json(bson_t *doc, const char *key, enum gfs_doctor_index st)
+{
+	BSON_APPEND_UTF8(doc, key, gfs_doctor_index_name(st));
+}
+
+static void
+print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bool done,
+              const char *error)
+{
+	bson_t doc = BSON_INITIALIZER, sub;
+	BSON_APPEND_UTF8(&doc, "db", db);
+	BSON_APPEND_UTF8(&doc, "bucket", bucket);
+	BSON_APPEND_BOOL(&doc, "reachable", r->reachable);
+	if (r->version[0])
+		BSON_APPEND_UTF8(&doc, "serverVersion", r->version);
+	if (r->ferretdb[0])
+		BSON_APPEND_UTF8(&doc, "ferretdbVersion", r->ferretdb);
+	if (done) {
+		BSON_APPEND_INT64(&doc, "files", r->files);
+		BSON_APPEND_INT64(&doc, "chunks", r->chunks);
+		BSON_APPEND_DOCUMENT_BEGIN(&doc, "indexes", &sub);
+		index_json(&sub, "files", r->files_index);
+		index_json(&sub, "chunks", r->chunks_index);
+		bson_append_document_end(&doc, &sub);
+		BSON_APPEND_DOCUMENT_BEGIN(&doc, "importLock", &sub);
+		BSON_APPEND_UTF8(&sub, "state", gfs_doctor_lock_name(r->lock));
+		if (r->lock != GFS_LOCK_FREE) {
+			char date[32];
+			gfs_iso8601(r->lock_expires, date);
+			BSON_APPEND_UTF8(&sub, "owner", r->lock_owner);
+			BSON_APPEND_UTF8(&sub, "expires", date);
+		}
+		bson_append_document_end(&doc, &sub);
+		BSON_APPEND_DOCUMENT_BEGIN(&doc, "orphans", &sub);
+		BSON_APPEND_UTF8(&sub, "method", gfs_doctor_sampling_name(r->sampling));
+		BSON_APPEND_INT64(&sub, "sampled", r->sampled);
+		BSON_APPEND_INT64(&sub, "found", r->sampled_orphans);
+		BSON_APPEND_INT64(&sub, "uploading", r->sampled_uploading);
+		BSON_APPEND_INT64(&sub, "estimate", r->orphan_estimate);
+		bson_append_document_end(&doc, &sub);
+		BSON_APPEND_INT64(&doc, "problems", r->problems);
+	}
+	if (error)
+		BSON_APPEND_UTF8(&doc, "error", error);
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
+
+/* A line on stdout, or with -q nothing; a problem also goes to stderr, for cron's mail. */
+static void
+line(bool problem, const char *fmt, const char *what, const char *detail)
+{
+	if (problem)
+		warnx_("problem: %s %s", what, detail);
+	else if (!G.quiet)
+		human_line(stdout, fmt, what, detail);
+}
+
+static const char *
+index_words(enum gfs_doctor_index st, bool chunks)
+{
+	switch (st) {
+	case GFS_INDEX_OK:
+		return chunks ? "ok (unique {files_id: 1, n: 1})" : "ok ({filename: 1, uploadDate: 1})";
+	case GFS_INDEX_MISSING:
+		return chunks ? "missing: no unique {files_id: 1, n: 1} (create it; drivers only do on an empty bucket)"
+		              : "missing: no {filename: 1, uploadDate: 1} (create it; drivers only do on an empty bucket)";
+	case GFS_INDEX_NOT_UNIQUE:
+		return "not unique: {files_id: 1, n: 1} lets a chunk be stored twice";
+	case GFS_INDEX_NOT_NEEDED:
+		return "none yet (the bucket is empty: the first write creates it)";
+	}
+	return "?";
+}
+
+static void
+print_text(const gfs_doctor_report *r)
+{
+	char buf[600], date[32];
+	if (r->ferretdb[0])
+		snprintf(buf, sizeof buf, "reachable, MongoDB %s (FerretDB %s)", r->version, r->ferretdb);
+	else
+		snprintf(buf, sizeof buf, "reachable, MongoDB %s", r->version);
+	line(false, "%-14s%s", "backend:", buf);
+	snprintf(buf, sizeof buf, "%lld files, %lld chunks (estimated counts)", (long long)r->files,
+	         (long long)r->chunks);
+	line(false, "%-14s%s", "bucket:", buf);
+	line(r->files_index == GFS_INDEX_MISSING, "%-14s%s", "files index:",
+	     index_words(r->files_index, false));
+	line(r->chunks_index == GFS_INDEX_MISSING || r->chunks_index == GFS_INDEX_NOT_UNIQUE,
+	     "%-14s%s", "chunks index:", index_words(r->chunks_index, true));
+	gfs_iso8601(r->lock_expires, date);
+	if (r->lock == GFS_LOCK_FREE)
+		snprintf(buf, sizeof buf, "free");
+	else if (r->lock == GFS_LOCK_HELD)
+		snprintf(buf, sizeof buf, "held by %s (lease until %s)", r->lock_owner, date);
+	else
+		snprintf(buf, sizeof buf, "stale, left by %s (lease ended %s or its process is gone; "
+		         "the next import takes it over)", r->lock_owner, date);
+	line(false, "%-14s%s", "import lock:", buf);
+	const char *how = r->sampling == GFS_SAMPLE_ALL ? "counted in every chunk"
+	                : r->sampling == GFS_SAMPLE_RANDOM ? "estimated from a random sample"
+	                : "estimated from the first chunks in storage order (the server has no $sample)";
+	if (r->sampling == GFS_SAMPLE_NONE)
+		snprintf(buf, sizeof buf, "not estimated");
+	else
+		snprintf(buf, sizeof buf, "%s%lld chunks (%lld of %lld looked at have no file; %s)%s",
+		         r->sampling == GFS_SAMPLE_ALL ? "" : "about ", (long long)r->orphan_estimate,
+		         (long long)r->sampled_orphans, (long long)r->sampled, how,
+		         r->sampled_orphans ? ": 'gridfsctl verify --repair' removes them" : "");
+	line(r->sampled_orphans > 0, "%-14s%s", "orphans:", buf);
+	if (r->sampled_uploading) {
+		snprintf(buf, sizeof buf, "%lld sampled chunks belong to uploads in progress or "
+		         "interrupted (an import or put is writing them, or the next removes them)",
+		         (long long)r->sampled_uploading);
+		line(false, "%-14s%s", "uploads:", buf);
+	}
+}
+
+int
+cmd_doctor(int argc, char **argv)
+{
+	struct doctor_opts o = {.sample = GFS_DOCTOR_DEFAULT_SAMPLE};
+	int i = parse_options(argc, argv, "", doctor_options, on_opt, &o);
+	if (i < 0)
+		return EXIT_USAGE;
+	if (i < argc) {
+		usage_error("unexpected argument '%s'", argv[i]);
+		return EXIT_USAGE;
+	}
+	gfs_conn *conn = connect_or_warn();
+	gfs_doctor_report r = {0};
+	if (!conn) {
+		if (o.json)
+			print_as_json(&r, G.db ? G.db : "", G.bucket ? G.bucket : GFS_DEFAULT_BUCKET, false,
+			              last_message());
+		return EXIT_USAGE;
+	}
+	char *db = strdup(gfs_conn_db(conn)), *bucket = strdup(gfs_conn_bucket(conn));
+	gfs_error err;
+	bool ok = gfs_doctor(conn, o.sample, &r, &err);
+	gfs_conn_close(conn);
+	int rc = ok ? (r.problems ? EXIT_PARTIAL : EXIT_OK) : fail(&err);
+	if (o.json)
+		print_as_json(&r, db, bucket, ok, !ok ? err.msg : r.problems ? "problems found" : NULL);
+	else if (ok)
+		print_text(&r);
+	free(db);
+	free(bucket);
+	return rc;
+}

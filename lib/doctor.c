@@ -1,0 +1,366 @@
+/* The health check behind `gridfsctl doctor`: see doctor.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "doctor.h"
+#include "import.h"
+#include "lock.h"
+
+/* MongoDB's NamespaceNotFound: listIndexes on a collection not created yet. */
+#define NS_NOT_FOUND 26
+
+static bool
+server_version(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
+{
+	bson_t cmd = BSON_INITIALIZER, reply;
+	BSON_APPEND_INT32(&cmd, "buildInfo", 1);
+	bson_error_t berr;
+	bool ok = mongoc_client_command_simple(s->client, "admin", &cmd, NULL, &reply, &berr);
+	bson_iter_t it;
+	if (ok && bson_iter_init_find(&it, &reply, "version") && BSON_ITER_HOLDS_UTF8(&it))
+		snprintf(r->version, sizeof r->version, "%s", bson_iter_utf8(&it, NULL));
+	if (ok && bson_iter_init_find(&it, &reply, "ferretdbVersion") && BSON_ITER_HOLDS_UTF8(&it))
+		snprintf(r->ferretdb, sizeof r->ferretdb, "%s", bson_iter_utf8(&it, NULL));
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "buildInfo");
+	bson_destroy(&cmd);
+	bson_destroy(&reply);
+	return ok;
+}
+
+static bool
+count(mongoc_collection_t *coll, int64_t *out, gfs_error *err)
+{
+	bson_error_t berr;
+	*out = mongoc_collection_estimated_document_count(coll, NULL, NULL, NULL, &berr);
+	if (*out >= 0)
+		return true;
+	char what[200];
+	snprintf(what, sizeof what, "count %s", mongoc_collection_get_name(coll));
+	gfs_error_from_bson(err, &berr, what);
+	return false;
+}
+
+/* The index with exactly these keys: GFS_INDEX_OK, _MISSING or _NOT_UNIQUE (when want_unique). */
+static bool
+check_index(mongoc_collection_t *coll, const bson_t *keys, bool want_unique,
+            enum gfs_doctor_index *state, gfs_error *err)
+{
+	*state = GFS_INDEX_MISSING;
+	mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(coll, NULL);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		uint32_t len;
+		const uint8_t *data;
+		bson_t key;
+		if (!bson_iter_init_find(&it, doc, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+			continue;
+		bson_iter_document(&it, &len, &data);
+		if (!bson_init_static(&key, data, len) || !gfs_index_keys_equal(&key, keys))
+			continue;
+		bool unique = bson_iter_init_find(&it, doc, "unique") && bson_iter_as_bool(&it);
+		*state = !want_unique || unique ? GFS_INDEX_OK : GFS_INDEX_NOT_UNIQUE;
+		if (*state == GFS_INDEX_OK)
+			break;
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr) || berr.code == NS_NOT_FOUND;
+	if (!ok) {
+		char what[200];
+		snprintf(what, sizeof what, "listIndexes %s", mongoc_collection_get_name(coll));
+		gfs_error_from_bson(err, &berr, what);
+	}
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
+/* The spec's indexes: {filename: 1, uploadDate: 1} on files, unique {files_id: 1, n: 1} on chunks. */
+static bool
+check_indexes(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
+{
+	bson_t fk = BSON_INITIALIZER, ck = BSON_INITIALIZER;
+	BSON_APPEND_INT32(&fk, "filename", 1);
+	BSON_APPEND_INT32(&fk, "uploadDate", 1);
+	BSON_APPEND_INT32(&ck, "files_id", 1);
+	BSON_APPEND_INT32(&ck, "n", 1);
+	bool ok = check_index(s->files, &fk, false, &r->files_index, err) &&
+	          check_index(s->chunks, &ck, true, &r->chunks_index, err);
+	bson_destroy(&fk);
+	bson_destroy(&ck);
+	/* Drivers create them on the first write to an empty bucket, and only then. */
+	bool empty = r->files == 0 && r->chunks == 0;
+	if (empty && r->files_index == GFS_INDEX_MISSING)
+		r->files_index = GFS_INDEX_NOT_NEEDED;
+	if (empty && r->chunks_index == GFS_INDEX_MISSING)
+		r->chunks_index = GFS_INDEX_NOT_NEEDED;
+	return ok;
+}
+
+/* The import lock's document, read as lock.h lays it out; held or not as gfs_lock_held() judges. */
+static bool
+check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
+{
+	mongoc_collection_t *locks = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "_id", GFS_IMPORT_LOCK);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(locks, &filter, NULL, NULL);
+	const bson_t *doc;
+	bool found = mongoc_cursor_next(cur, &doc);
+	bson_iter_t it;
+	if (found) {
+		const char *host = bson_iter_init_find(&it, doc, "host") && BSON_ITER_HOLDS_UTF8(&it)
+		                 ? bson_iter_utf8(&it, NULL) : "?";
+		int64_t pid = bson_iter_init_find(&it, doc, "pid") && BSON_ITER_HOLDS_NUMBER(&it)
+		            ? bson_iter_as_int64(&it) : -1;
+		snprintf(r->lock_owner, sizeof r->lock_owner, "%s pid %lld", host, (long long)pid);
+		if (bson_iter_init_find(&it, doc, "expires") && BSON_ITER_HOLDS_DATE_TIME(&it))
+			r->lock_expires = bson_iter_date_time(&it);
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read the import lock");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	mongoc_collection_destroy(locks);
+	r->lock = GFS_LOCK_FREE;
+	if (!ok || !found)
+		return ok;
+	int held = gfs_lock_held(s, GFS_IMPORT_LOCK, err);
+	r->lock = held > 0 ? GFS_LOCK_HELD : GFS_LOCK_STALE;
+	return held >= 0;
+}
+
+/* ---- orphan chunks ----------------------------------------------------- */
+
+/* 1 when coll has a document with field equal to id, 0 when not, -1 on error. */
+static int
+exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	gfs_id_filter(&filter, field, id);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "limit", 1);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+	const bson_t *doc;
+	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
+	bson_error_t berr;
+	if (!rc && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "look up a files_id");
+		rc = -1;
+	}
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	return rc;
+}
+
+/* One distinct files_id of the sample and how many sampled chunks carry it. */
+struct owner {
+	bson_value_t id;
+	int64_t chunks;
+};
+
+struct sample {
+	struct owner *owners;
+	size_t n, cap;
+	int64_t chunks;
+};
+
+static void
+sample_add(struct sample *smp, const bson_value_t *id)
+{
+	smp->chunks++;
+	for (size_t i = 0; i < smp->n; i++)
+		if (gfs_id_equal(&smp->owners[i].id, id)) {
+			smp->owners[i].chunks++;
+			return;
+		}
+	if (smp->n == smp->cap) {
+		smp->cap = smp->cap ? smp->cap * 2 : 64;
+		smp->owners = realloc(smp->owners, smp->cap * sizeof *smp->owners);
+		if (!smp->owners)
+			abort();
+	}
+	bson_value_copy(id, &smp->owners[smp->n].id);
+	smp->owners[smp->n++].chunks = 1;
+}
+
+static void
+sample_free(struct sample *smp)
+{
+	for (size_t i = 0; i < smp->n; i++)
+		bson_value_destroy(&smp->owners[i].id);
+	free(smp->owners);
+}
+
+/* Reads the files_id of every chunk cur returns into smp. */
+static bool
+drain(mongoc_cursor_t *cur, struct sample *smp, bson_error_t *berr)
+{
+	const bson_t *doc;
+	bson_iter_t it;
+	while (mongoc_cursor_next(cur, &doc))
+		if (bson_iter_init_find(&it, doc, "files_id"))
+			sample_add(smp, bson_iter_value(&it));
+	return !mongoc_cursor_error(cur, berr);
+}
+
+/* Server error codes for an unknown aggregation stage: MongoDB's 40324, and "not implemented". */
+static bool
+no_sample_stage(const bson_error_t *berr)
+{
+	return berr->domain == MONGOC_ERROR_SERVER || berr->domain == MONGOC_ERROR_QUERY
+	           ? berr->code == 40324 || berr->code == 238 || strstr(berr->message, "$sample") != NULL
+	           : false;
+}
+
+/*
+ * Every chunk's files_id, through the spec's index when it exists: MongoDB
+ * then reads the index alone (a covered query), never the chunks' data.
+ */
+static bool
+read_all(gfs_session *s, bool indexed, struct sample *smp, bson_error_t *berr)
+{
+	bson_t filter = BSON_INITIALIZER;
+	bson_t *opts = BCON_NEW("projection", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}");
+	if (indexed)
+		BCON_APPEND(opts, "hint", "{", "files_id", BCON_INT32(1), "n", BCON_INT32(1), "}");
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, opts, NULL);
+	bool ok = drain(cur, smp, berr);
+	mongoc_cursor_destroy(cur);
+	bson_destroy(opts);
+	bson_destroy(&filter);
+	return ok;
+}
+
+static bool
+take_sample(gfs_session *s, int64_t size, struct sample *smp, gfs_doctor_report *r, bson_error_t *berr)
+{
+	bson_t *pipeline = BCON_NEW("pipeline", "[",
+	                            "{", "$sample", "{", "size", BCON_INT64(size), "}", "}",
+	                            "{", "$project", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}", "}",
+	                            "]");
+	mongoc_cursor_t *cur = mongoc_collection_aggregate(s->chunks, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
+	bson_destroy(pipeline);
+	bool ok = drain(cur, smp, berr);
+	mongoc_cursor_destroy(cur);
+	r->sampling = GFS_SAMPLE_RANDOM;
+	if (ok || smp->chunks > 0 || !no_sample_stage(berr))
+		return ok;
+	bson_t filter = BSON_INITIALIZER;
+	bson_t *opts = BCON_NEW("projection", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}",
+	                        "limit", BCON_INT64(size));
+	cur = mongoc_collection_find_with_opts(s->chunks, &filter, opts, NULL);
+	ok = drain(cur, smp, berr);
+	mongoc_cursor_destroy(cur);
+	bson_destroy(opts);
+	bson_destroy(&filter);
+	r->sampling = GFS_SAMPLE_FIRST;
+	return ok;
+}
+
+static bool
+estimate_orphans(gfs_session *s, int64_t size, gfs_doctor_report *r, gfs_error *err)
+{
+	r->sampling = GFS_SAMPLE_NONE;
+	if (size <= 0 || r->chunks == 0)
+		return true;
+	struct sample smp = {0};
+	bson_error_t berr;
+	/*
+	 * $sample reads the whole collection (and sorts it) when asked for 5 %
+	 * of it or more: below that, reading every files_id costs no more and
+	 * counts exactly.
+	 */
+	bool ok;
+	if (r->chunks <= size * GFS_DOCTOR_EXACT_FACTOR) {
+		r->sampling = GFS_SAMPLE_ALL;
+		ok = read_all(s, r->chunks_index != GFS_INDEX_MISSING, &smp, &berr);
+	} else {
+		ok = take_sample(s, size, &smp, r, &berr);
+	}
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "sample the chunks");
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	for (size_t i = 0; ok && i < smp.n; i++) {
+		const bson_value_t *id = &smp.owners[i].id;
+		int file = exists(s->files, "_id", id, err);
+		int marker = file == 0 ? exists(uploads, "_id", id, err) : 0;
+		if (marker == 0 && file == 0)
+			marker = exists(uploads, "deleting", id, err);
+		ok = file >= 0 && marker >= 0;
+		if (ok && file == 0 && marker > 0)
+			r->sampled_uploading += smp.owners[i].chunks;
+		else if (ok && file == 0)
+			r->sampled_orphans += smp.owners[i].chunks;
+	}
+	mongoc_collection_destroy(uploads);
+	r->sampled = smp.chunks;
+	sample_free(&smp);
+	if (!ok)
+		return false;
+	if (r->sampling == GFS_SAMPLE_ALL || r->sampled == 0)
+		r->orphan_estimate = r->sampled_orphans;
+	else
+		r->orphan_estimate = (int64_t)((double)r->sampled_orphans / (double)r->sampled *
+		                               (double)r->chunks + 0.5);
+	return true;
+}
+
+bool
+gfs_doctor(gfs_conn *conn, int64_t sample_size, gfs_doctor_report *r, gfs_error *err)
+{
+	memset(r, 0, sizeof *r);
+	gfs_error_clear(err);
+	if (!gfs_conn_ping(conn, err))
+		return false;
+	r->reachable = true;
+	gfs_session *s = gfs_session_pop(conn);
+	bool ok = server_version(s, r, err) && count(s->files, &r->files, err) &&
+	          count(s->chunks, &r->chunks, err) && check_indexes(s, r, err) &&
+	          check_lock(s, r, err) && estimate_orphans(s, sample_size, r, err);
+	gfs_session_push(s);
+	r->problems = (r->files_index == GFS_INDEX_MISSING) + (r->chunks_index == GFS_INDEX_MISSING ||
+	              r->chunks_index == GFS_INDEX_NOT_UNIQUE) + (r->sampled_orphans > 0);
+	return ok;
+}
+
+const char *
+gfs_doctor_index_name(enum gfs_doctor_index s)
+{
+	switch (s) {
+	case GFS_INDEX_OK: return "ok";
+	case GFS_INDEX_MISSING: return "missing";
+	case GFS_INDEX_NOT_UNIQUE: return "not-unique";
+	case GFS_INDEX_NOT_NEEDED: return "not-needed";
+	}
+	return "unknown";
+}
+
+const char *
+gfs_doctor_lock_name(enum gfs_doctor_lock s)
+{
+	switch (s) {
+	case GFS_LOCK_FREE: return "free";
+	case GFS_LOCK_HELD: return "held";
+	case GFS_LOCK_STALE: return "stale";
+	}
+	return "unknown";
+}
+
+const char *
+gfs_doctor_sampling_name(enum gfs_doctor_sampling s)
+{
+	switch (s) {
+	case GFS_SAMPLE_NONE: return "none";
+	case GFS_SAMPLE_ALL: return "all";
+	case GFS_SAMPLE_RANDOM: return "random";
+	case GFS_SAMPLE_FIRST: return "first";
+	}
+	return "unknown";
+}

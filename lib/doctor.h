@@ -1,0 +1,69 @@
+/*
+ * doctor: a health check of one bucket for monitoring (monit, cron), at a
+ * bounded cost whatever the bucket's size: a ping, buildInfo, listIndexes
+ * on the two collections, two estimated counts, the import lock's document
+ * and, for orphan chunks, a sample of at most sample_size chunks, each
+ * distinct files_id then looked up by _id (an indexed point query on
+ * MongoDB and FerretDB alike).
+ *
+ * A bucket of at most GFS_DOCTOR_EXACT_FACTOR * sample_size chunks is read
+ * whole instead (files_id only, through the spec's index, which MongoDB
+ * answers from the index alone), and its orphans counted exactly. Larger,
+ * the sample is $sample on MongoDB, which picks chunks at random (with a
+ * random cursor once the sample is under 5 % of the collection). FerretDB
+ * has no $sample stage: there the first sample_size chunks in storage order
+ * are taken instead, which finds orphans among the oldest chunks only; the
+ * report says which was used.
+ */
+#ifndef GFS_DOCTOR_H
+#define GFS_DOCTOR_H
+
+#include "gfs.h"
+
+#define GFS_DOCTOR_EXACT_FACTOR 20
+#define GFS_DOCTOR_DEFAULT_SAMPLE 200
+
+enum gfs_doctor_index {
+	GFS_INDEX_OK,
+	GFS_INDEX_MISSING,
+	GFS_INDEX_NOT_UNIQUE,   /* chunks: the keys are right, uniqueness is not enforced */
+	GFS_INDEX_NOT_NEEDED,   /* missing from an empty bucket: the first write creates it */
+};
+
+enum gfs_doctor_lock { GFS_LOCK_FREE, GFS_LOCK_HELD, GFS_LOCK_STALE };
+
+enum gfs_doctor_sampling {
+	GFS_SAMPLE_NONE,        /* not estimated (sample_size 0, or no chunks) */
+	GFS_SAMPLE_ALL,         /* every chunk was looked at: an exact count */
+	GFS_SAMPLE_RANDOM,      /* $sample */
+	GFS_SAMPLE_FIRST,       /* the first chunks in storage order (no $sample) */
+};
+
+typedef struct gfs_doctor_report {
+	bool reachable;            /* the ping was answered */
+	char version[64];          /* the server's buildInfo version */
+	char ferretdb[64];         /* FerretDB's own version, "" on MongoDB */
+	int64_t files, chunks;     /* estimated document counts */
+	enum gfs_doctor_index files_index, chunks_index;
+	enum gfs_doctor_lock lock;
+	char lock_owner[256];      /* host and pid of the holder, when the document exists */
+	int64_t lock_expires;      /* ms since the epoch, when it exists */
+	enum gfs_doctor_sampling sampling;
+	int64_t sampled;           /* chunks looked at */
+	int64_t sampled_orphans;   /* of those, with no files document and no upload marker */
+	int64_t sampled_uploading; /* with no files document but an upload marker */
+	int64_t orphan_estimate;   /* sampled_orphans scaled to the chunks count */
+	int problems;              /* wrong or missing indexes, orphans */
+} gfs_doctor_report;
+
+/*
+ * Runs every check. False (GFS_EBACKEND) when the backend cannot be reached
+ * or a command fails; r holds what was learnt before that.
+ */
+bool gfs_doctor(gfs_conn *conn, int64_t sample_size, gfs_doctor_report *r, gfs_error *err);
+
+const char *gfs_doctor_index_name(enum gfs_doctor_index s);   /* "ok", "missing", ... */
+const char *gfs_doctor_lock_name(enum gfs_doctor_lock s);     /* "free", "held", "stale" */
+const char *gfs_doctor_sampling_name(enum gfs_doctor_sampling s); /* "none", "all", "random", "first" */
+
+#endif

@@ -1,0 +1,181 @@
+"""gridfsctl doctor against the real backend: a healthy bucket, missing and
+wrong indexes, orphan chunks, the import lock, a backend that is down.
+Every state is made, and checked, through pymongo."""
+import datetime
+import json
+import os
+import socket
+
+import bson
+import pytest
+
+from conftest import free_port
+
+
+def doctor(gfs, *args, **kw):
+    r = gfs.run("doctor", "--json", *args, **kw)
+    assert len(r.text.strip().splitlines()) == 1, r
+    return r, json.loads(r.out)
+
+
+def put_files(bucket, n, size=10):
+    for i in range(n):
+        bucket.upload_from_stream(f"f{i}.txt", os.urandom(size), chunk_size_bytes=4)
+
+
+def test_healthy_bucket_exits_0(gfs, bucket, db):
+    put_files(bucket, 3)
+    gfs.run("put", "-", "--name", "by-gridfsctl.txt", input=b"hello")
+    r, d = doctor(gfs)
+    assert r.rc == 0, r
+    assert d["reachable"] is True and d["serverVersion"]
+    assert d["db"] == db.name and d["bucket"] == "fs"
+    assert d["files"] == db.fs.files.count_documents({})
+    assert d["chunks"] == db.fs.chunks.count_documents({})
+    assert d["indexes"] == {"files": "ok", "chunks": "ok"}
+    assert d["importLock"] == {"state": "free"}
+    assert d["orphans"]["method"] == "all" and d["orphans"]["estimate"] == 0
+    assert d["orphans"]["sampled"] == d["chunks"]
+    assert d["problems"] == 0 and "error" not in d
+    # The human report says the same, one line per check, on stdout only.
+    h = gfs.run("doctor")
+    assert h.rc == 0 and h.err == "", h
+    lines = dict(l.split(":", 1) for l in h.text.splitlines())
+    assert lines["files index"].strip().startswith("ok")
+    assert lines["chunks index"].strip().startswith("ok (unique")
+    assert lines["import lock"].strip() == "free"
+    assert lines["orphans"].strip().startswith("0 chunks")
+    assert gfs.run("doctor", "-q").out == b""
+
+
+def test_empty_bucket_needs_no_index_yet(gfs):
+    r, d = doctor(gfs)
+    assert r.rc == 0, r
+    assert d["files"] == 0 and d["chunks"] == 0
+    assert d["indexes"] == {"files": "not-needed", "chunks": "not-needed"}
+    assert d["orphans"]["method"] == "none"
+
+
+@pytest.mark.parametrize("which", ["files", "chunks"])
+def test_missing_index_exits_1(gfs, bucket, db, which):
+    put_files(bucket, 2)
+    coll = db.fs.files if which == "files" else db.fs.chunks
+    for name, info in coll.index_information().items():
+        if name != "_id_":
+            coll.drop_index(name)
+    r, d = doctor(gfs)
+    assert r.rc == 1, r
+    assert d["indexes"][which] == "missing"
+    assert d["indexes"]["chunks" if which == "files" else "files"] == "ok"
+    assert d["problems"] == 1 and d["error"] == "problems found"
+    h = gfs.run("doctor")
+    assert h.rc == 1
+    assert f"problem: {which} index: missing" in h.err
+
+
+def test_chunks_index_that_is_not_unique_exits_1(gfs, bucket, db):
+    put_files(bucket, 1)
+    db.fs.chunks.drop_index("files_id_1_n_1")
+    db.fs.chunks.create_index([("files_id", 1), ("n", 1)], name="not_unique")
+    r, d = doctor(gfs)
+    assert r.rc == 1, r
+    assert d["indexes"]["chunks"] == "not-unique"
+
+
+def test_an_equivalent_index_under_another_name_is_right(gfs, bucket, db):
+    put_files(bucket, 1)
+    db.fs.files.drop_index("filename_1_uploadDate_1")
+    # 1.0 and 1 are the same direction (the GridFS spec); pymongo only sends ints.
+    db.command({"createIndexes": "fs.files",
+                "indexes": [{"key": bson.SON([("filename", 1.0), ("uploadDate", 1)]), "name": "mine"}]})
+    r, d = doctor(gfs)
+    assert r.rc == 0 and d["indexes"]["files"] == "ok", r
+
+
+def test_orphan_chunks_are_counted_exactly_in_a_small_bucket(gfs, bucket, db):
+    put_files(bucket, 4, size=10)  # 3 chunks each
+    victim = db.fs.files.find_one({"filename": "f0.txt"})
+    db.fs.files.delete_one({"_id": victim["_id"]})
+    orphan_id = bson.ObjectId()
+    db.fs.chunks.insert_one({"files_id": orphan_id, "n": 0, "data": b"x"})
+    r, d = doctor(gfs)
+    assert r.rc == 1, r
+    assert d["orphans"] == {"method": "all", "sampled": 13, "found": 4, "uploading": 0,
+                            "estimate": 4}
+    h = gfs.run("doctor")
+    assert "problem: orphans: 4 chunks" in h.err and "verify --repair" in h.err
+    # verify agrees on what they are.
+    v = gfs.run("verify", "--json")
+    assert v.rc == 1
+    assert sum(json.loads(l).get("count", 0) for l in v.text.splitlines()
+               if json.loads(l).get("problem") == "ORPHAN-CHUNKS") == 4
+
+
+def test_orphan_estimate_from_a_bounded_sample(gfs, bucket, db):
+    put_files(bucket, 30, size=8)  # 60 chunks
+    for f in db.fs.files.find({"filename": {"$in": [f"f{i}.txt" for i in range(10)]}}):
+        db.fs.files.delete_one({"_id": f["_id"]})  # 20 of 60 chunks orphaned
+    r, d = doctor(gfs, "--sample", "2")  # 60 > 20 * 2: a sample, not a count
+    assert r.rc in (0, 1), r
+    o = d["orphans"]
+    assert o["method"] in ("random", "first")  # MongoDB has $sample; FerretDB does not
+    assert o["sampled"] == 2
+    assert o["estimate"] == round(o["found"] / 2 * d["chunks"])
+    # Looking at all of them counts exactly.
+    r, d = doctor(gfs, "--sample", "60")
+    assert d["orphans"]["method"] == "all" and d["orphans"]["estimate"] == 20 and r.rc == 1
+
+
+def test_chunks_of_an_upload_with_a_marker_are_not_orphans(gfs, bucket, db):
+    put_files(bucket, 1)
+    fid = bson.ObjectId()
+    db["fs.gridfsctl_uploads"].insert_one({"_id": fid, "filename": "coming.txt"})
+    db.fs.chunks.insert_one({"files_id": fid, "n": 0, "data": b"x"})
+    r, d = doctor(gfs)
+    assert r.rc == 0, r
+    assert d["orphans"]["uploading"] == 1 and d["orphans"]["found"] == 0
+
+
+def test_skip_the_orphan_estimate(gfs, bucket, db):
+    put_files(bucket, 1)
+    db.fs.chunks.insert_one({"files_id": bson.ObjectId(), "n": 0, "data": b"x"})
+    r, d = doctor(gfs, "--sample", "0")
+    assert r.rc == 0 and d["orphans"]["method"] == "none", r
+
+
+def test_import_lock_held_and_stale(gfs, bucket, db):
+    put_files(bucket, 1)
+    locks = db["fs.gridfsctl_locks"]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    locks.insert_one({"_id": "import", "owner": "x", "host": "elsewhere.example", "pid": 4242,
+                      "bootId": "b", "startTime": 1, "acquired": now,
+                      "expires": now + datetime.timedelta(minutes=5)})
+    r, d = doctor(gfs)
+    assert r.rc == 0, r  # a running import is not a problem
+    assert d["importLock"]["state"] == "held"
+    assert d["importLock"]["owner"] == "elsewhere.example pid 4242"
+    assert "held by elsewhere.example pid 4242" in gfs.run("doctor").text
+    locks.update_one({"_id": "import"}, {"$set": {"expires": now - datetime.timedelta(minutes=5)}})
+    r, d = doctor(gfs)
+    assert r.rc == 0 and d["importLock"]["state"] == "stale", r
+    # and an import takes a stale lock over
+    (gfs.tmp_path / "empty").mkdir()
+    assert gfs.run("import", gfs.tmp_path / "empty").rc == 0
+    assert doctor(gfs)[1]["importLock"] == {"state": "free"}
+
+
+def test_backend_down_exits_3(gfs):
+    uri = f"mongodb://127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=300"
+    r, d = doctor(gfs, env={"GRIDFSCTL_URI": uri})
+    assert r.rc == 3, r
+    assert d["reachable"] is False and "cannot reach the backend" in d["error"]
+    assert "files" not in d
+    h = gfs.run("doctor", env={"GRIDFSCTL_URI": uri})
+    assert h.rc == 3 and h.out == b"" and len(h.err.strip().splitlines()) == 1, h
+
+
+def test_usage_errors_exit_2(gfs):
+    assert gfs.run("doctor", "--sample", "x").rc == 2
+    assert gfs.run("doctor", "extra").rc == 2
+    h = gfs.run("doctor", "--help", db=False)
+    assert h.rc == 0 and h.text.startswith("usage: gridfsctl doctor")

@@ -7,6 +7,7 @@
 const char rm_help[] =
     "      --id OID      remove the file with this _id (one revision)\n"
     "  -f, --force       a missing name is not an error\n"
+    "  -n, --dry-run     say what would be removed; remove nothing\n"
     "      --json        print one JSON object per name: {name, removed}\n";
 
 enum { OPT_ID = 1, OPT_JSON };
@@ -14,13 +15,14 @@ enum { OPT_ID = 1, OPT_JSON };
 const struct option rm_options[] = {
 	{"id", required_argument, NULL, OPT_ID},
 	{"force", no_argument, NULL, 'f'},
+	{"dry-run", no_argument, NULL, 'n'},
 	{"json", no_argument, NULL, OPT_JSON},
 	{NULL, 0, NULL, 0},
 };
 
 struct rm_opts {
 	const char *id;
-	bool force, json;
+	bool force, json, dry_run;
 };
 
 static int
@@ -30,20 +32,30 @@ on_opt(int opt, const char *arg, void *ctx)
 	switch (opt) {
 	case OPT_ID: o->id = arg; return 0;
 	case 'f': o->force = true; return 0;
+	case 'n': o->dry_run = true; return 0;
 	case OPT_JSON: o->json = true; return 0;
 	}
 	return -1;
 }
 
-/* --json: one object per name; when it failed, "error" repeats the message. */
+/*
+ * --json: one object per name; when it failed, "error" repeats the message.
+ * A dry run removes nothing: "wouldRemove" counts, "ids" lists, what would go.
+ */
 static void
-report(const struct rm_opts *o, const char *what, int64_t removed, int rc)
+report(const struct rm_opts *o, const char *what, int64_t removed, const bson_t *ids, int rc)
 {
 	if (!o->json)
 		return;
 	bson_t doc = BSON_INITIALIZER;
 	BSON_APPEND_UTF8(&doc, o->id ? "id" : "name", what);
-	BSON_APPEND_INT64(&doc, "removed", removed);
+	BSON_APPEND_INT64(&doc, "removed", o->dry_run ? 0 : removed);
+	if (o->dry_run) {
+		BSON_APPEND_BOOL(&doc, "dryRun", true);
+		BSON_APPEND_INT64(&doc, "wouldRemove", removed);
+		if (ids)
+			BSON_APPEND_ARRAY(&doc, "ids", ids);
+	}
 	if (rc != EXIT_OK)
 		BSON_APPEND_UTF8(&doc, "error", last_message());
 	print_json(stdout, &doc);
@@ -103,7 +115,7 @@ rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
 		rc = fail(&err);
 	else if (rc == EXIT_OK && removed == 0 && !o->force)
 		rc = fail(&err);
-	report(o, name, removed, rc);
+	report(o, name, removed, NULL, rc);
 	return rc;
 }
 
@@ -118,7 +130,68 @@ rm_id(gfs_session *s, const struct rm_opts *o)
 	gfs_error err;
 	bool ok = gfs_delete(s, &id, &err);
 	int rc = ok || (err.code == GFS_ENOTFOUND && o->force) ? EXIT_OK : fail(&err);
-	report(o, o->id, ok ? 1 : 0, rc);
+	report(o, o->id, ok ? 1 : 0, NULL, rc);
+	return rc;
+}
+
+/*
+ * What rm would find, by the same queries: every files document of name
+ * (or the one with id), malformed ones too, oldest first. Said one line
+ * per revision, or listed in the JSON object. Returns the exit code rm
+ * would give, or that of the query.
+ */
+static int
+dry_run(gfs_session *s, const struct rm_opts *o, const char *name)
+{
+	bson_t filter = BSON_INITIALIZER, ids = BSON_INITIALIZER;
+	bson_value_t oid;
+	if (o->id && !gfs_id_parse_oid(o->id, &oid)) {
+		usage_error("'%s' is not an ObjectId (24 hex digits)", o->id);
+		return EXIT_USAGE;
+	}
+	if (o->id)
+		gfs_id_filter(&filter, "_id", &oid);
+	else
+		BSON_APPEND_UTF8(&filter, "filename", name);
+	bson_t *opts = BCON_NEW("sort", "{", "uploadDate", BCON_INT32(1), "_id", BCON_INT32(1), "}",
+	                        "projection", "{", "_id", BCON_INT32(1), "filename", BCON_INT32(1),
+	                        "length", BCON_INT32(1), "}");
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, opts, NULL);
+	const bson_t *doc;
+	bson_iter_t it;
+	int64_t n = 0;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (!bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		char *id = gfs_id_string(bson_iter_value(&it));
+		char buf[16];
+		const char *key;
+		bson_uint32_to_string((uint32_t)n++, &key, buf, sizeof buf);
+		BSON_APPEND_UTF8(&ids, key, id);
+		const char *fname = bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it)
+		                  ? bson_iter_utf8(&it, NULL) : "";
+		int64_t len = bson_iter_init_find(&it, doc, "length") && BSON_ITER_HOLDS_NUMBER(&it)
+		            ? bson_iter_as_int64(&it) : -1;
+		if (!o->json)
+			human_line(stdout, "would remove %s (id %s, %lld bytes)", fname, id, (long long)len);
+		free(id);
+	}
+	bson_error_t berr;
+	gfs_error err;
+	int rc = EXIT_OK;
+	if (mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(&err, &berr, "find in files collection");
+		rc = fail(&err);
+	} else if (n == 0 && !o->force) {
+		gfs_error_set(&err, GFS_ENOTFOUND, o->id ? "id %s: no such file" : "%s: no such file",
+		              o->id ? o->id : name);
+		rc = fail(&err);
+	}
+	mongoc_cursor_destroy(cur);
+	bson_destroy(opts);
+	bson_destroy(&filter);
+	report(o, o->id ? o->id : name, n, &ids, rc);
+	bson_destroy(&ids);
 	return rc;
 }
 
@@ -126,7 +199,7 @@ int
 cmd_rm(int argc, char **argv)
 {
 	struct rm_opts o = {0};
-	int i = parse_options(argc, argv, "f", rm_options, on_opt, &o);
+	int i = parse_options(argc, argv, "fn", rm_options, on_opt, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (o.id ? argc - i != 0 : argc - i < 1) {
@@ -140,11 +213,11 @@ cmd_rm(int argc, char **argv)
 	catch_stop_signals();
 	int rc = EXIT_OK;
 	if (o.id) {
-		rc = rm_id(s, &o);
+		rc = o.dry_run ? dry_run(s, &o, NULL) : rm_id(s, &o);
 	} else {
 		int nfail = 0, last = EXIT_OK, nnames = argc - i;
 		for (; i < argc; i++) {
-			int r = rm_name(s, &o, argv[i]);
+			int r = o.dry_run ? dry_run(s, &o, argv[i]) : rm_name(s, &o, argv[i]);
 			if (r != EXIT_OK) {
 				nfail++;
 				last = r;

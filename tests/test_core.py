@@ -798,3 +798,33 @@ def test_get_empty_file_reads_no_chunks(gfs, db, tmp_path):
     r = gfs.run("get", "empty", "-o", tmp_path / "e")
     assert r.rc == 0 and (tmp_path / "e").read_bytes() == b"", r
 
+
+
+def test_rm_dry_run_says_what_it_would_remove_and_removes_nothing(gfs, bucket, db):
+    old = bucket.upload_from_stream("gone", b"1")
+    new = bucket.upload_from_stream("gone", b"22")
+    db.fs.files.insert_one({"filename": "gone", "uploadDate": 5})  # malformed: rm takes it too
+    other = bucket.upload_from_stream("kept", b"3")
+    before = (db.fs.files.count_documents({}), db.fs.chunks.count_documents({}))
+    r = gfs.run("rm", "--dry-run", "gone")
+    assert r.rc == 0, r
+    lines = r.text.splitlines()
+    assert len(lines) == 3 and all(l.startswith("would remove gone (id ") for l in lines)
+    assert f"id {old}, 1 bytes" in r.text and f"id {new}, 2 bytes" in r.text
+    j = gfs.run("rm", "-n", "gone", "--json")
+    d = json.loads(j.text)
+    assert j.rc == 0 and d["name"] == "gone" and d["dryRun"] is True
+    assert d["removed"] == 0 and d["wouldRemove"] == 3
+    assert str(old) in d["ids"] and str(new) in d["ids"]
+    # by id, and a missing name: the status a real rm would give
+    r = gfs.run("rm", "-n", "--id", str(other), "--json")
+    assert r.rc == 0 and json.loads(r.text)["ids"] == [str(other)]
+    r = gfs.run("rm", "-n", "nonesuch", "--json")
+    assert r.rc == 4 and json.loads(r.text)["error"] == "nonesuch: no such file"
+    assert gfs.run("rm", "-n", "-f", "nonesuch").rc == 0
+    assert gfs.run("rm", "-n", "gone", "nonesuch").rc == 1
+    assert (db.fs.files.count_documents({}), db.fs.chunks.count_documents({})) == before
+    # and the real rm removes exactly what the dry run listed
+    r = gfs.run("rm", "gone", "--json")
+    assert r.rc == 0 and json.loads(r.text)["removed"] == 3
+    assert db.fs.files.count_documents({"filename": "gone"}) == 0

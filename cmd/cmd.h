@@ -41,6 +41,7 @@ struct command {
 	const char *help;    /* the command's options, one per line, for --help */
 	int (*run)(int argc, char **argv);
 	const struct option *long_opts; /* subcommand options, for --help and completions */
+	const char *exits;   /* the exit statuses it returns, for the end of --help */
 };
 
 extern const struct command commands[];
@@ -124,6 +125,9 @@ char *uri_with_option(const char *uri, const char *name, long value);
 bool parse_size(const char *s, uint64_t *out);
 /* Parses a positive int in [min, max]. */
 bool parse_int(const char *s, long min, long max, long *out);
+
+/* b bytes as "512 B", "40.0 KiB", "1.5 MiB": the one unit style of every human size. */
+void human_bytes(double b, char *buf, size_t len);
 
 /*
  * A progress line on stderr, drawn only when G.progress; rate-limited.

@@ -6,6 +6,7 @@
 
 const char ls_help[] =
     "  -l, --long            size, upload date, content type and name\n"
+    "  -h, --human-readable  with -l, sizes as 40.0 KiB, 1.5 MiB (powers of 1024)\n"
     "  -a, --all-revisions   every revision, not only the newest of each name\n"
     "      --json            one JSON object per file (JSON Lines)\n";
 
@@ -13,13 +14,14 @@ enum { OPT_JSON = 1 };
 
 const struct option ls_options[] = {
 	{"long", no_argument, NULL, 'l'},
+	{"human-readable", no_argument, NULL, 'h'},
 	{"all-revisions", no_argument, NULL, 'a'},
 	{"json", no_argument, NULL, OPT_JSON},
 	{NULL, 0, NULL, 0},
 };
 
 struct ls {
-	bool lng, all, json;
+	bool lng, all, json, human;
 	gfs_file pending;      /* newest revision seen so far of the current name */
 	bool have_pending;
 	int64_t revisions;     /* of the pending name */
@@ -32,6 +34,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	struct ls *l = ctx;
 	switch (opt) {
 	case 'l': l->lng = true; return 0;
+	case 'h': l->human = true; return 0;
 	case 'a': l->all = true; return 0;
 	case OPT_JSON: l->json = true; return 0;
 	}
@@ -52,7 +55,12 @@ print_file(struct ls *l, const gfs_file *f, int64_t revisions)
 	} else if (l->lng) {
 		char date[32];
 		gfs_iso8601(f->upload_date, date);
-		human_line(stdout, "%12lld  %s  %-24s  %s", (long long)f->length, date,
+		char size[32];
+		if (l->human)
+			human_bytes((double)f->length, size, sizeof size);
+		else
+			snprintf(size, sizeof size, "%lld", (long long)f->length);
+		human_line(stdout, "%12s  %s  %-24s  %s", size, date,
 		           f->content_type ? f->content_type : "-", name);
 	} else {
 		human_line(stdout, "%s", name);
@@ -105,7 +113,7 @@ int
 cmd_ls(int argc, char **argv)
 {
 	struct ls l = {0};
-	int i = parse_options(argc, argv, "la", ls_options, on_opt, &l);
+	int i = parse_options(argc, argv, "lah", ls_options, on_opt, &l);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (argc - i > 1) {

@@ -115,8 +115,7 @@ print_command_help(const struct command *c)
 	if (c->help && *c->help)
 		printf("options:\n%s\n", c->help);
 	printf("global options: --uri URI, --db NAME, --bucket NAME, -q/--quiet, --no-progress\n"
-	       "exit status: 0 ok, 1 some items failed, 2 usage, 3 backend, 4 not found, 5 local I/O, "
-	       "6 busy; see %s-%s(1)\n", progname, c->name);
+	       "exit status: %s; see %s-%s(1)\n", c->exits, progname, c->name);
 }
 
 int
@@ -137,8 +136,12 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 	char *shorts = malloc(strlen(shortopts ? shortopts : "") + 8);
 	if (!shorts)
 		abort();
-	/* Leading ':' reports a missing argument distinctly from an unknown option. */
-	sprintf(shorts, ":%shq", shortopts ? shortopts : "");
+	/*
+	 * Leading ':' reports a missing argument distinctly from an unknown
+	 * option. A command that takes -h itself (ls -lh) keeps --help only.
+	 */
+	bool own_h = shortopts && strchr(shortopts, 'h');
+	sprintf(shorts, ":%s%sq", shortopts ? shortopts : "", own_h ? "" : "h");
 
 	int rc = 0, opt;
 	bool help = false;
@@ -147,6 +150,10 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 	while (rc == 0 && !help && (opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
 		switch (opt) {
 		case 'h':
+			if (own_h && on_opt(opt, optarg, ctx) < 0)
+				rc = -1;
+			help = !own_h;
+			break;
 		case OPT_HELP:
 			help = true;
 			break;
@@ -190,19 +197,34 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 
 struct file_settings {
 	char *uri, *db, *bucket;
+	char why[300];      /* what is wrong with the first line inih was told is wrong */
 };
 
+/*
+ * A misspelt key or section would be a setting silently not taken (a
+ * bucket name ignored, so another bucket written): it is an error, named
+ * with its line by ini_parse_file's return.
+ */
 static int
 on_ini(void *user, const char *section, const char *name, const char *value)
 {
 	struct file_settings *fs = user;
-	if (strcmp(section, "connection") != 0)
-		return 1;
+	bool first = fs->why[0] == '\0';
+	if (strcmp(section, "connection") != 0) {
+		if (first)
+			snprintf(fs->why, sizeof fs->why, "unknown section [%s] (there is only [connection])",
+			         section);
+		return 0;
+	}
 	char **slot = strcmp(name, "uri") == 0 ? &fs->uri
 	            : strcmp(name, "db") == 0 ? &fs->db
 	            : strcmp(name, "bucket") == 0 ? &fs->bucket : NULL;
-	if (!slot)
-		return 1;
+	if (!slot) {
+		if (first)
+			snprintf(fs->why, sizeof fs->why, "unknown key '%s' in [connection] (uri, db, bucket)",
+			         name);
+		return 0;
+	}
 	free(*slot);
 	*slot = strdup(value);
 	return 1;
@@ -255,7 +277,13 @@ load_settings(void)
 		bool shared = fstat(fileno(f), &st) == 0 && (st.st_mode & 077);
 		fclose(f);
 		if (line != 0) {
-			fprintf(stderr, "%s: %s:%d: cannot parse\n", progname, path, line);
+			char *why = printable(fs.why, strlen(fs.why));
+			fprintf(stderr, "%s: %s:%d: %s\n", progname, path, line,
+			        line < 0 ? "cannot read" : *why ? why : "cannot parse");
+			free(why);
+			free(fs.uri);
+			free(fs.db);
+			free(fs.bucket);
 			free(path);
 			return -1;
 		}

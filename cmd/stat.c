@@ -68,6 +68,9 @@ print_text(const gfs_file *f)
 	human_line(stdout, "sha256:      %s", f->sha256[0] ? f->sha256 : "-");
 	if (f->md5[0])
 		human_line(stdout, "md5:         %s", f->md5);
+	/* Permission bits read as chmod writes them; metadata below keeps the stored number. */
+	if (f->mode >= 0)
+		printf("mode:        %04o\n", (unsigned)f->mode & 07777);
 	print_metadata(f);
 	free(id);
 }

@@ -12,7 +12,7 @@ struct progress {
 	double started, last_draw;
 };
 
-static void
+void
 human_bytes(double b, char *buf, size_t len)
 {
 	const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -3,6 +3,7 @@ import datetime
 import io
 import json
 import os
+import re
 import signal
 import socket
 import stat as statmod
@@ -17,7 +18,7 @@ from bson import ObjectId
 import conftest
 
 import planted
-from conftest import sha256
+from conftest import BIN, ROOT, sha256
 
 CHUNK = 255 * 1024
 SIZES = {
@@ -828,3 +829,76 @@ def test_rm_dry_run_says_what_it_would_remove_and_removes_nothing(gfs, bucket, d
     r = gfs.run("rm", "gone", "--json")
     assert r.rc == 0 and json.loads(r.text)["removed"] == 3
     assert db.fs.files.count_documents({"filename": "gone"}) == 0
+
+
+def test_ls_long_human_sizes(gfs, bucket):
+    bucket.upload_from_stream("big", b"x" * (3 * 1024 * 1024 + 512 * 1024))
+    bucket.upload_from_stream("kb", b"x" * 40960)
+    bucket.upload_from_stream("small", b"x" * 7)
+    rows = {l.split()[-1]: l for l in gfs.run("ls", "-l", "-h").text.splitlines()}
+    assert rows["big"].split()[:2] == ["3.5", "MiB"]
+    assert rows["kb"].split()[:2] == ["40.0", "KiB"]
+    assert rows["small"].split()[:2] == ["7", "B"]
+    assert gfs.run("ls", "-lh").text == gfs.run("ls", "-l", "--human-readable").text
+    assert gfs.run("ls", "-l").text.split()[0] == str(3 * 1024 * 1024 + 512 * 1024)
+    # -h is ls's own; --help still helps
+    assert gfs.run("ls", "--help", db=False).text.startswith("usage: gridfsctl ls")
+
+
+def test_stat_prints_the_mode_in_octal(gfs, tmp_path):
+    f = tmp_path / "m.txt"
+    f.write_bytes(b"m")
+    f.chmod(0o640)
+    assert gfs.run("put", f, "--name", "m.txt").rc == 0
+    r = gfs.run("stat", "m.txt")
+    assert "mode:        0640\n" in r.text, r
+    assert json.loads(gfs.run("stat", "m.txt", "--json").text)["metadata"]["mode"] == 0o640
+
+
+@pytest.mark.parametrize("text,line,what", [
+    ("[connection]\nuri = mongodb://x\nbukcet = b\n", 3, "unknown key 'bukcet' in [connection]"),
+    ("# comment\n[conection]\nuri = mongodb://x\n", 3, "unknown section [conection]"),
+    ("uri = mongodb://x\n", 1, "unknown section []"),
+])
+def test_config_file_misspelling_is_an_error_with_file_and_line(gfs, tmp_path, text, line, what):
+    cfg = tmp_path / "config"
+    cfg.write_text(text)
+    cfg.chmod(0o600)
+    r = gfs.run("ls", env={"GRIDFSCTL_CONFIG": str(cfg)}, db=False)
+    assert r.rc == 2, r
+    assert r.err.startswith(f"gridfsctl: {cfg}:{line}: {what}"), r.err
+
+
+def help_exit_codes(verb):
+    text = subprocess.run([BIN, verb, "--help"], capture_output=True, text=True).stdout
+    last = text.rstrip("\n").splitlines()[-1]
+    assert last.startswith("exit status: ") and last.endswith(f"; see gridfsctl-{verb}(1)"), last
+    return {int(n) for n in re.findall(r"(?:^exit status: |, |; )(\d+) ", last)}
+
+
+def man_exit_codes(verb):
+    with open(os.path.join(ROOT, "man", f"gridfsctl-{verb}.1.scd")) as f:
+        text = f.read()
+    section = text.split("# EXIT STATUS", 1)[1].split("\n# ", 1)[0]
+    return {int(n) for n in re.findall(r"(?:^|[\s;*|,])(\d+)(?=[\s*]|$)", section, re.M)
+            if int(n) in (0, 1, 2, 3, 4, 5, 6, 130)}
+
+
+@pytest.mark.parametrize("verb", ["ls", "get", "put", "rm", "stat", "import", "verify", "mirror",
+                                  "watch", "serve", "supervise", "doctor"])
+def test_help_ends_with_the_exit_statuses_the_man_page_gives(verb):
+    codes = help_exit_codes(verb)
+    assert codes == man_exit_codes(verb), verb
+    assert 0 in codes and 2 in codes
+    # the verbs that catch SIGINT say 130; supervise stops its programs and exits 0
+    assert (130 in codes) == (verb in ("get", "put", "rm", "import", "verify", "mirror", "watch",
+                                       "serve")), verb
+
+
+def test_usage_lines_name_the_options(gfs):
+    for verb, opts in (("get", ["--id", "-r", "-o", "-f"]), ("put", ["-n", "-t", "-k", "--json"]),
+                       ("rm", ["-f", "-n", "--json"]), ("stat", ["-r", "--json"]),
+                       ("ls", ["-l", "-h", "-a", "--json"]), ("doctor", ["--sample", "--json"])):
+        usage = gfs.run(verb, "--help", db=False).text.splitlines()[0]
+        for o in opts:
+            assert re.search(rf"[\[ |]{re.escape(o)}\b", usage), (verb, o, usage)

@@ -902,3 +902,49 @@ def test_usage_lines_name_the_options(gfs):
         usage = gfs.run(verb, "--help", db=False).text.splitlines()[0]
         for o in opts:
             assert re.search(rf"[\[ |]{re.escape(o)}\b", usage), (verb, o, usage)
+
+
+def run_on_pty(argv, env, cols):
+    """Runs argv with stderr on a pseudo-terminal cols wide; returns what it wrote there."""
+    import fcntl
+    import struct
+    import termios
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+    started = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
+                         env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer has closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert p.wait(timeout=120) == 0, out
+    os.close(master)
+    return out.decode(), time.monotonic() - started
+
+
+@pytest.mark.parametrize("term", ["xterm", "dumb"])
+def test_progress_bar_fits_the_terminal_and_speaks_one_unit(gfs, bucket, tmp_path, term):
+    for i in range(60):
+        bucket.upload_from_stream(f"p/{i:03d}", os.urandom(3000 + i))
+    env = dict(gfs.env, TERM=term, COLUMNS="200")  # the window size wins over COLUMNS
+    out, secs = run_on_pty([BIN, "mirror", str(tmp_path / "m"), "--db", gfs.dbname], env, 42)
+    assert out.endswith("\r\n"), repr(out)  # the pty turns the final \n into \r\n
+    assert ("\x1b" in out) == (term != "dumb"), repr(out)
+    draws = [d.replace("\x1b[K", "") for d in re.split(r"[\r\n]+", out) if d.strip()]
+    assert draws and all(len(d) <= 41 for d in draws), draws
+    final = draws[-1].rstrip()
+    assert final.startswith("mirror ") and "60/60 files" in final, final
+    for size in re.findall(r"(\d[\d.]*) ?([A-Za-z]+)(?:/s)?(?=[,/ ]|$)", final.split("files, ", 1)[1]):
+        assert size[1] in ("B", "KiB", "MiB", "GiB"), final
+    if secs < 3:
+        assert "ETA" not in out  # a rate over a fraction of a second is no base for one
+    # wide enough, the bar is drawn
+    out, _ = run_on_pty([BIN, "mirror", str(tmp_path / "m2"), "--db", gfs.dbname], env, 120)
+    assert re.search(r"mirror \[#{10,30}\] 60/60 files, ", out), repr(out)

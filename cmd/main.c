@@ -15,7 +15,7 @@ const struct command commands[] = {
 	{"put", "put FILE|- [-n NAME] [-t MIME] [-k N] [--chunk-size SIZE] [--json]", "store a file, replacing older revisions when complete", put_help, cmd_put, put_options,
 	 "0 ok, 1 stored but older revisions not removed, 2 usage, 3 backend, "
 	 "5 FILE cannot be read or changed while read, 130 interrupted"},
-	{"rm", "rm NAME...|--id OID [-f] [-n] [--json]", "remove files (all revisions of a name)", rm_help, cmd_rm, rm_options,
+	{"rm", "rm NAME...|--id OID [-f] [-n] [-v] [--json]", "remove files (all revisions of a name)", rm_help, cmd_rm, rm_options,
 	 "0 ok, 1 some of several names failed, 2 usage, 3 backend, 4 no such name or id, 130 interrupted"},
 	{"stat", "stat NAME|--id OID [-r N] [--json]", "show one file's document", stat_help, cmd_stat, stat_options,
 	 "0 ok, 2 usage, 3 backend, 4 no such name, id or revision"},

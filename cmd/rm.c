@@ -8,6 +8,7 @@ const char rm_help[] =
     "      --id OID      remove the file with this _id (one revision)\n"
     "  -f, --force       a missing name is not an error\n"
     "  -n, --dry-run     say what would be removed; remove nothing\n"
+    "  -v, --verbose     print each revision removed\n"
     "      --json        print one JSON object per name: {name, removed}\n";
 
 enum { OPT_ID = 1, OPT_JSON };
@@ -16,13 +17,14 @@ const struct option rm_options[] = {
 	{"id", required_argument, NULL, OPT_ID},
 	{"force", no_argument, NULL, 'f'},
 	{"dry-run", no_argument, NULL, 'n'},
+	{"verbose", no_argument, NULL, 'v'},
 	{"json", no_argument, NULL, OPT_JSON},
 	{NULL, 0, NULL, 0},
 };
 
 struct rm_opts {
 	const char *id;
-	bool force, json, dry_run;
+	bool force, json, dry_run, verbose;
 };
 
 static int
@@ -33,6 +35,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_ID: o->id = arg; return 0;
 	case 'f': o->force = true; return 0;
 	case 'n': o->dry_run = true; return 0;
+	case 'v': o->verbose = true; return 0;
 	case OPT_JSON: o->json = true; return 0;
 	}
 	return -1;
@@ -64,7 +67,8 @@ report(const struct rm_opts *o, const char *what, int64_t removed, const bson_t 
 
 /* Deletes one revision; *gone keeps the id of one found already deleted. */
 static int
-rm_one(gfs_session *s, const char *name, const bson_value_t *fid, char **gone, int64_t *removed)
+rm_one(gfs_session *s, const struct rm_opts *o, const char *name, const bson_value_t *fid,
+       char **gone, int64_t *removed)
 {
 	if (stop_signal) {
 		warnx_("interrupted");
@@ -79,6 +83,8 @@ rm_one(gfs_session *s, const char *name, const bson_value_t *fid, char **gone, i
 	gfs_error err;
 	if (gfs_delete(s, fid, &err)) {
 		(*removed)++;
+		if (o->verbose && !o->json)
+			human_line(stdout, "removed %s (id %s)", name, id);
 		free(id);
 		return EXIT_OK;
 	}
@@ -107,7 +113,7 @@ rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
 	bson_value_t id;
 	int rc = EXIT_OK;
 	while (rc == EXIT_OK && gfs_find_first_id(s, name, &id, &err)) {
-		rc = rm_one(s, name, &id, &gone, &removed);
+		rc = rm_one(s, o, name, &id, &gone, &removed);
 		bson_value_destroy(&id);
 	}
 	free(gone);
@@ -129,6 +135,8 @@ rm_id(gfs_session *s, const struct rm_opts *o)
 	}
 	gfs_error err;
 	bool ok = gfs_delete(s, &id, &err);
+	if (ok && o->verbose && !o->json)
+		human_line(stdout, "removed id %s", o->id);
 	int rc = ok || (err.code == GFS_ENOTFOUND && o->force) ? EXIT_OK : fail(&err);
 	report(o, o->id, ok ? 1 : 0, NULL, rc);
 	return rc;
@@ -199,7 +207,7 @@ int
 cmd_rm(int argc, char **argv)
 {
 	struct rm_opts o = {0};
-	int i = parse_options(argc, argv, "fn", rm_options, on_opt, &o);
+	int i = parse_options(argc, argv, "fnv", rm_options, on_opt, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (o.id ? argc - i != 0 : argc - i < 1) {

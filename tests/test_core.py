@@ -948,3 +948,15 @@ def test_progress_bar_fits_the_terminal_and_speaks_one_unit(gfs, bucket, tmp_pat
     # wide enough, the bar is drawn
     out, _ = run_on_pty([BIN, "mirror", str(tmp_path / "m2"), "--db", gfs.dbname], env, 120)
     assert re.search(r"mirror \[#{10,30}\] 60/60 files, ", out), repr(out)
+
+
+def test_rm_verbose_lists_each_revision_removed(gfs, bucket, db):
+    a = bucket.upload_from_stream("v", b"1")
+    b = bucket.upload_from_stream("v", b"2")
+    r = gfs.run("rm", "-v", "v")
+    assert r.rc == 0 and r.text == f"removed v (id {a})\nremoved v (id {b})\n", r
+    c = bucket.upload_from_stream("w", b"3")
+    r = gfs.run("rm", "--verbose", "--id", str(c))
+    assert r.rc == 0 and r.text == f"removed id {c}\n"
+    assert gfs.run("rm", "-f", "v").text == ""
+    assert db.fs.files.count_documents({}) == 0

@@ -204,8 +204,9 @@ or_dash(const char *s)
 	return s && *s ? s : "-";
 }
 
+/* no_short: the command took the letter for itself (ls -h), so this option has none. */
 static void
-print_option(const char *cmd, const struct option *o, const char *help)
+print_option(const char *cmd, const struct option *o, const char *help, bool no_short)
 {
 	struct help_entry e;
 	find_entry(help, o->name, o->has_arg != no_argument, &e);
@@ -213,7 +214,7 @@ print_option(const char *cmd, const struct option *o, const char *help)
 	const char *kind = o->has_arg == no_argument ? "flag"
 	                 : values ? "enum"
 	                 : lookup_kind(e.metavar, false);
-	char shortopt[3] = {e.shortopt ? '-' : '\0', e.shortopt, '\0'};
+	char shortopt[3] = {e.shortopt && !no_short ? '-' : '\0', e.shortopt, '\0'};
 	printf("--%s\t%s\t%s\t%s\t%s\n", o->name, or_dash(shortopt), kind ? kind : "string",
 	       or_dash(values), or_dash(e.desc));
 }
@@ -261,13 +262,16 @@ print_operands(const struct command *c)
 
 /* The global options, as print_usage's text describes them; --version only before a command. */
 static void
-print_globals(bool top)
+print_globals(const struct command *c)
 {
 	static const struct option version = {"version", no_argument, NULL, 0};
+	bool own_h = false;
+	for (const struct option *o = c ? c->long_opts : NULL; o && o->name; o++)
+		own_h |= o->val == 'h';
 	for (const struct option *o = global_longopts; o->name; o++)
-		print_option(NULL, o, global_help);
-	if (top)
-		print_option(NULL, &version, global_help);
+		print_option(NULL, o, global_help, own_h && strcmp(o->name, "help") == 0);
+	if (!c)
+		print_option(NULL, &version, global_help, false);
 }
 
 static int
@@ -277,7 +281,7 @@ print_completions(const char *name)
 		for (const struct command *c = commands; c->name; c++)
 			printf("%s\t-\tcommand\t-\t%s\n", c->name, c->summary);
 		printf("help\t-\tcommand\t-\thelp for a command\n");
-		print_globals(true);
+		print_globals(NULL);
 		return EXIT_OK;
 	}
 	if (strcmp(name, "help") == 0) {
@@ -290,8 +294,8 @@ print_completions(const char *name)
 		return EXIT_USAGE;
 	}
 	for (const struct option *o = c->long_opts; o && o->name; o++)
-		print_option(c->name, o, c->help);
-	print_globals(false);
+		print_option(c->name, o, c->help, false);
+	print_globals(c);
 	print_operands(c);
 	return EXIT_OK;
 }

@@ -143,6 +143,17 @@ def test_complete_verb_describes_every_option():
         assert "@args" in words, cmd
 
 
+def test_no_short_option_is_offered_for_two_options():
+    """ls takes -h for --human-readable: --help is then offered without it."""
+    for cmd in subprocess.run([BIN, "_options"], capture_output=True, text=True).stdout.split():
+        out = subprocess.run([BIN, "_complete", cmd], capture_output=True, text=True).stdout
+        shorts = [line.split("\t")[1] for line in out.splitlines() if line.split("\t")[1] != "-"]
+        assert len(shorts) == len(set(shorts)), (cmd, shorts)
+    ls = dict(line.split("\t")[:2] for line in
+              subprocess.run([BIN, "_complete", "ls"], capture_output=True, text=True).stdout.splitlines())
+    assert ls["--human-readable"] == "-h" and ls["--help"] == "-"
+
+
 @pytest.mark.parametrize("cmd,option", [("mirror", "read"), ("verify", "strategy")])
 def test_enum_values_are_what_the_verb_accepts(gfs, cmd, option, tmp_path):
     rows = subprocess.run([BIN, "_complete", cmd], capture_output=True, text=True).stdout.splitlines()

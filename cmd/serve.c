@@ -269,25 +269,31 @@ notify(const char *state)
 
 /*
  * The next signal of set; meanwhile WATCHDOG=1 at half the interval systemd
- * asked for. The main thread only waits for signals, so the pings say the
+ * asked for, on a deadline that signals in between (SIGHUP) do not push
+ * back. The main thread only waits for signals, so the pings say the
  * process lives, not that every event thread does.
  */
 static int
 wait_signal(const sigset_t *set)
 {
-	uint64_t usec = gfs_sd_watchdog_usec() / 2;
-	if (usec == 0) {
+	static double next_ping;
+	double every = (double)gfs_sd_watchdog_usec() / 2e6;
+	if (every <= 0) {
 		int sig;
 		return sigwait(set, &sig) == 0 ? sig : SIGTERM;
 	}
 	for (;;) {
-		struct timespec ts = {.tv_sec = (time_t)(usec / 1000000), .tv_nsec = (long)(usec % 1000000) * 1000};
+		double now = gfs_mono_seconds();
+		if (next_ping <= now) {
+			notify("WATCHDOG=1");
+			next_ping = now + every;
+		}
+		double left = next_ping - now;
+		struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
 		int sig = sigtimedwait(set, NULL, &ts);
 		if (sig > 0)
 			return sig;
-		if (errno == EAGAIN)
-			notify("WATCHDOG=1");
-		else if (errno != EINTR)
+		if (errno != EAGAIN && errno != EINTR)
 			return SIGTERM;
 	}
 }

@@ -87,14 +87,15 @@ print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bo
 	bson_destroy(&doc);
 }
 
-/* A line on stdout, or with -q nothing; a problem also goes to stderr, for cron's mail. */
+/*
+ * One line per check on stdout, as verify prints its problems there; with
+ * -q only the problems. The exit status says whether there were any.
+ */
 static void
-line(bool problem, const char *fmt, const char *what, const char *detail)
+line(bool problem, const char *what, const char *detail)
 {
-	if (problem)
-		warnx_("problem: %s %s", what, detail);
-	else if (!G.quiet)
-		human_line(stdout, fmt, what, detail);
+	if (problem || !G.quiet)
+		human_line(stdout, "%-14s%s%s", what, problem ? "PROBLEM: " : "", detail);
 }
 
 static const char *
@@ -122,14 +123,14 @@ print_text(const gfs_doctor_report *r)
 		snprintf(buf, sizeof buf, "reachable, MongoDB %s (FerretDB %s)", r->version, r->ferretdb);
 	else
 		snprintf(buf, sizeof buf, "reachable, MongoDB %s", r->version);
-	line(false, "%-14s%s", "backend:", buf);
+	line(false, "backend:", buf);
 	snprintf(buf, sizeof buf, "%lld files, %lld chunks (estimated counts)", (long long)r->files,
 	         (long long)r->chunks);
-	line(false, "%-14s%s", "bucket:", buf);
-	line(r->files_index == GFS_INDEX_MISSING, "%-14s%s", "files index:",
+	line(false, "bucket:", buf);
+	line(r->files_index == GFS_INDEX_MISSING, "files index:",
 	     index_words(r->files_index, false));
 	line(r->chunks_index == GFS_INDEX_MISSING || r->chunks_index == GFS_INDEX_NOT_UNIQUE,
-	     "%-14s%s", "chunks index:", index_words(r->chunks_index, true));
+	     "chunks index:", index_words(r->chunks_index, true));
 	gfs_iso8601(r->lock_expires, date);
 	if (r->lock == GFS_LOCK_FREE)
 		snprintf(buf, sizeof buf, "free");
@@ -138,23 +139,24 @@ print_text(const gfs_doctor_report *r)
 	else
 		snprintf(buf, sizeof buf, "stale, left by %s (lease ended %s or its process is gone; "
 		         "the next import takes it over)", r->lock_owner, date);
-	line(false, "%-14s%s", "import lock:", buf);
+	line(false, "import lock:", buf);
 	const char *how = r->sampling == GFS_SAMPLE_ALL ? "counted in every chunk"
 	                : r->sampling == GFS_SAMPLE_RANDOM ? "estimated from a random sample"
 	                : "estimated from the first chunks in storage order (the server has no $sample)";
 	if (r->sampling == GFS_SAMPLE_NONE)
 		snprintf(buf, sizeof buf, "not estimated");
 	else
-		snprintf(buf, sizeof buf, "%s%lld chunks (%lld of %lld looked at have no file; %s)%s",
+		snprintf(buf, sizeof buf, "%s%lld chunk%s (%lld of %lld looked at have no file; %s)%s",
 		         r->sampling == GFS_SAMPLE_ALL ? "" : "about ", (long long)r->orphan_estimate,
+		         r->orphan_estimate == 1 ? "" : "s",
 		         (long long)r->sampled_orphans, (long long)r->sampled, how,
 		         r->sampled_orphans ? ": 'gridfsctl verify --repair' removes them" : "");
-	line(r->sampled_orphans > 0, "%-14s%s", "orphans:", buf);
+	line(r->sampled_orphans > 0, "orphans:", buf);
 	if (r->sampled_uploading) {
 		snprintf(buf, sizeof buf, "%lld sampled chunks belong to uploads in progress or "
 		         "interrupted (an import or put is writing them, or the next removes them)",
 		         (long long)r->sampled_uploading);
-		line(false, "%-14s%s", "uploads:", buf);
+		line(false, "uploads:", buf);
 	}
 }
 

@@ -69,8 +69,10 @@ def test_missing_index_exits_1(gfs, bucket, db, which):
     assert d["indexes"]["chunks" if which == "files" else "files"] == "ok"
     assert d["problems"] == 1 and d["error"] == "problems found"
     h = gfs.run("doctor")
-    assert h.rc == 1
-    assert f"problem: {which} index: missing" in h.err
+    assert h.rc == 1 and h.err == "", h
+    assert f"{which} index:".ljust(14) + "PROBLEM: missing" in h.text
+    q = gfs.run("doctor", "-q")  # only the problem
+    assert q.rc == 1 and q.text.startswith(f"{which} index:") and len(q.text.splitlines()) == 1, q
 
 
 def test_chunks_index_that_is_not_unique_exits_1(gfs, bucket, db):
@@ -103,7 +105,7 @@ def test_orphan_chunks_are_counted_exactly_in_a_small_bucket(gfs, bucket, db):
     assert d["orphans"] == {"method": "all", "sampled": 13, "found": 4, "uploading": 0,
                             "estimate": 4}
     h = gfs.run("doctor")
-    assert "problem: orphans: 4 chunks" in h.err and "verify --repair" in h.err
+    assert "orphans:      PROBLEM: 4 chunks (4 of 13 looked at" in h.text and "verify --repair" in h.text
     # verify agrees on what they are.
     v = gfs.run("verify", "--json")
     assert v.rc == 1

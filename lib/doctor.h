@@ -12,8 +12,9 @@
  * the sample is $sample on MongoDB, which picks chunks at random (with a
  * random cursor once the sample is under 5 % of the collection). FerretDB
  * has no $sample stage: there the first sample_size chunks in storage order
- * are taken instead, which finds orphans among the oldest chunks only; the
- * report says which was used.
+ * are taken instead, which finds orphans among the oldest chunks only (a
+ * find without filter or sort, whose limit FerretDB pushes down to SQL, so
+ * it reads sample_size rows); the report says which was used.
  */
 #ifndef GFS_DOCTOR_H
 #define GFS_DOCTOR_H

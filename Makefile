@@ -23,9 +23,9 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DGRIDFSCTL_VERSION='"$(VERSION)"' $(WARN) $(CFLAGS) $(PKG_CFLAGS)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-LIB_SRC := $(sort $(wildcard lib/*.c))
+LIB_SRC := $(sort $(wildcard lib/*.c lib/supervise/*.c))
 CMD_SRC := $(sort $(wildcard cmd/*.c))
-HDRS    := $(wildcard lib/*.h cmd/*.h)
+HDRS    := $(wildcard lib/*.h lib/supervise/*.h cmd/*.h)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 OBJ      := $(patsubst %.c,$(B)/obj/%.o,$(LIB_SRC) $(CMD_SRC))

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/supervise.h"
-#include "../lib/svconfig.h"
+#include "../lib/supervise/supervise.h"
+#include "../lib/supervise/svconfig.h"
 #include "cmd.h"
 
 const char supervise_help[] =

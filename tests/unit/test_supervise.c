@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../lib/fdwatch.h"
-#include "../../lib/logrotate.h"
-#include "../../lib/supervise.h"
-#include "../../lib/svconfig.h"
+#include "../../lib/supervise/fdwatch.h"
+#include "../../lib/supervise/logrotate.h"
+#include "../../lib/supervise/supervise.h"
+#include "../../lib/supervise/svconfig.h"
 
 static void
 split_words(void **state)

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "addr.h"
+#include "../addr.h"
 #include "svconfig.h"
-#include "util.h"
+#include "../util.h"
 
 /*
  * What running out of descriptors looks like in the logs of the programs we

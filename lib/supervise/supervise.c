@@ -27,9 +27,9 @@
 
 #include <bson/bson.h>
 
-#include "addr.h"
+#include "../addr.h"
 #include "fdwatch.h"
-#include "gfs.h"
+#include "../gfs.h"
 #include "logrotate.h"
 #include "sdnotify.h"
 #include "supervise.h"

@@ -1,7 +1,7 @@
 /*
  * gridfsctl supervise: run backends and servers, restart them when they die,
  * print "Too many open files", fail health checks or run out of descriptors.
- * The work is in lib/supervise.c; this file parses options and is the
+ * The work is in lib/supervise/; this file parses options and is the
  * control client (status, restart, stop, reload).
  */
 #include <errno.h>
@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "../lib/supervise/supervise.h"
-#include "../lib/supervise/svconfig.h"
 #include "cmd.h"
 
 const char supervise_help[] =

@@ -1,8 +1,11 @@
 /*
- * The supervisor: runs the programs of a configuration, watches them in a
- * single-threaded epoll loop and restarts them by policy. It reports what
- * it does and children's output through descriptors that it never lets
- * block it (and through a callback).
+ * The supervisor, a sub-library of its own (lib/supervise/): this is its
+ * public header, all that cmd/supervise.c includes; internal.h lists the
+ * parts and what they share, docs/design.md draws them. It runs the
+ * programs of a configuration, watches them in a single-threaded epoll
+ * loop and restarts them by policy. It reports what it does and children's
+ * output through descriptors that it never lets block it (and through a
+ * callback).
  *
  * Event sources, all in one epoll set:
  *   signalfd    SIGCHLD (also orphans adopted as subreaper), SIGTERM, SIGINT, SIGHUP
@@ -21,7 +24,6 @@
 #ifndef GFS_SUPERVISE_H
 #define GFS_SUPERVISE_H
 
-#include <regex.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -71,32 +73,7 @@ char *sv_default_control_path(void);
 char *sv_control_request(const char *path, const char *request, int timeout_ms, char *err,
                          size_t errlen);
 
-/* ---- pure policy, exposed for unit tests -------------------------------- */
-
-/* Delay before restart number k+1 when k restarts happened in the window: 0, initial, 2*initial, ... capped. */
-int sv_backoff_ms(int initial_ms, int max_ms, int k);
-/* How many of times[0..n) fall within (now - window, now]. */
-int sv_count_recent(const double *times, size_t n, double now, double window);
-
-struct sv_patterns {
-	regex_t *re;
-	char **lit;     /* a substring every match contains (or NULL): skips most regexec calls */
-	size_t n;
-};
-bool sv_patterns_compile(struct sv_patterns *p, char *const *patterns, size_t n, char *err,
-                         size_t errlen);
-/*
- * The longest run of plain characters that every match of the extended
- * regex must contain, matched case-insensitively (malloc'd), or NULL when
- * none of at least 3 characters can be proven.
- */
-char *sv_required_literal(const char *re);
-/* The index of the first pattern matching line, or -1. */
-int sv_patterns_match(const struct sv_patterns *p, const char *line);
-void sv_patterns_free(struct sv_patterns *p);
 /* A copy of a command line (malloc'd) with the password of every scheme://user:password@ as ***. */
 char *sv_redact_command(const char *cmd);
-/* True when line reports running out of descriptors (whatever restart_on says). */
-bool sv_line_is_emfile(const char *line);
 
 #endif

@@ -13,10 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../lib/supervise/fdwatch.h"
-#include "../../lib/supervise/logrotate.h"
-#include "../../lib/supervise/supervise.h"
-#include "../../lib/supervise/svconfig.h"
+#include "../../lib/supervise/internal.h" /* the pure parts, and the public API */
 
 static void
 split_words(void **state)

@@ -1,4 +1,12 @@
-/* Parsing and comparing the supervise configuration (see gridfsctl-supervise.conf(5)). */
+/*
+ * Parsing and comparing the supervise configuration (see
+ * gridfsctl-supervise.conf(5)). libinih splits the file; our reader counts
+ * lines so that every error says FILE:LINE. The keys of a [program:NAME]
+ * section are one table (keys[]): a new key is a field in struct
+ * sv_program, its default in sv_program_defaults, a row in keys[] (with a
+ * generic setter when its value is a number, duration, size, flag or
+ * string), its comparison in sv_program_equal, and the man page.
+ */
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
@@ -6,6 +14,7 @@
 #include <regex.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,10 +360,35 @@ bad:
 	return NULL;
 }
 
+/* ---- the keys of a [program:NAME] section ------------------------------ */
+
+/* An indented line continues the key (command, and the keys that add to a list). */
+#define KEY_CONTINUES 1
+/* The key may be given again in its section: it adds to what it held. */
+#define KEY_REPEATS 2
+
+/*
+ * One row of the key table (keys[], below): how a value is parsed and
+ * where it goes. The generic setters (set_int, set_ms, ...) write the
+ * field at off; the others know their field and ignore it.
+ */
+struct key {
+	const char *name;
+	bool (*set)(struct sv_program *p, const struct key *k, const char *v, char *err,
+	            size_t errlen);
+	size_t off;             /* of the field in struct sv_program */
+	long min, max;          /* for numbers and durations (ms) */
+	const char *help;       /* what a value is, as errors say it: "expected HELP, got ..." */
+	unsigned flags;         /* KEY_* */
+};
+
+#define FIELD(p, k, type) ((type *)((char *)(p) + (k)->off))
+
 /* ---- environment = A=1, B="x, y" --------------------------------------- */
 
 static bool
-add_environment(struct sv_program *p, const char *value, char *err, size_t errlen)
+add_environment(struct sv_program *p, const struct key *k, const char *value, char *err,
+                size_t errlen)
 {
 	const char *s = value;
 	while (*s) {
@@ -391,7 +425,8 @@ add_environment(struct sv_program *p, const char *value, char *err, size_t errle
 }
 
 static bool
-add_pattern(struct sv_program *p, const char *value, char *err, size_t errlen)
+add_pattern(struct sv_program *p, const struct key *k, const char *value, char *err,
+            size_t errlen)
 {
 	if (!p->patterns_given) {
 		list_free(p->patterns, p->npatterns);
@@ -418,30 +453,6 @@ add_pattern(struct sv_program *p, const char *value, char *err, size_t errlen)
 	return true;
 }
 
-static bool
-set_duration(int *slot, const char *key, const char *value, char *err, size_t errlen)
-{
-	if (!sv_parse_duration_ms(value, slot)) {
-		seterr(err, errlen, "%s: bad duration '%s' (like 500ms, 2s, 1m)", key, value);
-		return false;
-	}
-	return true;
-}
-
-static bool
-set_backoff_initial(struct sv_program *p, const char *v, char *err, size_t errlen)
-{
-	int ms;
-	if (!set_duration(&ms, "backoff_initial", v, err, errlen))
-		return false;
-	if (ms < SV_MIN_BACKOFF_MS) {
-		seterr(err, errlen, "backoff_initial: at least %dms, got '%s'", SV_MIN_BACKOFF_MS, v);
-		return false;
-	}
-	p->backoff_initial_ms = ms;
-	return true;
-}
-
 static void
 replace(char **slot, const char *value)
 {
@@ -450,7 +461,7 @@ replace(char **slot, const char *value)
 }
 
 static bool
-set_stream(struct sv_program *p, const char *v, char *err, size_t errlen)
+set_stream(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
 {
 	static const char *const names[] = {[SV_STREAM_STDERR] = "stderr",
 	                                    [SV_STREAM_STDOUT] = "stdout", [SV_STREAM_BOTH] = "both"};
@@ -478,7 +489,7 @@ check_http_health(const char *v, char *err, size_t errlen)
 
 /* Kept as the parser understood it, so messages and reload compare what is bound. */
 static bool
-set_listen(struct sv_program *p, const char *v, char *err, size_t errlen)
+set_listen(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
 {
 	struct gfs_addr a;
 	char msg[300], norm[96];
@@ -493,146 +504,168 @@ set_listen(struct sv_program *p, const char *v, char *err, size_t errlen)
 	return true;
 }
 
+/* Repeated or continued lines extend the command: libinih caps a line at 199 bytes. */
+static bool
+set_command(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	if (p->command) {
+		char *joined = malloc(strlen(p->command) + strlen(v) + 2);
+		if (!joined)
+			abort();
+		sprintf(joined, "%s %s", p->command, v);
+		free(p->command);
+		p->command = joined;
+	} else {
+		p->command = gfs_xstrdup(v);
+	}
+	sv_argv_free(p->argv);
+	p->argv = sv_split_command(p->command);
+	return true;
+}
+
+static bool
+set_health(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	if (*v && strncmp(v, "mongodb://", 10) != 0 && strncmp(v, "mongodb+srv://", 14) != 0 &&
+	    strncmp(v, "http://", 7) != 0) {
+		seterr(err, errlen, "health: expected mongodb://... or http://..., got '%s'", v);
+		return false;
+	}
+	if (!check_http_health(v, err, errlen))
+		return false;
+	replace(&p->health, v);
+	return true;
+}
+
+static bool
+expected(const struct key *k, const char *what, const char *v, char *err, size_t errlen)
+{
+	seterr(err, errlen, "%s: expected %s, got '%s'", k->name, what, v);
+	return false;
+}
+
+/* An empty value unsets a string. */
+static bool
+set_str(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	replace(FIELD(p, k, char *), v);
+	return true;
+}
+
+static bool
+set_int(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	if (parse_int_range(v, (int)k->min, (int)k->max, FIELD(p, k, int)))
+		return true;
+	char what[80];
+	snprintf(what, sizeof what, "%s%s%ld..%ld", k->help, *k->help ? " " : "", k->min, k->max);
+	return expected(k, what, v, err, errlen);
+}
+
+static bool
+set_long(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	return gfs_parse_long(v, k->min, k->max, FIELD(p, k, long)) ||
+	       expected(k, k->help, v, err, errlen);
+}
+
+static bool
+set_bool(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	return parse_bool(v, FIELD(p, k, bool)) || expected(k, k->help, v, err, errlen);
+}
+
+static bool
+set_size(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	return gfs_parse_size(v, FIELD(p, k, uint64_t)) || expected(k, k->help, v, err, errlen);
+}
+
+/* A duration, in ms; min, when set, is the shortest allowed. */
+static bool
+set_ms(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	int ms;
+	if (!sv_parse_duration_ms(v, &ms)) {
+		seterr(err, errlen, "%s: bad duration '%s' (%s)", k->name, v, k->help);
+		return false;
+	}
+	if (k->min > 0 && ms < k->min) {
+		seterr(err, errlen, "%s: at least %ldms, got '%s'", k->name, k->min, v);
+		return false;
+	}
+	*FIELD(p, k, int) = ms;
+	return true;
+}
+
+static bool
+set_signal(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	int sig = sv_parse_signal(v);
+	if (sig < 0) {
+		seterr(err, errlen, "%s: unknown signal '%s'", k->name, v);
+		return false;
+	}
+	*FIELD(p, k, int) = sig;
+	return true;
+}
+
+#define OFF(field) offsetof(struct sv_program, field)
+#define DURATION "like 500ms, 2s, 1m"
+#define NDESC "a number of descriptors"
+
+/* Every key of a [program:NAME] section (gridfsctl-supervise.conf(5) says what each does). */
+static const struct key keys[] = {
+	{"command", set_command, 0, 0, 0, "", KEY_CONTINUES},
+	{"directory", set_str, OFF(directory), 0, 0, "", 0},
+	{"environment", add_environment, 0, 0, 0, "", KEY_CONTINUES | KEY_REPEATS},
+	{"user", set_str, OFF(user), 0, 0, "", 0},
+	{"nofile", set_long, OFF(nofile), 0, 1L << 30, NDESC, 0},
+	{"nofile_hard", set_long, OFF(nofile_hard), 0, 1L << 30, NDESC, 0},
+	{"restart_on", add_pattern, 0, 0, 0, "", KEY_CONTINUES | KEY_REPEATS},
+	{"restart_on_stream", set_stream, 0, 0, 0, "", 0},
+	{"health", set_health, 0, 0, 0, "", 0},
+	{"health_interval", set_ms, OFF(health_interval_ms), 0, 0, DURATION, 0},
+	{"health_timeout", set_ms, OFF(health_timeout_ms), 0, 0, DURATION, 0},
+	{"health_retries", set_int, OFF(health_retries), 1, 1000, "", 0},
+	{"stop_signal", set_signal, OFF(stop_signal), 0, 0, "", 0},
+	{"stop_grace", set_ms, OFF(stop_grace_ms), 0, 0, DURATION, 0},
+	{"instances", set_int, OFF(instances), 1, 64, "", 0},
+	{"listen", set_listen, 0, 0, 0, "", 0},
+	{"log", set_str, OFF(log), 0, 0, "", 0},
+	{"log_max", set_size, OFF(log_max), 0, 0, "a size like 10M", 0},
+	{"log_backups", set_int, OFF(log_backups), 0, 100, "", 0},
+	{"autorestart", set_bool, OFF(autorestart), 0, 0, "yes or no", 0},
+	{"startsecs", set_int, OFF(startsecs), 0, 86400, "seconds", 0},
+	/* An empty window would count no restarts, and FATAL would never come. */
+	{"restart_window", set_int, OFF(restart_window_s), 1, 86400, "seconds", 0},
+	{"backoff_initial", set_ms, OFF(backoff_initial_ms), SV_MIN_BACKOFF_MS, 0, DURATION, 0},
+	{"backoff_max", set_ms, OFF(backoff_max_ms), 0, 0, DURATION, 0},
+	{"max_restarts", set_int, OFF(max_restarts), 0, SV_MAX_RESTARTS, "a count", 0},
+	{"fd_interval", set_ms, OFF(fd_interval_ms), 0, 0, DURATION, 0},
+	{"fd_threshold", set_int, OFF(fd_threshold_pct), 1, 100, "a percentage", 0},
+	{"fd_horizon", set_int, OFF(fd_horizon_s), 0, 86400, "seconds", 0},
+	{"fd_raise", set_bool, OFF(fd_raise), 0, 0, "yes or no", 0},
+};
+
+static const struct key *
+find_key(const char *name)
+{
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
 bool
 sv_program_set(struct sv_program *p, const char *key, const char *v, char *err, size_t errlen)
 {
-	long n;
-	if (strcmp(key, "command") == 0) {
-		/* Repeated or continued lines extend the command: libinih caps a line at 199 bytes. */
-		if (p->command) {
-			char *joined = malloc(strlen(p->command) + strlen(v) + 2);
-			if (!joined)
-				abort();
-			sprintf(joined, "%s %s", p->command, v);
-			free(p->command);
-			p->command = joined;
-		} else {
-			p->command = gfs_xstrdup(v);
-		}
-		sv_argv_free(p->argv);
-		p->argv = sv_split_command(p->command);
-		return true;
+	const struct key *k = find_key(key);
+	if (!k) {
+		seterr(err, errlen, "unknown key '%s'", key);
+		return false;
 	}
-	if (strcmp(key, "directory") == 0)
-		return replace(&p->directory, v), true;
-	if (strcmp(key, "environment") == 0)
-		return add_environment(p, v, err, errlen);
-	if (strcmp(key, "user") == 0)
-		return replace(&p->user, v), true;
-	if (strcmp(key, "nofile") == 0 || strcmp(key, "nofile_hard") == 0) {
-		if (!gfs_parse_long(v, 0, 1L << 30, &n)) {
-			seterr(err, errlen, "%s: expected a number of descriptors, got '%s'", key, v);
-			return false;
-		}
-		*(key[6] ? &p->nofile_hard : &p->nofile) = n;
-		return true;
-	}
-	if (strcmp(key, "restart_on") == 0)
-		return add_pattern(p, v, err, errlen);
-	if (strcmp(key, "restart_on_stream") == 0)
-		return set_stream(p, v, err, errlen);
-	if (strcmp(key, "health") == 0) {
-		if (*v && strncmp(v, "mongodb://", 10) != 0 && strncmp(v, "mongodb+srv://", 14) != 0 &&
-		    strncmp(v, "http://", 7) != 0) {
-			seterr(err, errlen, "health: expected mongodb://... or http://..., got '%s'", v);
-			return false;
-		}
-		return check_http_health(v, err, errlen) && (replace(&p->health, v), true);
-	}
-	if (strcmp(key, "health_interval") == 0)
-		return set_duration(&p->health_interval_ms, key, v, err, errlen);
-	if (strcmp(key, "health_timeout") == 0)
-		return set_duration(&p->health_timeout_ms, key, v, err, errlen);
-	if (strcmp(key, "health_retries") == 0) {
-		if (!parse_int_range(v, 1, 1000, &p->health_retries)) {
-			seterr(err, errlen, "health_retries: expected 1..1000, got '%s'", v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "stop_signal") == 0) {
-		int sig = sv_parse_signal(v);
-		if (sig < 0) {
-			seterr(err, errlen, "stop_signal: unknown signal '%s'", v);
-			return false;
-		}
-		p->stop_signal = sig;
-		return true;
-	}
-	if (strcmp(key, "stop_grace") == 0)
-		return set_duration(&p->stop_grace_ms, key, v, err, errlen);
-	if (strcmp(key, "instances") == 0) {
-		if (!parse_int_range(v, 1, 64, &p->instances)) {
-			seterr(err, errlen, "instances: expected 1..64, got '%s'", v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "listen") == 0)
-		return set_listen(p, v, err, errlen);
-	if (strcmp(key, "log") == 0)
-		return replace(&p->log, v), true;
-	if (strcmp(key, "log_max") == 0) {
-		if (!gfs_parse_size(v, &p->log_max)) {
-			seterr(err, errlen, "log_max: expected a size like 10M, got '%s'", v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "log_backups") == 0) {
-		if (!parse_int_range(v, 0, 100, &p->log_backups)) {
-			seterr(err, errlen, "log_backups: expected 0..100, got '%s'", v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "autorestart") == 0 || strcmp(key, "fd_raise") == 0) {
-		bool *slot = key[0] == 'a' ? &p->autorestart : &p->fd_raise;
-		if (!parse_bool(v, slot)) {
-			seterr(err, errlen, "%s: expected yes or no, got '%s'", key, v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "startsecs") == 0 || strcmp(key, "fd_horizon") == 0) {
-		int *slot = key[0] == 's' ? &p->startsecs : &p->fd_horizon_s;
-		if (!parse_int_range(v, 0, 86400, slot)) {
-			seterr(err, errlen, "%s: expected seconds 0..86400, got '%s'", key, v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "restart_window") == 0) {
-		/* An empty window would count no restarts, and FATAL would never come. */
-		if (!parse_int_range(v, 1, 86400, &p->restart_window_s)) {
-			seterr(err, errlen, "restart_window: expected seconds 1..86400, got '%s'", v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "backoff_initial") == 0)
-		return set_backoff_initial(p, v, err, errlen);
-	if (strcmp(key, "backoff_max") == 0)
-		return set_duration(&p->backoff_max_ms, key, v, err, errlen);
-	if (strcmp(key, "max_restarts") == 0) {
-		if (!parse_int_range(v, 0, SV_MAX_RESTARTS, &p->max_restarts)) {
-			seterr(err, errlen, "max_restarts: expected a count 0..%d, got '%s'",
-			       SV_MAX_RESTARTS, v);
-			return false;
-		}
-		return true;
-	}
-	if (strcmp(key, "fd_interval") == 0)
-		return set_duration(&p->fd_interval_ms, key, v, err, errlen);
-	if (strcmp(key, "fd_threshold") == 0) {
-		if (!parse_int_range(v, 1, 100, &p->fd_threshold_pct)) {
-			seterr(err, errlen, "fd_threshold: expected a percentage 1..100, got '%s'", v);
-			return false;
-		}
-		return true;
-	}
-	seterr(err, errlen, "unknown key '%s'", key);
-	return false;
+	return k->set(p, k, v, err, errlen);
 }
 
 bool
@@ -858,11 +891,11 @@ fail(struct parse_state *st, const char *fmt, ...)
 	return 0;
 }
 
-/* Keys that add to what they held: given twice, or continued, they are not a mistake. */
-static bool
-is_list_key(const char *key)
+static unsigned
+key_flags(const char *name)
 {
-	return strcmp(key, "environment") == 0 || strcmp(key, "restart_on") == 0;
+	const struct key *k = find_key(name);
+	return k ? k->flags : 0;
 }
 
 /*
@@ -872,15 +905,15 @@ is_list_key(const char *key)
 static bool
 check_repeat(struct parse_state *st, const char *section, const char *key)
 {
-	bool joins = is_list_key(key) || strcmp(key, "command") == 0;
+	unsigned flags = key_flags(key);
 	if (st->cont) {
-		if (!joins)
+		if (!(flags & KEY_CONTINUES))
 			return fail(st, "[%s] '%s' cannot be continued on an indented line", section,
 			            key);
 		return true;
 	}
 	st->after_key = true;
-	if (is_list_key(key))
+	if (flags & KEY_REPEATS)
 		return true;
 	int first = seen_line(&st->keys, key);
 	if (first)

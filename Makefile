@@ -26,6 +26,9 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fr
 LIB_SRC := $(sort $(wildcard lib/*.c lib/supervise/*.c))
 CMD_SRC := $(sort $(wildcard cmd/*.c))
 HDRS    := $(wildcard lib/*.h lib/supervise/*.h cmd/*.h)
+# Each object depends on the headers it includes (the compiler lists them in
+# a .d file beside it) and on this Makefile, whose flags it was built with.
+DEPFLAGS = -MMD -MP
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 OBJ      := $(patsubst %.c,$(B)/obj/%.o,$(LIB_SRC) $(CMD_SRC))
@@ -51,10 +54,10 @@ $(BIN): $(OBJ)
 	@echo "  LD      $@"
 	@$(CC) $(ALL_CFLAGS) -o $@ $(OBJ) $(PKG_LIBS)
 
-$(B)/obj/%.o: %.c $(HDRS)
+$(B)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	@$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 asan: $(B)/asan/gridfsctl
 
@@ -62,18 +65,20 @@ $(B)/asan/gridfsctl: $(ASAN_OBJ)
 	@echo "  LD/SAN  $@"
 	@$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -o $@ $(ASAN_OBJ) $(PKG_LIBS)
 
-$(B)/asan/obj/%.o: %.c $(HDRS)
+$(B)/asan/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC/SAN  $<"
-	@$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -c -o $@ $<
+	@$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(B)/unit/%: tests/unit/%.c $(LIB_OBJ) $(HDRS)
+$(B)/unit/%: tests/unit/%.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_OBJ) $(PKG_LIBS) -lcmocka
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -o $@ $< $(LIB_OBJ) $(PKG_LIBS) -lcmocka
 
-$(B)/asan/unit/%: tests/unit/%.c $(ASAN_LIB_OBJ) $(HDRS)
+$(B)/asan/unit/%: tests/unit/%.c $(ASAN_LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -o $@ $< $(ASAN_LIB_OBJ) $(PKG_LIBS) -lcmocka
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -o $@ $< $(ASAN_LIB_OBJ) $(PKG_LIBS) -lcmocka
+
+-include $(OBJ:.o=.d) $(ASAN_OBJ:.o=.d) $(UNIT_BIN:=.d) $(ASAN_UNIT_BIN:=.d)
 
 unit: $(UNIT_BIN) $(ASAN_UNIT_BIN)
 
@@ -93,10 +98,10 @@ check-unit: unit
 # each in a temporary tree of its own under $(B): pytest's clean-up of the
 # shared /tmp/pytest-of-USER recurses, and a deep tree left there by any
 # earlier run (mirror's depth tests make 1,500 levels) would end this one.
-check-integration: gridfsctl asan man backend
+check-integration: $(BIN) asan man backend
 	rm -rf $(B)/pytest && mkdir -p $(B)/pytest
-	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl $(PYTEST) -q --basetemp=$(B)/pytest/asan tests $(PYTEST_ARGS)
-	GRIDFSCTL_BIN=$(CURDIR)/gridfsctl $(PYTEST) -q --basetemp=$(B)/pytest/release tests $(PYTEST_ARGS)
+	GRIDFSCTL_BIN=$(abspath $(B)/asan/gridfsctl) $(PYTEST) -q --basetemp=$(B)/pytest/asan tests $(PYTEST_ARGS)
+	GRIDFSCTL_BIN=$(abspath $(BIN)) $(PYTEST) -q --basetemp=$(B)/pytest/release tests $(PYTEST_ARGS)
 
 # check and demo install what is missing first, then build in a fresh make
 # (pkg-config flags are read when make starts).
@@ -129,12 +134,12 @@ fuzz: $(B)/fuzz/fuzz_http
 # against the ASan build; LONG_SCALE scales the fault counts (1 = full).
 LONG_SCALE ?= 1
 check-long: asan man backend
-	GRIDFSCTL_BIN=$(CURDIR)/$(B)/asan/gridfsctl GRIDFSCTL_LONG_SCALE=$(LONG_SCALE) \
-		$(PYTEST) -q --basetemp=$(CURDIR)/$(B)/long-tmp tests/long $(PYTEST_ARGS)
+	GRIDFSCTL_BIN=$(abspath $(B)/asan/gridfsctl) GRIDFSCTL_LONG_SCALE=$(LONG_SCALE) \
+		$(PYTEST) -q --basetemp=$(abspath $(B)/long-tmp) tests/long $(PYTEST_ARGS)
 
 demo:
 	scripts/deps
-	$(MAKE) gridfsctl backend
+	$(MAKE) $(BIN) backend
 	scripts/demo
 
 # Shipped as documentation: the units and the logrotate file are examples to
@@ -149,7 +154,7 @@ COMP_DST = $(DESTDIR)$(PREFIX)/share/bash-completion/completions/gridfsctl \
 
 install: $(BIN) man
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
-	install -m 755 gridfsctl $(DESTDIR)$(PREFIX)/bin/gridfsctl
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gridfsctl
 	for m in $(MAN_OUT); do s=$${m##*.}; install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
 		install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done
 	install -D -m 644 completions/gridfsctl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/gridfsctl
@@ -171,4 +176,4 @@ uninstall:
 	if [ -d $(DESTDIR)$(DOCDIR) ]; then rmdir $(DESTDIR)$(DOCDIR); fi
 
 clean:
-	rm -rf build gridfsctl
+	rm -rf $(B) $(BIN)

@@ -93,26 +93,6 @@ parse_listen(const char *s, struct serve_opts *o)
 	return true;
 }
 
-/*
- * Seconds with an optional fraction, as milliseconds. NaN compares false
- * with every bound, so it is refused by name; the result is stored in an
- * int, so anything past INT_MAX ms (about 24.8 days) is refused too.
- */
-static bool
-parse_secs(const char *s, long min_ms, long *out_ms)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || *end || !isfinite(v))
-		return false;
-	double ms = v * 1000;
-	if (ms < min_ms || ms > INT_MAX)
-		return false;
-	*out_ms = (long)ms;
-	return true;
-}
-
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
@@ -177,8 +157,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_NEG_TTL:
 	case OPT_DRAIN:
 		/* The intervals and the header timeout need a floor; the rest may be 0. */
-		if (!parse_secs(arg, opt == OPT_POLL || opt == OPT_RELOAD || opt == OPT_HEADER_TIMEOUT ? 100 : 0,
-		                &n)) {
+		if (!gfs_parse_duration_ms(arg, opt == OPT_POLL || opt == OPT_RELOAD || opt == OPT_HEADER_TIMEOUT ? 100 : 0,
+		                           INT_MAX, &n)) {
 			usage_error("invalid number of seconds '%s' (at most %d)", arg, INT_MAX / 1000);
 			return -1;
 		}

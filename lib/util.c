@@ -1,5 +1,6 @@
 /* Small things every part needs: clocks and number parsing. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,37 @@ gfs_parse_long(const char *s, long min, long max, long *out)
 	if (errno || end == s || *end || v < min || v > max)
 		return false;
 	*out = v;
+	return true;
+}
+
+static double
+duration_unit_ms(const char *unit)
+{
+	static const struct { const char *name; double ms; } units[] = {
+		{"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"min", 60000}, {"h", 3600000},
+	};
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+		if (strcmp(unit, units[i].name) == 0)
+			return units[i].ms;
+	return 0;
+}
+
+bool
+gfs_parse_duration_ms(const char *s, long min_ms, long max_ms, long *out)
+{
+	/* strtod also reads "nan", "inf" and hex floats: only digits and a point may start a duration. */
+	if ((*s < '0' || *s > '9') && *s != '.')
+		return false;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	double unit = duration_unit_ms(end);
+	if (errno || end == s || unit == 0 || !isfinite(v))
+		return false;
+	double ms = v * unit + 0.5;
+	if (ms < (double)min_ms || ms >= (double)max_ms + 1)
+		return false;
+	*out = (long)ms;
 	return true;
 }
 

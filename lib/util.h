@@ -22,6 +22,12 @@ void gfs_deadline_in(struct timespec *ts, int64_t ms);
 bool gfs_parse_long(const char *s, long min, long max, long *out);
 /* A size: digits with an optional K, M, G or T (powers of 1024), optional "i" and "B". */
 bool gfs_parse_size(const char *s, uint64_t *out);
+/*
+ * A duration as milliseconds in [min_ms, max_ms]: a decimal number with an
+ * optional unit, ms, s, m, min or h (none means seconds), rounded to the
+ * nearest millisecond. NaN, infinities and negatives are refused.
+ */
+bool gfs_parse_duration_ms(const char *s, long min_ms, long max_ms, long *out);
 /* Formats ms since the epoch as ISO 8601 UTC with milliseconds. */
 void gfs_iso8601(int64_t ms, char buf[32]);
 

@@ -197,32 +197,6 @@ sv_program_equal(const struct sv_program *a, const struct sv_program *b)
 
 /* ---- small value parsers ----------------------------------------------- */
 
-bool
-sv_parse_duration_ms(const char *s, int *ms)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return false;
-	double mult = 1000;
-	if (strcmp(end, "ms") == 0)
-		mult = 1;
-	else if (strcmp(end, "s") == 0 || *end == '\0')
-		mult = 1000;
-	else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-		mult = 60000;
-	else if (strcmp(end, "h") == 0)
-		mult = 3600000;
-	else
-		return false;
-	double r = v * mult;
-	if (r > INT_MAX)
-		return false;
-	*ms = (int)(r + 0.5);
-	return true;
-}
-
 static const struct {
 	const char *name;
 	int sig;
@@ -585,8 +559,8 @@ set_size(struct sv_program *p, const struct key *k, const char *v, char *err, si
 static bool
 set_ms(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
 {
-	int ms;
-	if (!sv_parse_duration_ms(v, &ms)) {
+	long ms;
+	if (!gfs_parse_duration_ms(v, 0, INT_MAX, &ms)) {
 		seterr(err, errlen, "%s: bad duration '%s' (%s)", k->name, v, k->help);
 		return false;
 	}
@@ -594,7 +568,7 @@ set_ms(struct sv_program *p, const struct key *k, const char *v, char *err, size
 		seterr(err, errlen, "%s: at least %ldms, got '%s'", k->name, k->min, v);
 		return false;
 	}
-	*FIELD(p, k, int) = ms;
+	*FIELD(p, k, int) = (int)ms;
 	return true;
 }
 

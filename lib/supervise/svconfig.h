@@ -96,8 +96,6 @@ void sv_config_free(struct sv_config *c);
 char **sv_split_command(const char *s);
 void sv_argv_free(char **argv);
 
-/* Parses durations like "500ms", "2s", "1.5s", "3m", "10" (seconds) into ms. */
-bool sv_parse_duration_ms(const char *s, int *ms);
 /* Parses "TERM", "SIGTERM", "15" into a signal number. */
 int sv_parse_signal(const char *s);
 const char *sv_signal_name(int sig);

@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../lib/util.h"
 #include "../../lib/supervise/internal.h" /* the pure parts, and the public API */
 
 static void
@@ -43,18 +45,22 @@ static void
 durations_and_signals(void **state)
 {
 	(void)state;
-	int ms;
-	assert_true(sv_parse_duration_ms("500ms", &ms));
+	long ms;
+	assert_true(gfs_parse_duration_ms("500ms", 0, INT_MAX, &ms));
 	assert_int_equal(ms, 500);
-	assert_true(sv_parse_duration_ms("2", &ms));
+	assert_true(gfs_parse_duration_ms("2", 0, INT_MAX, &ms));
 	assert_int_equal(ms, 2000);
-	assert_true(sv_parse_duration_ms("1.5s", &ms));
+	assert_true(gfs_parse_duration_ms("1.5s", 0, INT_MAX, &ms));
 	assert_int_equal(ms, 1500);
-	assert_true(sv_parse_duration_ms("3m", &ms));
+	assert_true(gfs_parse_duration_ms("3m", 0, INT_MAX, &ms));
 	assert_int_equal(ms, 180000);
-	assert_false(sv_parse_duration_ms("fast", &ms));
-	assert_false(sv_parse_duration_ms("-1s", &ms));
-	assert_false(sv_parse_duration_ms("5 weeks", &ms));
+	assert_false(gfs_parse_duration_ms("fast", 0, INT_MAX, &ms));
+	assert_false(gfs_parse_duration_ms("-1s", 0, INT_MAX, &ms));
+	assert_false(gfs_parse_duration_ms("5 weeks", 0, INT_MAX, &ms));
+	/* NaN compared false with every bound and became INT_MIN ms. */
+	assert_false(gfs_parse_duration_ms("nan", 0, INT_MAX, &ms));
+	assert_false(gfs_parse_duration_ms("inf", 0, INT_MAX, &ms));
+	assert_false(gfs_parse_duration_ms("1e300h", 0, INT_MAX, &ms));
 	assert_int_equal(sv_parse_signal("TERM"), SIGTERM);
 	assert_int_equal(sv_parse_signal("sigint"), SIGINT);
 	assert_int_equal(sv_parse_signal("9"), SIGKILL);

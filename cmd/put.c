@@ -296,14 +296,21 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 	return rc;
 }
 
-/* Chunks that a put killed mid-upload left behind: no reader finds them, so they go first. */
+/*
+ * Chunks that a writer killed midway left behind, no reader finds: those of
+ * a put's unfinished upload, and those of files whose removal (an old
+ * revision's, an rm's) was cut short. They go first.
+ */
 static int
 recover_killed_puts(gfs_session *s)
 {
-	size_t removed;
+	size_t removed, files;
 	gfs_error err;
-	if (!gfs_put_recover(s, &removed, &err))
+	if (!gfs_finish_deletions(s, NULL, &files, &err) || !gfs_put_recover(s, &removed, &err))
 		return fail(&err);
+	if (files && !G.quiet)
+		warnx_("finished removing %zu file%s an interrupted command had begun to remove", files,
+		       files == 1 ? "" : "s");
 	if (removed && !G.quiet)
 		warnx_("removed %zu unfinished upload%s left by an interrupted put", removed,
 		       removed == 1 ? "" : "s");

@@ -270,8 +270,25 @@ void gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, in
 
 /* ---- deleting, renaming ---------------------------------------------- */
 
-/* Removes the files document first, then its chunks. */
+/*
+ * Removes the files ids[0..n): files documents first, then chunks, as the
+ * spec orders, after recording the ids in a deletion marker, so that a
+ * removal cut short (killed, backend gone) is completed by the next
+ * gfs_finish_deletions() rather than leaving chunks no document names.
+ * lock: a lock the caller holds that covers the removal (NULL: none).
+ * *files (may be NULL) counts the files documents removed.
+ */
+bool gfs_delete_many(gfs_session *s, const bson_value_t *ids, size_t n, const char *lock,
+                     int64_t *files, gfs_error *err);
+/* gfs_delete_many() of one id; GFS_ENOTFOUND when it had no files document. */
 bool gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err);
+/*
+ * Completes the removals that writers cut short recorded: those whose
+ * writer ran on this host and is gone, or started more than a lock's ttl
+ * ago, and those covered by the lock held (NULL: none), which the caller
+ * holds. *files counts the ids finished.
+ */
+bool gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error *err);
 /*
  * Removes the revisions of name older than keep_id (the one just written)
  * beyond keep - 1 of them: keep counts keep_id, which is never removed,

@@ -424,14 +424,6 @@ delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *valu
 	return delete_in_count(coll, field, values, n, &deleted, what, err);
 }
 
-/* Removes files documents first, then their chunks, as the spec orders a delete. */
-static bool
-delete_files(gfs_session *s, const bson_value_t *ids, size_t n, gfs_error *err)
-{
-	return delete_in(s->files, "_id", ids, n, "delete files documents", err) &&
-	       delete_in(s->chunks, "files_id", ids, n, "delete chunks", err);
-}
-
 struct idlist {
 	bson_value_t *v;
 	size_t n, cap;
@@ -459,46 +451,6 @@ idlist_free(struct idlist *l)
 }
 
 /*
- * Once the files documents are gone, nothing names the chunks but their
- * ids: recovery's trim finds revisions by filename. So the ids go first
- * into a marker {_id, deleting: [ids]} next to the upload markers, which
- * the next import's recovery finishes if we die before removing it.
- */
-static bool
-delete_files_marked(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads,
-                    const bson_value_t *ids, size_t n, gfs_error *err)
-{
-	bson_t doc = BSON_INITIALIZER;
-	bson_value_t mid = {.value_type = BSON_TYPE_OID};
-	bson_oid_init(&mid.value.v_oid, NULL);
-	BSON_APPEND_VALUE(&doc, "_id", &mid);
-	append_array(&doc, "deleting", ids, n);
-	BSON_APPEND_UTF8(&doc, "owner", imp->owner);
-	BSON_APPEND_DATE_TIME(&doc, "started", gfs_now_ms());
-	bson_error_t berr;
-	bool ok = mongoc_collection_insert_one(uploads, &doc, NULL, NULL, &berr);
-	bson_destroy(&doc);
-	if (!ok) {
-		gfs_error_from_bson(err, &berr, "insert deletion marker");
-		return false;
-	}
-	return delete_files(s, ids, n, err) &&
-	       delete_in(uploads, "_id", &mid, 1, "remove deletion marker", err);
-}
-
-/* Removes the files of ids, IN_BATCH at a time. */
-static bool
-delete_idlist(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads,
-              const struct idlist *ids, gfs_error *err)
-{
-	bool ok = true;
-	for (size_t i = 0; ok && i < ids->n; i += IN_BATCH)
-		ok = delete_files_marked(imp, s, uploads, ids->v + i,
-		                         ids->n - i < IN_BATCH ? ids->n - i : IN_BATCH, err);
-	return ok;
-}
-
-/*
  * A new revision that is complete: the revisions of its name older than it,
  * beyond keep - 1 of them, are to go. The one just written, and any newer
  * one, is never among them.
@@ -518,8 +470,7 @@ cmp_newrev(const void *a, const void *b)
 }
 
 static bool
-trim_revisions(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, struct newrev *revs,
-               size_t n, gfs_error *err)
+trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 {
 	if (n == 0)
 		return true;
@@ -579,7 +530,7 @@ trim_revisions(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, st
 	mongoc_cursor_destroy(cur);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
-	ok = ok && delete_idlist(imp, s, uploads, &old, err);
+	ok = ok && gfs_delete_many(s, old.v, old.n, GFS_IMPORT_LOCK, NULL, err);
 	idlist_free(&old);
 	return ok;
 }
@@ -736,7 +687,7 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	int64_t removed = 0;
 	ok = ok && delete_in_count(s->chunks, "files_id", orphans.v, orphans.n, &removed,
 	                           "remove orphan chunks", err) &&
-	     trim_revisions(imp, s, uploads, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
+	     trim_revisions(s, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
 	     delete_in(uploads, "_id", done.v, done.n, "remove upload markers", err);
 	/* A chunk found means writes of the dead may be landing still: the next pass looks again. */
 	if (ok && removed == 0)
@@ -752,72 +703,6 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	idlist_free(&fresh);
 	free(complete);
 	free(revs);
-	return ok;
-}
-
-/* A deletion marker: the ids it names lose files documents, then chunks, then it goes. */
-static bool
-finish_deletion(gfs_session *s, mongoc_collection_t *uploads, const bson_t *doc, size_t *files,
-                gfs_error *err)
-{
-	bson_iter_t it, arr;
-	if (!bson_iter_init_find(&it, doc, "_id"))
-		return true;
-	bson_value_t mid;
-	bson_value_copy(bson_iter_value(&it), &mid);
-	struct idlist ids = {0};
-	if (bson_iter_init_find(&it, doc, "deleting") && BSON_ITER_HOLDS_ARRAY(&it) &&
-	    bson_iter_recurse(&it, &arr))
-		while (bson_iter_next(&arr))
-			idlist_add(&ids, bson_iter_value(&arr));
-	bool ok = true;
-	for (size_t i = 0; ok && i < ids.n; i += IN_BATCH)
-		ok = delete_files(s, ids.v + i, ids.n - i < IN_BATCH ? ids.n - i : IN_BATCH, err);
-	ok = ok && delete_in(uploads, "_id", &mid, 1, "remove deletion marker", err);
-	if (ok)
-		*files += ids.n;
-	idlist_free(&ids);
-	bson_value_destroy(&mid);
-	return ok;
-}
-
-/* Deletions an interrupted run started: chunks whose files documents may be gone already. */
-static bool
-finish_deletions(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, exists;
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
-	BSON_APPEND_BOOL(&exists, "$exists", true);
-	bson_append_document_end(&filter, &exists);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, NULL, NULL);
-	bson_destroy(&filter);
-	/* Few (one per writer at most): read them all before deleting any. */
-	bson_t **docs = NULL;
-	size_t n = 0, cap = 0;
-	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 8;
-			docs = realloc(docs, cap * sizeof *docs);
-			if (!docs)
-				abort();
-		}
-		docs[n++] = bson_copy(doc);
-	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read deletion markers");
-	mongoc_cursor_destroy(cur);
-	size_t files = 0;
-	for (size_t i = 0; i < n; i++) {
-		ok = ok && finish_deletion(s, uploads, docs[i], &files, err);
-		bson_destroy(docs[i]);
-	}
-	free(docs);
-	if (ok && files)
-		notice(imp, "finished deleting %zu file%s an interrupted import had begun to delete",
-		       files, files == 1 ? "" : "s");
 	return ok;
 }
 
@@ -854,9 +739,14 @@ recover(gfs_import *imp, gfs_session *s, bool settle, gfs_error *err)
 	size_t puts = 0;
 	int64_t late = 0;
 	uint64_t before = imp->st.recovered;
-	bool ok = (settle || finish_deletions(imp, s, uploads, err)) && gfs_put_recover(s, &puts, err) &&
-	          recover_markers(imp, s, uploads, settle, &late, err);
+	size_t files = 0;
+	/* Deletions first: their chunks have no files document to be found by. */
+	bool ok = (settle || gfs_finish_deletions(s, GFS_IMPORT_LOCK, &files, err)) &&
+	          gfs_put_recover(s, &puts, err) && recover_markers(imp, s, uploads, settle, &late, err);
 	imp->st.recovered += puts;
+	if (files)
+		notice(imp, "finished deleting %zu file%s an interrupted import or put had begun to delete",
+		       files, files == 1 ? "" : "s");
 	mongoc_collection_destroy(uploads);
 	unsigned long long n = (unsigned long long)(imp->st.recovered - before);
 	if (ok && n)
@@ -1140,7 +1030,7 @@ finish_pending(struct worker *w, gfs_error *err)
 			revs[nrevs++].keep = imp->o.keep_revisions;
 		}
 	}
-	bool ok = trim_revisions(imp, w->s, w->uploads, revs, nrevs, err) &&
+	bool ok = trim_revisions(w->s, revs, nrevs, err) &&
 	          delete_in(w->s->chunks, "files_id", failed.v, failed.n, "remove chunks of failed files", err) &&
 	          delete_in(w->uploads, "_id", finished.v, finished.n, "remove upload markers", err);
 	idlist_free(&failed);
@@ -1768,7 +1658,7 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, char
 		mongoc_cursor_destroy(cur);
 		bson_destroy(&filter);
 		bson_destroy(&opts);
-		ok = ok && delete_idlist(imp, s, uploads, &ids, err);
+		ok = ok && gfs_delete_many(s, ids.v, ids.n, GFS_IMPORT_LOCK, NULL, err);
 		idlist_free(&ids);
 		if (!ok)
 			return false;

@@ -98,15 +98,27 @@ identity_self(struct identity *id)
 }
 
 static void
-lock_doc(bson_t *doc, const char *name, const struct identity *id, const char *owner,
-         int64_t now, int64_t expires)
+owner_string(char *buf, size_t len, const struct identity *id)
 {
-	BSON_APPEND_UTF8(doc, "_id", name);
+	snprintf(buf, len, "%s/%s/%ld/%lld", id->host, id->boot, id->pid, id->start);
+}
+
+static void
+append_identity(bson_t *doc, const struct identity *id, const char *owner)
+{
 	BSON_APPEND_UTF8(doc, "owner", owner);
 	BSON_APPEND_UTF8(doc, "host", id->host);
 	BSON_APPEND_UTF8(doc, "bootId", id->boot);
 	BSON_APPEND_INT64(doc, "pid", id->pid);
 	BSON_APPEND_INT64(doc, "startTime", id->start);
+}
+
+static void
+lock_doc(bson_t *doc, const char *name, const struct identity *id, const char *owner,
+         int64_t now, int64_t expires)
+{
+	BSON_APPEND_UTF8(doc, "_id", name);
+	append_identity(doc, id, owner);
 	BSON_APPEND_DATE_TIME(doc, "acquired", now);
 	BSON_APPEND_DATE_TIME(doc, "expires", expires);
 }
@@ -215,7 +227,7 @@ take(gfs_lock *l, gfs_error *err)
 {
 	struct identity me;
 	identity_self(&me);
-	snprintf(l->owner, sizeof l->owner, "%s/%s/%ld/%lld", me.host, me.boot, me.pid, me.start);
+	owner_string(l->owner, sizeof l->owner, &me);
 	/* A few rounds: the holder may release or be taken over between our steps. */
 	for (int round = 0; round < 3; round++) {
 		int64_t sent = boot_ns();
@@ -340,6 +352,24 @@ gfs_lock_held(gfs_session *s, const char *name, gfs_error *err)
 	}
 	mongoc_collection_destroy(probe.coll);
 	return rc;
+}
+
+void
+gfs_owner_append(bson_t *doc)
+{
+	struct identity me;
+	identity_self(&me);
+	char owner[512];
+	owner_string(owner, sizeof owner, &me);
+	append_identity(doc, &me, owner);
+}
+
+bool
+gfs_owner_gone(const bson_t *doc)
+{
+	struct identity me;
+	identity_self(&me);
+	return holder_gone(doc, &me);
 }
 
 gfs_lock *

@@ -37,4 +37,13 @@ int gfs_lock_held(gfs_session *s, const char *name, gfs_error *err);
 /* Stops renewing and removes the lock document if it is still ours. */
 void gfs_lock_release(gfs_lock *l);
 
+/*
+ * The owner fields of a lock (owner, host, bootId, pid, startTime), for
+ * other records of work under way that must tell a dead writer from a
+ * live one: gfs_owner_gone() reads them back.
+ */
+void gfs_owner_append(bson_t *doc);
+/* Whether the process doc's owner fields name ran on this host since this boot and is gone. */
+bool gfs_owner_gone(const bson_t *doc);
+
 #endif

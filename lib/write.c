@@ -345,6 +345,10 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 	BSON_APPEND_DOCUMENT_BEGIN(&filter, "lock", &exists);
 	BSON_APPEND_BOOL(&exists, "$exists", true);
 	bson_append_document_end(&filter, &exists);
+	/* A deletion marker names the lock that covers it too: gfs_finish_deletions() has those. */
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
+	BSON_APPEND_BOOL(&exists, "$exists", false);
+	bson_append_document_end(&filter, &exists);
 	BSON_APPEND_INT64(&opts, "limit", RECOVER_MAX);
 	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
@@ -506,40 +510,221 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 	return ok;
 }
 
+/* ---- removals ---------------------------------------------------------- */
+
+/*
+ * GridFS removes a file in two writes, its files document first so that no
+ * reader meets a file whose chunks are going. A writer killed between the
+ * two leaves chunks that nothing names any more, and no later run could
+ * tell them from others' uploads in progress. So the ids go first into a
+ * deletion marker {_id, deleting: [ids], started, owner fields, lock} beside
+ * the upload markers; gfs_finish_deletions() completes it once its writer
+ * is gone, or at once for whoever holds the lock it names. The ids were decided before the marker was written, so finishing a
+ * removal is never wrong; it waits for the writer only so that a live one
+ * does not find its files gone and report them missing.
+ */
+#define DELETE_BATCH 500
+
+static void
+append_ids(bson_t *doc, const char *key, const bson_value_t *ids, size_t n)
+{
+	bson_t arr;
+	BSON_APPEND_ARRAY_BEGIN(doc, key, &arr);
+	for (size_t i = 0; i < n; i++) {
+		char buf[16];
+		const char *k;
+		bson_uint32_to_string((uint32_t)i, &k, buf, sizeof buf);
+		BSON_APPEND_VALUE(&arr, k, &ids[i]);
+	}
+	bson_append_array_end(doc, &arr);
+}
+
+/* Removes the documents whose field is among ids; *count how many (may be NULL). */
+static bool
+delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *ids, size_t n,
+          int64_t *count, const char *what, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, in, reply;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, field, &in);
+	append_ids(&in, "$in", ids, n);
+	bson_append_document_end(&filter, &in);
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
+	bson_iter_t it;
+	if (ok && count)
+		*count = bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it) : 0;
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	bson_destroy(&reply);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* Files documents first, then chunks, as the spec orders a removal. */
+static bool
+remove_files(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *files, gfs_error *err)
+{
+	return delete_in(s->files, "_id", ids, n, files, "delete files documents", err) &&
+	       delete_in(s->chunks, "files_id", ids, n, NULL, "delete chunks", err);
+}
+
+static bool
+delete_batch(gfs_session *s, mongoc_collection_t *uploads, const bson_value_t *ids, size_t n,
+             const char *lock, int64_t *files, gfs_error *err)
+{
+	bson_t doc = BSON_INITIALIZER;
+	bson_value_t mid = {.value_type = BSON_TYPE_OID};
+	bson_oid_init(&mid.value.v_oid, NULL);
+	BSON_APPEND_VALUE(&doc, "_id", &mid);
+	append_ids(&doc, "deleting", ids, n);
+	BSON_APPEND_DATE_TIME(&doc, "started", gfs_now_ms());
+	gfs_owner_append(&doc);
+	if (lock)
+		BSON_APPEND_UTF8(&doc, "lock", lock);
+	bson_error_t berr;
+	bool ok = mongoc_collection_insert_one(uploads, &doc, NULL, NULL, &berr);
+	bson_destroy(&doc);
+	if (!ok) {
+		gfs_error_from_bson(err, &berr, "insert deletion marker");
+		return false;
+	}
+	/* On a failure the marker stays: the removal was decided, and recovery completes it. */
+	return remove_files(s, ids, n, files, err) &&
+	       delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
+}
+
+bool
+gfs_delete_many(gfs_session *s, const bson_value_t *ids, size_t n, const char *lock,
+                int64_t *files, gfs_error *err)
+{
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	int64_t total = 0;
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i += DELETE_BATCH) {
+		int64_t got = 0;
+		ok = delete_batch(s, uploads, ids + i, n - i < DELETE_BATCH ? n - i : DELETE_BATCH, lock,
+		                  &got, err);
+		total += got;
+	}
+	mongoc_collection_destroy(uploads);
+	if (files)
+		*files = total;
+	return ok;
+}
+
 bool
 gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, reply;
-	bson_error_t berr;
-	gfs_id_filter(&filter, "_id", id);
-	bool ok = mongoc_collection_delete_one(s->files, &filter, NULL, &reply, &berr);
-	bson_destroy(&filter);
-	if (!ok) {
-		bson_destroy(&reply);
-		gfs_error_from_bson(err, &berr, "delete files document");
+	int64_t files = 0;
+	if (!gfs_delete_many(s, id, 1, NULL, &files, err))
 		return false;
-	}
-	bson_iter_t it;
-	int64_t deleted = 0;
-	if (bson_iter_init_find(&it, &reply, "deletedCount") && BSON_ITER_HOLDS_NUMBER(&it))
-		deleted = bson_iter_as_int64(&it);
-	bson_destroy(&reply);
-
-	bson_init(&filter);
-	gfs_id_filter(&filter, "files_id", id);
-	ok = mongoc_collection_delete_many(s->chunks, &filter, NULL, NULL, &berr);
-	bson_destroy(&filter);
-	if (!ok) {
-		gfs_error_from_bson(err, &berr, "delete chunks");
-		return false;
-	}
-	if (deleted == 0) {
+	if (files == 0) {
 		char *ids = gfs_id_string(id);
 		gfs_error_set(err, GFS_ENOTFOUND, "id %s: no such file", ids);
 		free(ids);
 		return false;
 	}
 	return true;
+}
+
+/*
+ * A marker whose writer is gone, or older than any live writer's could be,
+ * or one covered by the lock we hold (held, may be NULL), whose writer
+ * would hold it if it were alive.
+ */
+static bool
+deletion_abandoned(const bson_t *doc, const char *held)
+{
+	bson_iter_t it;
+	if (held && bson_iter_init_find(&it, doc, "lock") && BSON_ITER_HOLDS_UTF8(&it) &&
+	    strcmp(bson_iter_utf8(&it, NULL), held) == 0)
+		return true;
+	/* Before markers named their writer, only imports wrote them. */
+	if (!bson_iter_init_find(&it, doc, "pid"))
+		return held && strcmp(held, GFS_IMPORT_LOCK) == 0;
+	if (gfs_owner_gone(doc))
+		return true;
+	int64_t started = bson_iter_init_find(&it, doc, "started") && BSON_ITER_HOLDS_DATE_TIME(&it)
+	                      ? bson_iter_date_time(&it)
+	                      : 0;
+	return started < gfs_now_ms() - (int64_t)GFS_LOCK_DEFAULT_TTL * 1000;
+}
+
+/* Completes the removal one deletion marker records, then removes the marker. */
+static bool
+finish_deletion(gfs_session *s, mongoc_collection_t *uploads, const bson_t *doc, size_t *files,
+                gfs_error *err)
+{
+	bson_iter_t it, arr;
+	if (!bson_iter_init_find(&it, doc, "_id"))
+		return true;
+	bson_value_t mid;
+	bson_value_copy(bson_iter_value(&it), &mid);
+	bson_value_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	if (bson_iter_init_find(&it, doc, "deleting") && BSON_ITER_HOLDS_ARRAY(&it) &&
+	    bson_iter_recurse(&it, &arr)) {
+		while (bson_iter_next(&arr)) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				ids = realloc(ids, cap * sizeof *ids);
+				if (!ids)
+					abort();
+			}
+			bson_value_copy(bson_iter_value(&arr), &ids[n++]);
+		}
+	}
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i += DELETE_BATCH)
+		ok = remove_files(s, ids + i, n - i < DELETE_BATCH ? n - i : DELETE_BATCH, NULL, err);
+	ok = ok && delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
+	if (ok)
+		*files += n;
+	for (size_t i = 0; i < n; i++)
+		bson_value_destroy(&ids[i]);
+	free(ids);
+	bson_value_destroy(&mid);
+	return ok;
+}
+
+bool
+gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error *err)
+{
+	*files = 0;
+	bson_t filter = BSON_INITIALIZER, exists;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
+	BSON_APPEND_BOOL(&exists, "$exists", true);
+	bson_append_document_end(&filter, &exists);
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, NULL, NULL);
+	bson_destroy(&filter);
+	/* Few (one per writer at most): read them all before removing any. */
+	bson_t **docs = NULL;
+	size_t n = 0, cap = 0;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (!deletion_abandoned(doc, held))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 8;
+			docs = realloc(docs, cap * sizeof *docs);
+			if (!docs)
+				abort();
+		}
+		docs[n++] = bson_copy(doc);
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read deletion markers");
+	mongoc_cursor_destroy(cur);
+	for (size_t i = 0; i < n; i++) {
+		ok = ok && finish_deletion(s, uploads, docs[i], files, err);
+		bson_destroy(docs[i]);
+	}
+	free(docs);
+	mongoc_collection_destroy(uploads);
+	return ok;
 }
 
 /*
@@ -611,14 +796,9 @@ gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, const bson_
 	size_t count;
 	/* Collect first: deleting while the cursor is open could make it skip or repeat. */
 	bool ok = old_revision_ids(s, name, keep < 1 ? 1 : keep, keep_id, &ids, &count, err);
-	for (size_t i = 0; i < count; i++) {
-		gfs_error derr;
-		if (ok && !gfs_delete(s, &ids[i], &derr) && derr.code != GFS_ENOTFOUND) {
-			*err = derr;
-			ok = false;
-		}
+	ok = ok && gfs_delete_many(s, ids, count, NULL, NULL, err);
+	for (size_t i = 0; i < count; i++)
 		bson_value_destroy(&ids[i]);
-	}
 	free(ids);
 	return ok;
 }

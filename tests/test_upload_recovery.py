@@ -1,0 +1,178 @@
+"""What a writer killed between two of its requests leaves, planted exactly
+with a wire proxy (tests/wireproxy.py) rather than hoped for with a random
+kill (tests/long/test_crash.py), and what the next run must make of it:
+no orphan chunk, no name stored twice, every stored file complete.
+
+GridFS removes a file in two writes, its files document and then its
+chunks: a writer killed between the two leaves chunks that no files
+document names (F2 and F3 in docs/reliability.md)."""
+import datetime
+import os
+import socket
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "long"))
+
+from state import duplicated_names, incomplete_files, orphan_chunks, stored
+from test_watch import Watcher
+from wireproxy import Rule, WireProxy
+
+DEADLINE = 60
+
+
+def ok(res):
+    assert res.rc == 0, res
+    return res
+
+
+class Victim:
+    """The process a rule's action SIGKILLs; set before the rule can fire."""
+
+    def __init__(self):
+        self.proc = None
+
+    def kill(self):
+        self.proc.kill()
+
+
+def killed_at(gfs, proxy, rule, victim, *args):
+    """Runs gridfsctl args through the proxy until rule kills it; asserts that it did."""
+    victim.proc = gfs.popen(*args, env={"GRIDFSCTL_URI": proxy.uri},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert victim.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
+    assert rule.done.is_set()
+
+
+def assert_clean(db, want):
+    assert orphan_chunks(db) == []
+    assert duplicated_names(db) == []
+    assert incomplete_files(db) == []
+    assert stored(db) == want
+
+
+def test_put_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_path):
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(300_000))
+    ok(gfs.run("put", f, "--chunk-size", "16K"))
+    old = db["fs.files"].find_one()["_id"]
+    f.write_bytes(os.urandom(300_000))
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        rule = proxy.add(Rule("delete", "fs.files", "kill_after_reply", victim.kill))
+        killed_at(gfs, proxy, rule, victim, "put", f, "--chunk-size", "16K")
+    finally:
+        proxy.close()
+    # Planted: the old revision's files document is gone, its 19 chunks are not.
+    assert orphan_chunks(db) == [old] * 19
+    ok(gfs.run("put", f, "--chunk-size", "16K"))
+    assert_clean(db, {"big.bin": f.read_bytes()})
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+def test_rm_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_path):
+    f = tmp_path / "a.bin"
+    f.write_bytes(os.urandom(100_000))
+    ok(gfs.run("put", f, "--chunk-size", "16K"))
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        rule = proxy.add(Rule("delete", "fs.files", "kill_after_reply", victim.kill))
+        killed_at(gfs, proxy, rule, victim, "rm", "a.bin")
+    finally:
+        proxy.close()
+    assert len(orphan_chunks(db)) == 7
+    # Any later writer finishes the removal: here an unrelated put.
+    g = tmp_path / "b.bin"
+    g.write_bytes(b"b")
+    ok(gfs.run("put", g))
+    assert_clean(db, {"b.bin": b"b"})
+
+
+def test_watch_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(100_000))
+    ok(gfs.run("import", src))
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        w = Watcher(gfs, src, env={"GRIDFSCTL_URI": proxy.uri})
+        victim.proc = w.proc
+        w.wait_for("ready")
+        # Armed once watch is idle: the first removal now is the old revision's, after the upload.
+        rule = proxy.add(Rule("delete", "fs.files", "kill_after_reply", victim.kill))
+        (src / "a.bin").write_bytes(os.urandom(100_000))
+        assert w.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
+        w.wait_exit()
+    finally:
+        proxy.close()
+    assert len(orphan_chunks(db)) == 1
+    w = Watcher(gfs, src)
+    try:
+        w.wait_for("ready")
+    finally:
+        assert w.stop() == 0
+    assert_clean(db, {"a.bin": (src / "a.bin").read_bytes()})
+    assert ok(gfs.run("verify", "--against", src))
+
+
+def identity(pid):
+    """The owner fields lib/lock.c records for process pid on this host."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    with open(f"/proc/{pid}/stat") as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+    host = socket.gethostname()
+    return {"owner": f"{host}/{boot}/{pid}/{start}", "host": host, "bootId": boot, "pid": pid,
+            "startTime": start}
+
+
+def plant_removal(db, bucket, name, started, **owner):
+    """A removal cut short: the marker, the files document gone, the chunks not."""
+    fid = bucket.upload_from_stream(name, b"x" * 300_000)
+    db["fs.gridfsctl_uploads"].insert_one({"deleting": [fid], "started": started, **owner})
+    db.fs.files.delete_one({"_id": fid})
+    return fid
+
+
+def test_put_finishes_only_removals_whose_writer_is_gone(gfs, db, bucket, tmp_path):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    gone = subprocess.Popen(["true"])
+    dead = identity(gone.pid)
+    gone.wait()
+    dead_here = plant_removal(db, bucket, "dead", now, **dead)
+    live_here = plant_removal(db, bucket, "live", now, **identity(os.getpid()))
+    elsewhere = dict(identity(os.getpid()), host="elsewhere.example", bootId="b")
+    recent_elsewhere = plant_removal(db, bucket, "recent", now, **elsewhere)
+    old_elsewhere = plant_removal(db, bucket, "old", now - datetime.timedelta(minutes=2),
+                                  **elsewhere)
+    # An import's, from before markers named their writer: the next import's, under its lock.
+    legacy = plant_removal(db, bucket, "legacy", now, owner="gone/1")
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"f")
+    res = ok(gfs.run("put", f))
+    assert "finished removing 2 files" in res.err
+    assert sorted(orphan_chunks(db), key=str) == sorted(
+        [live_here] * 2 + [recent_elsewhere] * 2 + [legacy] * 2, key=str)
+    for fid in (dead_here, old_elsewhere):
+        assert db["fs.gridfsctl_uploads"].count_documents({"deleting": fid}) == 0
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a")
+    res = ok(gfs.run("import", src))
+    assert "finished deleting 1 file" in res.err
+    assert sorted(orphan_chunks(db), key=str) == sorted([live_here] * 2 + [recent_elsewhere] * 2,
+                                                        key=str)
+
+
+def test_import_finishes_another_hosts_import_removal_at_once(gfs, db, bucket, tmp_path):
+    # An import elsewhere died removing a file: the import lock it held is ours now, so at once.
+    now = datetime.datetime.now(datetime.timezone.utc)
+    elsewhere = dict(identity(os.getpid()), host="elsewhere.example", bootId="b")
+    plant_removal(db, bucket, "gone", now, lock="import", **elsewhere)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a")
+    res = ok(gfs.run("import", src))
+    assert "finished deleting 1 file" in res.err
+    assert_clean(db, {"a": b"a"})
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0

@@ -238,6 +238,12 @@ bool gfs_put(gfs_session *s, const gfs_put_opts *opts, gfs_source_fn src, void *
  * late): call it again once the command's own work is done.
  */
 bool gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err);
+/*
+ * Remembers ids as uploads recovered, whose markers go: for some minutes,
+ * every gfs_put_recover() removes whatever of them lands late (a files
+ * document first, then chunks) that their dead writer had in flight.
+ */
+bool gfs_recovered_add(gfs_session *s, const bson_value_t *ids, size_t n, gfs_error *err);
 /* gfs_source_fn over a file descriptor. ctx is an int *. */
 ssize_t gfs_source_fd(uint8_t *buf, size_t len, void *ctx);
 

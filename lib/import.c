@@ -666,13 +666,16 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 {
 	bool *complete = calloc(n, sizeof *complete);
 	struct newrev *revs = calloc(n, sizeof *revs);
-	struct idlist orphans = {0}, done = {0}, flagged = {0}, fresh = {0};
+	struct idlist orphans = {0}, done = {0}, flagged = {0}, fresh = {0}, latedocs = {0};
 	if (!complete || !revs)
 		abort();
 	bool ok = find_complete(s, m, n, complete, err);
 	size_t nrevs = 0;
 	for (size_t i = 0; ok && i < n; i++) {
-		if (!complete[i]) {
+		/* Recovered before: a files document now was written over chunks that are gone. */
+		if (m[i].flagged && complete[i])
+			idlist_add(&latedocs, &m[i].id);
+		if (!complete[i] || m[i].flagged) {
 			idlist_add(&orphans, &m[i].id);
 			idlist_add(m[i].flagged ? &flagged : &fresh, &m[i].id);
 			continue;
@@ -684,14 +687,21 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 			revs[nrevs++].keep = m[i].keep;
 		}
 	}
-	int64_t removed = 0;
-	ok = ok && delete_in_count(s->chunks, "files_id", orphans.v, orphans.n, &removed,
-	                           "remove orphan chunks", err) &&
+	int64_t removed = 0, docs = 0;
+	ok = ok && delete_in_count(s->files, "_id", latedocs.v, latedocs.n, &docs,
+	                           "remove late files documents", err) &&
+	     delete_in_count(s->chunks, "files_id", orphans.v, orphans.n, &removed,
+	                     "remove orphan chunks", err) &&
 	     trim_revisions(s, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
 	     delete_in(uploads, "_id", done.v, done.n, "remove upload markers", err);
-	/* A chunk found means writes of the dead may be landing still: the next pass looks again. */
-	if (ok && removed == 0)
-		ok = delete_in(uploads, "_id", flagged.v, flagged.n, "remove upload markers", err);
+	/*
+	 * A chunk found means writes of the dead may be landing still: the next
+	 * pass looks again. Else the markers go, and the uploads are remembered
+	 * as recovered for what lands even later (lib/write.c).
+	 */
+	if (ok && removed + docs == 0)
+		ok = gfs_recovered_add(s, flagged.v, flagged.n, err) &&
+		     delete_in(uploads, "_id", flagged.v, flagged.n, "remove upload markers", err);
 	if (ok) {
 		imp->st.recovered += fresh.n;
 		if (fresh.n == 0)
@@ -701,6 +711,7 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	idlist_free(&done);
 	idlist_free(&flagged);
 	idlist_free(&fresh);
+	idlist_free(&latedocs);
 	free(complete);
 	free(revs);
 	return ok;

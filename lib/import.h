@@ -39,6 +39,8 @@
 #include "walk.h"
 
 #define GFS_UPLOADS_SUFFIX "gridfsctl_uploads"
+/* Uploads recovered in the last minutes, whose late writes recovery still removes (lib/write.c). */
+#define GFS_RECOVERED_SUFFIX "gridfsctl_recovered"
 /* Set on the marker of a dead upload whose chunks recovery removed once. */
 #define GFS_RECOVERED_FIELD "recovered"
 #define GFS_IMPORT_LOCK "import"

@@ -171,6 +171,49 @@ remove_chunks(gfs_session *s, const bson_value_t *id)
 	return ok;
 }
 
+static void
+append_ids(bson_t *doc, const char *key, const bson_value_t *ids, size_t n)
+{
+	bson_t arr;
+	BSON_APPEND_ARRAY_BEGIN(doc, key, &arr);
+	for (size_t i = 0; i < n; i++) {
+		char buf[16];
+		const char *k;
+		bson_uint32_to_string((uint32_t)i, &k, buf, sizeof buf);
+		BSON_APPEND_VALUE(&arr, k, &ids[i]);
+	}
+	bson_append_array_end(doc, &arr);
+}
+
+/* Removes the documents whose field is among ids; *count how many (may be NULL). */
+static bool
+delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *ids, size_t n,
+          int64_t *count, const char *what, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, in, reply;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, field, &in);
+	append_ids(&in, "$in", ids, n);
+	bson_append_document_end(&filter, &in);
+	bson_error_t berr;
+	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
+	bson_iter_t it;
+	if (ok && count)
+		*count = bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it) : 0;
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	bson_destroy(&reply);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* Files documents first, then chunks, as the spec orders a removal. */
+static bool
+remove_files(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *files, gfs_error *err)
+{
+	return delete_in(s->files, "_id", ids, n, files, "delete files documents", err) &&
+	       delete_in(s->chunks, "files_id", ids, n, NULL, "delete chunks", err);
+}
+
 /* ---- upload markers ---------------------------------------------------- */
 
 /*
@@ -298,11 +341,97 @@ marker_flag(gfs_session *s, const bson_value_t *id, gfs_error *err)
 	return ok;
 }
 
+#define RECOVER_MAX 1000
+
+/*
+ * A write that a dead process had sent can still be applied after its
+ * upload was recovered: the server runs what it received, its sender gone
+ * or not, and the sender's kernel goes on sending what its socket held for
+ * a while after the process died. A chunk batch leaves orphans then, a
+ * files document a file with no chunks. So an upload whose marker goes
+ * after recovery is remembered in BUCKET.gridfsctl_recovered as
+ * {_id: files_id, until} for RECOVERED_KEEP_S, far longer than any such
+ * write takes, and every recovery removes what of it has landed since.
+ */
+#define RECOVERED_KEEP_S 600
+
+static bool
+recovered_add(gfs_session *s, const bson_value_t *id, gfs_error *err)
+{
+	bson_t doc = BSON_INITIALIZER;
+	BSON_APPEND_VALUE(&doc, "_id", id);
+	BSON_APPEND_DATE_TIME(&doc, "until", gfs_now_ms() + (int64_t)RECOVERED_KEEP_S * 1000);
+	mongoc_collection_t *rec = gfs_session_bucket_collection(s, GFS_RECOVERED_SUFFIX);
+	bson_error_t berr;
+	/* Already there: a pass before ours remembered it. */
+	bool ok = mongoc_collection_insert_one(rec, &doc, NULL, NULL, &berr) || berr.code == 11000;
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "remember a recovered upload");
+	mongoc_collection_destroy(rec);
+	bson_destroy(&doc);
+	return ok;
+}
+
+bool
+gfs_recovered_add(gfs_session *s, const bson_value_t *ids, size_t n, gfs_error *err)
+{
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = recovered_add(s, &ids[i], err);
+	return ok;
+}
+
+/* Removes what landed of recovered uploads since, and forgets those past their time. */
+static bool
+sweep_recovered(gfs_session *s, gfs_error *err)
+{
+	bson_t opts = BSON_INITIALIZER;
+	BSON_APPEND_INT64(&opts, "limit", RECOVER_MAX);
+	mongoc_collection_t *rec = gfs_session_bucket_collection(s, GFS_RECOVERED_SUFFIX);
+	bson_t all = BSON_INITIALIZER;
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(rec, &all, &opts, NULL);
+	bson_value_t *ids = calloc(RECOVER_MAX, sizeof *ids), *old = calloc(RECOVER_MAX, sizeof *old);
+	if (!ids || !old)
+		abort();
+	size_t n = 0, nold = 0;
+	int64_t now = gfs_now_ms();
+	const bson_t *doc;
+	while (n < RECOVER_MAX && mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t id, until;
+		if (!bson_iter_init_find(&id, doc, "_id"))
+			continue;
+		bson_value_copy(bson_iter_value(&id), &ids[n++]);
+		if (!bson_iter_init_find(&until, doc, "until") || !BSON_ITER_HOLDS_DATE_TIME(&until) ||
+		    bson_iter_date_time(&until) < now)
+			old[nold++] = ids[n - 1];
+	}
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "read recovered uploads");
+	mongoc_cursor_destroy(cur);
+	bson_destroy(&opts);
+	bson_destroy(&all);
+	/* Those past their time are looked at once more, then forgotten. */
+	ok = ok && (n == 0 || remove_files(s, ids, n, NULL, err)) &&
+	     (nold == 0 || delete_in(rec, "_id", old, nold, NULL, "forget recovered uploads", err));
+	for (size_t i = 0; i < n; i++)
+		bson_value_destroy(&ids[i]);
+	free(ids);
+	free(old);
+	mongoc_collection_destroy(rec);
+	return ok;
+}
+
+
 /*
  * Finishes one marker whose put is gone; false only on a backend error.
  * A chunk insert the dead put had in flight can still land after its
  * chunks were removed, so the marker stays, flagged, until a later pass
- * (at the end of the recovering command, or the next one) finds no chunk.
+ * (at the end of the recovering command, or the next one) finds no chunk;
+ * then the upload is remembered as recovered for what lands even later.
+ * A files document found on that later pass was written over chunks that
+ * are gone: it goes too.
  */
 static bool
 recover_marker(gfs_session *s, const bson_value_t *id, const char *lock_name, bool flagged,
@@ -320,22 +449,25 @@ recover_marker(gfs_session *s, const bson_value_t *id, const char *lock_name, bo
 		}
 	}
 	bool exists;
-	int64_t late = 0;
+	int64_t late = 0, files = 0;
 	bool ok = files_doc_exists(s, id, &exists, err);
-	if (ok && !exists)
-		ok = remove_dead_chunks(s, id, &late, err);
-	if (ok && (exists || (flagged && late == 0))) {
-		ok = marker_remove(s, id, err);
+	if (ok && exists && !flagged) {
+		ok = marker_remove(s, id, err);   /* complete */
 	} else if (ok && !flagged) {
-		ok = marker_flag(s, id, err);
+		ok = remove_dead_chunks(s, id, &late, err) && marker_flag(s, id, err);
 		*removed += ok;
+	} else if (ok) {
+		ok = (!exists || delete_in(s->files, "_id", id, 1, &files, "remove a late files document",
+		                           err)) &&
+		     remove_dead_chunks(s, id, &late, err);
+		/* Something landed: writes of the dead may be landing still, so the next pass looks again. */
+		if (ok && late + files == 0)
+			ok = recovered_add(s, id, err) && marker_remove(s, id, err);
 	}
 	if (l)
 		gfs_lock_release(l);
 	return ok;
 }
-
-#define RECOVER_MAX 1000
 
 bool
 gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
@@ -368,6 +500,7 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 	mongoc_collection_destroy(uploads);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
+	ok = ok && sweep_recovered(s, err);
 	for (size_t i = 0; i < n; i++) {
 		bson_iter_t id, lock;
 		bson_iter_t flag;
@@ -524,49 +657,6 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
  * does not find its files gone and report them missing.
  */
 #define DELETE_BATCH 500
-
-static void
-append_ids(bson_t *doc, const char *key, const bson_value_t *ids, size_t n)
-{
-	bson_t arr;
-	BSON_APPEND_ARRAY_BEGIN(doc, key, &arr);
-	for (size_t i = 0; i < n; i++) {
-		char buf[16];
-		const char *k;
-		bson_uint32_to_string((uint32_t)i, &k, buf, sizeof buf);
-		BSON_APPEND_VALUE(&arr, k, &ids[i]);
-	}
-	bson_append_array_end(doc, &arr);
-}
-
-/* Removes the documents whose field is among ids; *count how many (may be NULL). */
-static bool
-delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *ids, size_t n,
-          int64_t *count, const char *what, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, in, reply;
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, field, &in);
-	append_ids(&in, "$in", ids, n);
-	bson_append_document_end(&filter, &in);
-	bson_error_t berr;
-	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
-	bson_iter_t it;
-	if (ok && count)
-		*count = bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it) : 0;
-	if (!ok)
-		gfs_error_from_bson(err, &berr, what);
-	bson_destroy(&reply);
-	bson_destroy(&filter);
-	return ok;
-}
-
-/* Files documents first, then chunks, as the spec orders a removal. */
-static bool
-remove_files(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *files, gfs_error *err)
-{
-	return delete_in(s->files, "_id", ids, n, files, "delete files documents", err) &&
-	       delete_in(s->chunks, "files_id", ids, n, NULL, "delete chunks", err);
-}
 
 static bool
 delete_batch(gfs_session *s, mongoc_collection_t *uploads, const bson_value_t *ids, size_t n,

@@ -176,3 +176,38 @@ def test_import_finishes_another_hosts_import_removal_at_once(gfs, db, bucket, t
     assert "finished deleting 1 file" in res.err
     assert_clean(db, {"a": b"a"})
     assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+def held_put(gfs, backend, tmp_path, collection):
+    """A put whose write to collection is held at the proxy while it is killed and a put of
+    another name runs (it recovers the dead upload); the write is then released and lands."""
+    f, other = tmp_path / "big.bin", tmp_path / "other.bin"
+    f.write_bytes(os.urandom(300_000))
+    other.write_bytes(b"o")
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        rule = proxy.add(Rule("insert", collection, "hold", victim.kill))
+        victim.proc = gfs.popen("put", f, "--chunk-size", "16K", env={"GRIDFSCTL_URI": proxy.uri},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert victim.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
+        ok(gfs.run("put", other))
+        rule.release()
+    finally:
+        proxy.close()
+    return other
+
+
+def test_chunks_landing_after_recovery_are_removed_by_the_next_run(gfs, db, backend, tmp_path):
+    other = held_put(gfs, backend, tmp_path, "fs.chunks")
+    assert len(orphan_chunks(db)) == 19        # the dead put's whole batch, landed late
+    ok(gfs.run("put", other))
+    assert_clean(db, {"other.bin": b"o"})
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+def test_files_doc_landing_after_recovery_is_removed_by_the_next_run(gfs, db, backend, tmp_path):
+    # The dead put's chunks were all in and removed by the recovery; its files document came last.
+    other = held_put(gfs, backend, tmp_path, "fs.files")
+    assert incomplete_files(db) == ["big.bin"]
+    ok(gfs.run("put", other))
+    assert_clean(db, {"other.bin": b"o"})

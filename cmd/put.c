@@ -207,12 +207,19 @@ trim_revisions(gfs_session *s, const struct put_opts *o, const char *name, const
 	if (o->keep == 0)
 		return EXIT_OK;
 	if (stop_signal) {
-		warnx_("%s: stored, but interrupted before older revisions were removed", name);
+		warnx_("%s: stored, but interrupted before older revisions were removed (the next "
+		       "put or import removes them)", name);
 		return EXIT_INTERRUPTED;
 	}
 	gfs_error err;
+	/* On failure the upload marker stays: the next put or import removes them. */
 	if (!gfs_delete_old_revisions(s, name, (int)o->keep, &f->id, &err)) {
 		warnx_("%s: stored, but older revisions were not removed: %s", name, err.msg);
+		return EXIT_PARTIAL;
+	}
+	if (!gfs_put_trimmed(s, &f->id, &err)) {
+		warnx_("%s: stored, but its upload marker was not removed (the next put or import "
+		       "does): %s", name, err.msg);
 		return EXIT_PARTIAL;
 	}
 	if (!newest_is(s, name, &f->id, &err)) {
@@ -276,6 +283,7 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 		.content_type = o->type,
 		.metadata = &meta,
 		.chunk_size = (int32_t)o->chunk_size,
+		.keep_revisions = (int)o->keep,
 	};
 	gfs_file f;
 	gfs_error err;

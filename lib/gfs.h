@@ -216,6 +216,12 @@ typedef struct gfs_put_opts {
 	const bson_t *metadata;     /* extra metadata fields; sha256 is added */
 	int32_t chunk_size;         /* 0: default */
 	const bson_value_t *id;     /* NULL: a new ObjectId */
+	/*
+	 * > 0: the caller then removes older revisions beyond this many
+	 * (gfs_delete_old_revisions); the upload marker stays, naming it, until
+	 * gfs_put_trimmed(), so that recovery does the trim of a caller killed first.
+	 */
+	int keep_revisions;
 } gfs_put_opts;
 
 /* Reads up to len bytes; returns bytes read, 0 at end, -1 on error (errno set). */
@@ -230,6 +236,8 @@ typedef ssize_t (*gfs_source_fn)(uint8_t *buf, size_t len, void *ctx);
  */
 bool gfs_put(gfs_session *s, const gfs_put_opts *opts, gfs_source_fn src, void *src_ctx,
              gfs_file *out, gfs_error *err);
+/* Removes the upload marker a gfs_put() with keep_revisions left, once the caller has trimmed. */
+bool gfs_put_trimmed(gfs_session *s, const bson_value_t *id, gfs_error *err);
 /*
  * Removes what puts killed mid-upload left (their chunks when no files
  * document was written), skipping puts still running; *removed counts the

@@ -94,6 +94,7 @@ upload(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel, c
 		.content_type = o->content_type,
 		.metadata = &meta,
 		.chunk_size = o->chunk_size,
+		.keep_revisions = o->keep_revisions,
 	};
 	struct typed_source src = {.fd = fd, .magic = m, .po = &po};
 	gfs_file stored;
@@ -103,7 +104,8 @@ upload(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel, c
 	if (!ok)
 		return false;
 	/* Named, the new revision survives even when another writer's clock runs ahead. */
-	ok = gfs_delete_old_revisions(s, name, o->keep_revisions, &stored.id, err);
+	ok = gfs_delete_old_revisions(s, name, o->keep_revisions, &stored.id, err) &&
+	     gfs_put_trimmed(s, &stored.id, err);
 	gfs_file_free(&stored);
 	return ok;
 }

@@ -232,7 +232,7 @@ struct put_marker {
 };
 
 static bool
-marker_begin(gfs_session *s, const bson_value_t *id, const char *filename, struct put_marker *m,
+marker_begin(gfs_session *s, const bson_value_t *id, const gfs_put_opts *o, struct put_marker *m,
              gfs_error *err)
 {
 	char *ids = gfs_id_string(id);
@@ -243,8 +243,10 @@ marker_begin(gfs_session *s, const bson_value_t *id, const char *filename, struc
 		return false;
 	bson_t doc = BSON_INITIALIZER;
 	BSON_APPEND_VALUE(&doc, "_id", id);
-	BSON_APPEND_UTF8(&doc, "filename", filename);
+	BSON_APPEND_UTF8(&doc, "filename", o->filename);
 	BSON_APPEND_UTF8(&doc, "lock", m->lock_name);
+	if (o->keep_revisions > 0)
+		BSON_APPEND_INT32(&doc, "keep", o->keep_revisions);
 	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
 	bson_error_t berr;
 	bool ok = mongoc_collection_insert_one(uploads, &doc, NULL, NULL, &berr);
@@ -434,13 +436,24 @@ sweep_recovered(gfs_session *s, gfs_error *err)
  * are gone: it goes too.
  */
 static bool
-recover_marker(gfs_session *s, const bson_value_t *id, const char *lock_name, bool flagged,
-               size_t *removed, gfs_error *err)
+recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *err)
 {
+	bson_iter_t it, lk;
+	if (!bson_iter_init_find(&it, doc, "_id") || !bson_iter_init_find(&lk, doc, "lock") ||
+	    !BSON_ITER_HOLDS_UTF8(&lk))
+		return true;
+	const bson_value_t *id = bson_iter_value(&it);
+	bool flagged = bson_iter_init_find(&it, doc, GFS_RECOVERED_FIELD) && bson_iter_as_bool(&it);
+	int keep = bson_iter_init_find(&it, doc, "keep") && BSON_ITER_HOLDS_NUMBER(&it)
+	               ? (int)bson_iter_as_int64(&it)
+	               : 0;
+	const char *name = bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it)
+	                       ? bson_iter_utf8(&it, NULL)
+	                       : NULL;
 	gfs_lock *l = NULL;
 	if (!flagged) {
 		gfs_error lerr;
-		l = gfs_lock_acquire(s->conn, lock_name, 0, &lerr);
+		l = gfs_lock_acquire(s->conn, bson_iter_utf8(&lk, NULL), 0, &lerr);
 		if (!l && lerr.code == GFS_EBUSY)
 			return true; /* still running */
 		if (!l) {
@@ -452,7 +465,9 @@ recover_marker(gfs_session *s, const bson_value_t *id, const char *lock_name, bo
 	int64_t late = 0, files = 0;
 	bool ok = files_doc_exists(s, id, &exists, err);
 	if (ok && exists && !flagged) {
-		ok = marker_remove(s, id, err);   /* complete */
+		/* Complete; its writer died before removing older revisions, if it was to. */
+		ok = (keep <= 0 || !name || gfs_delete_old_revisions(s, name, keep, id, err)) &&
+		     marker_remove(s, id, err);
 	} else if (ok && !flagged) {
 		ok = remove_dead_chunks(s, id, &late, err) && marker_flag(s, id, err);
 		*removed += ok;
@@ -502,14 +517,7 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 	bson_destroy(&opts);
 	ok = ok && sweep_recovered(s, err);
 	for (size_t i = 0; i < n; i++) {
-		bson_iter_t id, lock;
-		bson_iter_t flag;
-		bool flagged = bson_iter_init_find(&flag, docs[i], GFS_RECOVERED_FIELD) &&
-		               bson_iter_as_bool(&flag);
-		if (ok && bson_iter_init_find(&id, docs[i], "_id") &&
-		    bson_iter_init_find(&lock, docs[i], "lock") && BSON_ITER_HOLDS_UTF8(&lock))
-			ok = recover_marker(s, bson_iter_value(&id), bson_iter_utf8(&lock, NULL), flagged,
-			                    removed, err);
+		ok = ok && recover_marker(s, docs[i], removed, err);
 		bson_destroy(docs[i]);
 	}
 	free(docs);
@@ -518,10 +526,10 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 
 /* Flushes the batch, recording the marker before the file's first chunk goes. */
 static bool
-flush_marked(gfs_chunk_batch *b, gfs_session *s, const bson_value_t *id, const char *filename,
+flush_marked(gfs_chunk_batch *b, gfs_session *s, const bson_value_t *id, const gfs_put_opts *o,
              struct put_marker *m, gfs_error *err)
 {
-	if (!m->lock && !marker_begin(s, id, filename, m, err))
+	if (!m->lock && !marker_begin(s, id, o, m, err))
 		return false;
 	return gfs_chunk_batch_flush(b, s, err);
 }
@@ -591,7 +599,7 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 		if (gfs_chunk_batch_bytes(batch) >= PUT_BATCH_BYTES ||
 		    gfs_chunk_batch_count(batch) >= PUT_BATCH_DOCS) {
 			wrote = true;
-			if (!(ok = flush_marked(batch, s, &id, o->filename, &marker, err)))
+			if (!(ok = flush_marked(batch, s, &id, o, &marker, err)))
 				break;
 		}
 		if (r < cs)
@@ -599,7 +607,7 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 	}
 	if (ok && gfs_chunk_batch_count(batch)) {
 		wrote = true;
-		ok = flush_marked(batch, s, &id, o->filename, &marker, err);
+		ok = flush_marked(batch, s, &id, o, &marker, err);
 	}
 	char hex[65];
 	gfs_sha256_final(h, hex);
@@ -612,6 +620,9 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 		              "for too long); nothing stored", o->filename);
 		ok = false;
 	}
+	/* An empty file sends no chunk, but the trim its caller does next needs the marker too. */
+	if (ok && o->keep_revisions > 0 && !marker.lock)
+		ok = marker_begin(s, &id, o, &marker, err);
 	bool doc_tried = false;
 	if (ok) {
 		bson_t doc = BSON_INITIALIZER;
@@ -637,10 +648,19 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 	 */
 	bool drop = !ok && wrote && !o->id && (!doc_tried || upload_absent(s, &id)) &&
 	            remove_chunks(s, &id);
-	/* Chunks kept for want of an answer stay marked: the next put's recovery looks again. */
-	marker_end(s, &id, &marker, ok || !wrote || drop);
+	/*
+	 * Chunks kept for want of an answer stay marked: the next put's recovery
+	 * looks again. A stored file's marker stays for its caller's trim.
+	 */
+	marker_end(s, &id, &marker, ok ? o->keep_revisions <= 0 : !wrote || drop);
 	bson_value_destroy(&id);
 	return ok;
+}
+
+bool
+gfs_put_trimmed(gfs_session *s, const bson_value_t *id, gfs_error *err)
+{
+	return marker_remove(s, id, err);
 }
 
 /* ---- removals ---------------------------------------------------------- */

@@ -211,3 +211,49 @@ def test_files_doc_landing_after_recovery_is_removed_by_the_next_run(gfs, db, ba
     assert incomplete_files(db) == ["big.bin"]
     ok(gfs.run("put", other))
     assert_clean(db, {"other.bin": b"o"})
+
+
+def test_watch_killed_after_storing_before_trimming(gfs, db, backend, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(100_000))
+    ok(gfs.run("import", src))
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        w = Watcher(gfs, src, env={"GRIDFSCTL_URI": proxy.uri})
+        victim.proc = w.proc
+        w.wait_for("ready")
+        # The new revision is stored; the old one not yet removed.
+        rule = proxy.add(Rule("insert", "fs.files", "kill_after_reply", victim.kill))
+        (src / "a.bin").write_bytes(os.urandom(100_000))
+        assert w.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
+        w.wait_exit()
+    finally:
+        proxy.close()
+    assert rule.done.is_set()
+    assert duplicated_names(db) == ["a.bin"]
+    w = Watcher(gfs, src)
+    try:
+        w.wait_for("ready")
+    finally:
+        assert w.stop() == 0
+    assert_clean(db, {"a.bin": (src / "a.bin").read_bytes()})
+
+
+def test_put_killed_after_storing_before_trimming(gfs, db, backend, tmp_path):
+    f, other = tmp_path / "big.bin", tmp_path / "other.bin"
+    f.write_bytes(os.urandom(300_000))
+    other.write_bytes(b"o")
+    ok(gfs.run("put", f, "--chunk-size", "16K"))
+    f.write_bytes(os.urandom(300_000))
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        rule = proxy.add(Rule("insert", "fs.files", "kill_after_reply", victim.kill))
+        killed_at(gfs, proxy, rule, victim, "put", f, "--chunk-size", "16K")
+    finally:
+        proxy.close()
+    assert duplicated_names(db) == ["big.bin"]
+    # Another name: no trim of big.bin of its own, only the recovery's.
+    ok(gfs.run("put", other))
+    assert_clean(db, {"big.bin": f.read_bytes(), "other.bin": b"o"})
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0

@@ -215,7 +215,7 @@ typedef struct gfs_put_opts {
 	const char *content_type;   /* NULL: none stored */
 	const bson_t *metadata;     /* extra metadata fields; sha256 is added */
 	int32_t chunk_size;         /* 0: default */
-	const bson_value_t *id;     /* NULL: a new ObjectId */
+	const bson_value_t *id;     /* NULL: a new ObjectId (given: not remembered as recovered) */
 	/*
 	 * > 0: the caller then removes older revisions beyond this many
 	 * (gfs_delete_old_revisions); the upload marker stays, naming it, until

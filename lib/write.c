@@ -247,6 +247,9 @@ marker_begin(gfs_session *s, const bson_value_t *id, const gfs_put_opts *o, stru
 	BSON_APPEND_UTF8(&doc, "lock", m->lock_name);
 	if (o->keep_revisions > 0)
 		BSON_APPEND_INT32(&doc, "keep", o->keep_revisions);
+	/* The caller's id may be used again soon: late writes of it are not told from a new file's. */
+	if (o->id)
+		BSON_APPEND_BOOL(&doc, "givenId", true);
 	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
 	bson_error_t berr;
 	bool ok = mongoc_collection_insert_one(uploads, &doc, NULL, NULL, &berr);
@@ -450,6 +453,7 @@ recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *er
 	const char *name = bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it)
 	                       ? bson_iter_utf8(&it, NULL)
 	                       : NULL;
+	bool given = bson_iter_init_find(&it, doc, "givenId") && bson_iter_as_bool(&it);
 	gfs_lock *l = NULL;
 	if (!flagged) {
 		gfs_error lerr;
@@ -477,7 +481,7 @@ recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *er
 		     remove_dead_chunks(s, id, &late, err);
 		/* Something landed: writes of the dead may be landing still, so the next pass looks again. */
 		if (ok && late + files == 0)
-			ok = recovered_add(s, id, err) && marker_remove(s, id, err);
+			ok = (given || recovered_add(s, id, err)) && marker_remove(s, id, err);
 	}
 	if (l)
 		gfs_lock_release(l);

@@ -428,7 +428,6 @@ sweep_recovered(gfs_session *s, gfs_error *err)
 	return ok;
 }
 
-
 /*
  * Finishes one marker whose put is gone; false only on a backend error.
  * A chunk insert the dead put had in flight can still land after its
@@ -676,9 +675,10 @@ gfs_put_trimmed(gfs_session *s, const bson_value_t *id, gfs_error *err)
  * tell them from others' uploads in progress. So the ids go first into a
  * deletion marker {_id, deleting: [ids], started, owner fields, lock} beside
  * the upload markers; gfs_finish_deletions() completes it once its writer
- * is gone, or at once for whoever holds the lock it names. The ids were decided before the marker was written, so finishing a
- * removal is never wrong; it waits for the writer only so that a live one
- * does not find its files gone and report them missing.
+ * is gone, or at once for whoever holds the lock it names. The ids were
+ * decided before the marker was written, so finishing a removal is never
+ * wrong; it waits for the writer only so that a live one does not find its
+ * files gone and report them missing.
  */
 #define DELETE_BATCH 500
 

@@ -10,7 +10,6 @@ import os
 import subprocess
 import time
 
-import pytest
 
 from longsuite import LONG, count, rng, tally  # noqa: F401 (fixtures)
 from state import duplicated_names, incomplete_files, orphan_chunks, stored, temp_files, tree_files
@@ -120,8 +119,6 @@ def test_mirror_killed(gfs, db, tmp_path, rng, tally):
         tally.survived += hit
 
 
-@pytest.mark.xfail(strict=False, reason="put killed by SIGKILL at some moments still leaves "
-                   "chunks the next put does not remove, after 847b42e (docs/reliability.md, F3)")
 def test_put_killed(gfs, db, tmp_path, rng, tally):
     f = tmp_path / "big.bin"
     f.write_bytes(body(rng, 1_500_000))
@@ -153,9 +150,6 @@ def test_get_killed(gfs, db, tmp_path, rng, tally):
         tally.survived += hit
 
 
-@pytest.mark.xfail(strict=False, reason="watch killed by SIGKILL at some moments still leaves "
-                   "orphan chunks that neither the next watch nor verify clears "
-                   "(docs/reliability.md, F2)")
 def test_watch_killed(gfs, db, tmp_path, rng, tally):
     src = tmp_path / "src"
     fill(src, rng, 12)

@@ -1,0 +1,569 @@
+/* serve's disk tier; the design is in disktier.h. */
+#include <dirent.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disktier.h"
+#include "strmap.h"
+
+#define NAME_MAX_ 72               /* "k-" and 64 hex digits, and a NUL */
+#define TMP_MAX_AGE_S 3600         /* a temporary file this old is abandoned, whoever made it */
+
+struct dentry {
+	char name[NAME_MAX_];
+	uint64_t size;
+	int64_t mtime;                 /* only to order the index at start */
+	struct dentry *prev, *next;    /* prev: more recently used */
+};
+
+struct disktier {
+	char *dir;
+	int dirfd, tmpfd;
+	void (*log)(const char *msg);
+	pthread_mutex_t mu;            /* map, list, bytes */
+	strmap *map;                   /* name -> struct dentry */
+	struct dentry *head, *tail;    /* head: most recently used */
+	uint64_t bytes, max;
+	atomic_uint_fast64_t hits, misses, evictions, errors;
+	atomic_uint seq;
+	atomic_bool failing;           /* logged a failure; quiet until a fill succeeds */
+};
+
+struct disktier_fill {
+	disktier *t;
+	int fd;
+	bool failed;
+	uint64_t want, have;
+	char name[NAME_MAX_];
+	char tmp[NAME_MAX_ + 48];
+};
+
+static void
+logf_(disktier *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+logf_(disktier *t, const char *fmt, ...)
+{
+	if (!t->log)
+		return;
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	t->log(buf);
+}
+
+/* Counts every failure; says so once, until a fill succeeds again. */
+static void
+tier_failed(disktier *t, const char *what, const char *name, int e)
+{
+	atomic_fetch_add(&t->errors, 1);
+	if (atomic_exchange(&t->failing, true))
+		return;
+	logf_(t, "disk tier %s: %s %s: %s; serving from memory and the backend meanwhile", t->dir,
+	      what, name, strerror(e));
+}
+
+static bool
+is_hex64(const char *s)
+{
+	for (int i = 0; i < 64; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return s[64] == '\0';
+}
+
+/* Only names the tier makes are entries; anything else in DIR is left alone. */
+static bool
+entry_name_ok(const char *s)
+{
+	if (s[0] == 'k' && s[1] == '-')
+		s += 2;
+	return strlen(s) == 64 && is_hex64(s);
+}
+
+static void
+name_of(const gfs_meta *m, char out[NAME_MAX_])
+{
+	char sha[65];
+	size_t n = strlen(m->sha256);
+	if (n == 64) {
+		for (size_t i = 0; i <= 64; i++)
+			sha[i] = (char)(m->sha256[i] >= 'A' && m->sha256[i] <= 'F' ? m->sha256[i] - 'A' + 'a'
+			                                                          : m->sha256[i]);
+		if (is_hex64(sha)) {
+			memcpy(out, sha, 65);
+			return;
+		}
+	}
+	/* No content hash: the revision's identity, typed _id and all, names it instead. */
+	char buf[512];
+	int len = snprintf(buf, sizeof buf, "%s\n%lld\n%lld", m->key, (long long)m->length,
+	                   (long long)m->upload_ms);
+	gfs_sha256 *h = gfs_sha256_new();
+	if (len >= (int)sizeof buf) {
+		gfs_sha256_update(h, m->key, strlen(m->key));
+		len = snprintf(buf, sizeof buf, "\n%lld\n%lld", (long long)m->length, (long long)m->upload_ms);
+	}
+	gfs_sha256_update(h, buf, (size_t)len);
+	gfs_sha256_final(h, sha);
+	snprintf(out, NAME_MAX_, "k-%s", sha);
+}
+
+/* ---- the list, under mu ------------------------------------------------ */
+
+static void
+unlink_node(disktier *t, struct dentry *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		t->head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		t->tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void
+push_head(disktier *t, struct dentry *e)
+{
+	e->prev = NULL;
+	e->next = t->head;
+	if (t->head)
+		t->head->prev = e;
+	else
+		t->tail = e;
+	t->head = e;
+}
+
+static void
+drop_locked(disktier *t, struct dentry *e)
+{
+	unlink_node(t, e);
+	strmap_del(t->map, e->name);
+	t->bytes -= e->size;
+}
+
+struct victims {
+	struct dentry **v;
+	size_t n, cap;
+};
+
+static void
+victim_add(struct victims *vs, struct dentry *e)
+{
+	if (vs->n == vs->cap) {
+		vs->cap = vs->cap ? vs->cap * 2 : 16;
+		vs->v = realloc(vs->v, vs->cap * sizeof *vs->v);
+		if (!vs->v)
+			abort();
+	}
+	vs->v[vs->n++] = e;
+}
+
+/* Takes entries off the cold end until the tier fits; they are unlinked after the lock. */
+static void
+shrink_locked(disktier *t, struct victims *vs)
+{
+	while (t->bytes > t->max && t->tail) {
+		struct dentry *e = t->tail;
+		drop_locked(t, e);
+		victim_add(vs, e);
+	}
+}
+
+/*
+ * Removes the victims' files. Another server may have written one of these
+ * names again meanwhile: unlinking it costs that server a miss, no more.
+ */
+static void
+unlink_victims(disktier *t, struct victims *vs)
+{
+	for (size_t i = 0; i < vs->n; i++) {
+		if (unlinkat(t->dirfd, vs->v[i]->name, 0) != 0 && errno != ENOENT)
+			tier_failed(t, "cannot remove", vs->v[i]->name, errno);
+		free(vs->v[i]);
+	}
+	atomic_fetch_add(&t->evictions, vs->n);
+	free(vs->v);
+	vs->v = NULL;
+	vs->n = vs->cap = 0;
+}
+
+/* Records name as present with size bytes, most recently used. */
+static void
+note_present(disktier *t, const char *name, uint64_t size)
+{
+	struct victims vs = {0};
+	pthread_mutex_lock(&t->mu);
+	struct dentry *e = strmap_get(t->map, name);
+	if (e) {
+		unlink_node(t, e);
+		t->bytes -= e->size;
+	} else {
+		e = gfs_xcalloc(1, sizeof *e);
+		memcpy(e->name, name, strlen(name) + 1); /* one of ours: at most 66 */
+		strmap_put(t->map, e->name, e);
+	}
+	e->size = size;
+	t->bytes += size;
+	push_head(t, e);
+	shrink_locked(t, &vs);
+	pthread_mutex_unlock(&t->mu);
+	unlink_victims(t, &vs);
+}
+
+static void
+forget(disktier *t, const char *name)
+{
+	pthread_mutex_lock(&t->mu);
+	struct dentry *e = strmap_get(t->map, name);
+	if (e) {
+		drop_locked(t, e);
+		free(e);
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- opening and indexing ---------------------------------------------- */
+
+/* Temporary files of servers that are gone: "<name>.<pid>.<n>". */
+static void
+clean_tmp(disktier *t)
+{
+	int fd = dup(t->tmpfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	time_t now = time(NULL);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		const char *dot = strchr(de->d_name, '.');
+		long pid = dot ? strtol(dot + 1, NULL, 10) : 0;
+		struct stat st;
+		if (fstatat(t->tmpfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		bool gone = pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+		if (gone || now - st.st_mtime > TMP_MAX_AGE_S)
+			unlinkat(t->tmpfd, de->d_name, 0);
+	}
+	closedir(d);
+}
+
+static int
+by_mtime(const void *a, const void *b)
+{
+	const struct dentry *x = *(struct dentry *const *)a, *y = *(struct dentry *const *)b;
+	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+/* One pass over DIR: every entry, the oldest fill coldest. */
+static bool
+scan(disktier *t, gfs_error *err)
+{
+	int fd = dup(t->dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", t->dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	struct victims all = {0};
+	struct dentry *e;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		struct stat st;
+		if (!entry_name_ok(de->d_name) ||
+		    fstatat(t->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		e = gfs_xcalloc(1, sizeof *e);
+		memcpy(e->name, de->d_name, strlen(de->d_name) + 1); /* checked: at most 66 */
+		e->size = (uint64_t)st.st_size;
+		e->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+		victim_add(&all, e);
+	}
+	closedir(d);
+	if (all.n)
+		qsort(all.v, all.n, sizeof *all.v, by_mtime);
+	for (size_t i = 0; i < all.n; i++) {
+		e = all.v[i];
+		strmap_put(t->map, e->name, e);
+		push_head(t, e);
+		t->bytes += e->size;
+	}
+	free(all.v);
+	return true;
+}
+
+static uint64_t
+default_size(disktier *t)
+{
+	struct statvfs vfs;
+	if (fstatvfs(t->dirfd, &vfs) != 0)
+		return 0;
+	uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	/* What the tier holds already is space it may keep: a restart must not shrink it. */
+	uint64_t size = free_bytes / 100 * DISKTIER_DEFAULT_PERCENT + t->bytes;
+	return size > DISKTIER_DEFAULT_CAP ? DISKTIER_DEFAULT_CAP : size;
+}
+
+static int
+open_dir_at(int at, const char *path)
+{
+	if (mkdirat(at, path, 0700) != 0 && errno != EEXIST)
+		return -1;
+	return openat(at, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+disktier *
+disktier_open(const char *dir, uint64_t max_bytes, void (*log)(const char *msg), gfs_error *err)
+{
+	disktier *t = gfs_xcalloc(1, sizeof *t);
+	t->dir = gfs_xstrdup(dir);
+	t->log = log;
+	t->tmpfd = -1;
+	pthread_mutex_init(&t->mu, NULL);
+	t->map = strmap_new(4096);
+	t->dirfd = open_dir_at(AT_FDCWD, dir);
+	if (t->dirfd < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "--cache-dir %s: %s", dir, strerror(errno));
+		disktier_close(t);
+		return NULL;
+	}
+	t->tmpfd = open_dir_at(t->dirfd, "tmp");
+	if (t->tmpfd < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "--cache-dir %s/tmp: %s", dir, strerror(errno));
+		disktier_close(t);
+		return NULL;
+	}
+	clean_tmp(t);
+	if (!scan(t, err)) {
+		disktier_close(t);
+		return NULL;
+	}
+	t->max = max_bytes ? max_bytes : default_size(t);
+	struct victims vs = {0};
+	pthread_mutex_lock(&t->mu);
+	shrink_locked(t, &vs);
+	pthread_mutex_unlock(&t->mu);
+	unlink_victims(t, &vs);
+	return t;
+}
+
+static void
+free_entry(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	(void)ctx;
+	free(value);
+}
+
+void
+disktier_close(disktier *t)
+{
+	if (!t)
+		return;
+	strmap_each(t->map, free_entry, NULL);
+	strmap_free(t->map);
+	if (t->dirfd >= 0)
+		close(t->dirfd);
+	if (t->tmpfd >= 0)
+		close(t->tmpfd);
+	pthread_mutex_destroy(&t->mu);
+	free(t->dir);
+	free(t);
+}
+
+/* ---- hits -------------------------------------------------------------- */
+
+int
+disktier_get(disktier *t, const gfs_meta *m)
+{
+	char name[NAME_MAX_];
+	name_of(m, name);
+	int fd = openat(t->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		forget(t, name); /* evicted by another server, or never there */
+		atomic_fetch_add(&t->misses, 1);
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != m->length) {
+		/* Torn by a crash before its data reached the disk: never served. */
+		close(fd);
+		unlinkat(t->dirfd, name, 0);
+		forget(t, name);
+		atomic_fetch_add(&t->misses, 1);
+		return -1;
+	}
+	note_present(t, name, (uint64_t)st.st_size);
+	atomic_fetch_add(&t->hits, 1);
+	return fd;
+}
+
+bool
+disktier_has(disktier *t, const gfs_meta *m)
+{
+	char name[NAME_MAX_];
+	name_of(m, name);
+	pthread_mutex_lock(&t->mu);
+	struct dentry *e = strmap_get(t->map, name);
+	bool ok = e && e->size == (uint64_t)m->length;
+	pthread_mutex_unlock(&t->mu);
+	return ok;
+}
+
+/* ---- fills ------------------------------------------------------------- */
+
+disktier_fill *
+disktier_fill_begin(disktier *t, const gfs_meta *m)
+{
+	if (m->length < 0 || (uint64_t)m->length > t->max)
+		return NULL;
+	disktier_fill *f = gfs_xcalloc(1, sizeof *f);
+	f->t = t;
+	f->want = (uint64_t)m->length;
+	name_of(m, f->name);
+	snprintf(f->tmp, sizeof f->tmp, "%s.%ld.%u", f->name, (long)getpid(),
+	         atomic_fetch_add(&t->seq, 1));
+	f->fd = openat(t->tmpfd, f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (f->fd < 0) {
+		tier_failed(t, "cannot create", f->tmp, errno);
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+bool
+disktier_fill_write(disktier_fill *f, const void *data, size_t len)
+{
+	const char *p = data;
+	while (!f->failed && len > 0) {
+		ssize_t n = write(f->fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			tier_failed(f->t, "cannot write", f->tmp, n < 0 ? errno : EIO);
+			f->failed = true;
+			break;
+		}
+		p += n;
+		len -= (size_t)n;
+		f->have += (uint64_t)n;
+	}
+	return !f->failed;
+}
+
+void
+disktier_fill_abort(disktier_fill *f)
+{
+	if (!f)
+		return;
+	if (f->fd >= 0)
+		close(f->fd);
+	unlinkat(f->t->tmpfd, f->tmp, 0);
+	free(f);
+}
+
+void
+disktier_fill_commit(disktier_fill *f)
+{
+	disktier *t = f->t;
+	if (f->failed || f->have != f->want) {
+		disktier_fill_abort(f);
+		return;
+	}
+	int fd = f->fd;
+	f->fd = -1;
+	if (close(fd) != 0) {
+		tier_failed(t, "cannot write", f->tmp, errno);
+		disktier_fill_abort(f);
+		return;
+	}
+	if (renameat(t->tmpfd, f->tmp, t->dirfd, f->name) != 0) {
+		tier_failed(t, "cannot rename", f->tmp, errno);
+		disktier_fill_abort(f);
+		return;
+	}
+	if (atomic_exchange(&t->failing, false))
+		logf_(t, "disk tier %s: writing again", t->dir);
+	note_present(t, f->name, f->want);
+	free(f);
+}
+
+void
+disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len)
+{
+	disktier_fill *f = disktier_fill_begin(t, m);
+	if (!f)
+		return;
+	disktier_fill_write(f, data, len);
+	disktier_fill_commit(f);
+}
+
+/* ---- reconciling with the metadata index -------------------------------- */
+
+static void
+expect_meta(gfs_meta *m, void *ctx)
+{
+	char name[NAME_MAX_];
+	name_of(m, name);
+	/* Stored as length + 1, so that an empty file is not a NULL value. */
+	strmap_put(ctx, name, (void *)(uintptr_t)((uint64_t)m->length + 1));
+}
+
+void
+disktier_reconcile(disktier *t, gfs_index *ix)
+{
+	strmap *want = strmap_new(gfs_index_count(ix) + 1);
+	gfs_index_each(ix, expect_meta, want);
+	struct victims vs = {0};
+	pthread_mutex_lock(&t->mu);
+	struct dentry *next;
+	for (struct dentry *e = t->head; e; e = next) {
+		next = e->next;
+		uintptr_t len = (uintptr_t)strmap_get(want, e->name);
+		if (len && len - 1 == e->size)
+			continue;
+		drop_locked(t, e);
+		victim_add(&vs, e);
+	}
+	pthread_mutex_unlock(&t->mu);
+	strmap_free(want);
+	unlink_victims(t, &vs);
+}
+
+void
+disktier_stats(disktier *t, struct disktier_stats *out)
+{
+	pthread_mutex_lock(&t->mu);
+	out->bytes = t->bytes;
+	out->max_bytes = t->max;
+	out->entries = strmap_count(t->map);
+	pthread_mutex_unlock(&t->mu);
+	out->hits = atomic_load(&t->hits);
+	out->misses = atomic_load(&t->misses);
+	out->evictions = atomic_load(&t->evictions);
+	out->errors = atomic_load(&t->errors);
+}

@@ -1,0 +1,104 @@
+/*
+ * serve's disk tier: a content-addressed cache of file bodies in a local
+ * directory, between the memory cache and the backend, so that files beyond
+ * RAM are served at disk speed and a restart starts warm. GridFS stays the
+ * source of truth; everything here may be lost at any time.
+ *
+ * Naming. An entry is named by the revision's metadata.sha256 (64 lower-case
+ * hex digits, checked; anything else is treated as absent), or, for a file
+ * without one, "k-" and the SHA-256 of its typed _id key, length and
+ * uploadDate. Stored names never become paths; two names with the same
+ * content share one entry; a new revision has another sha256 or another
+ * _id/uploadDate, so it can never be answered with the old bytes. Bodies
+ * written under a sha256 name were checked against it by the fetch that
+ * read them (the integrity rule), so the name is true.
+ *
+ * Atomic fill. A fill writes DIR/tmp/<name>.<pid>.<n> and renames it to
+ * DIR/<name> once complete and checked; no fsync (the tier is a cache). A
+ * crash may leave a renamed entry whose data never reached the disk: its
+ * size is then wrong and the entry is discarded when opened or indexed,
+ * never served. This relies on the filesystem writing data before it
+ * extends the size (ext4 data=ordered, the default, does; so do XFS and
+ * btrfs for data written before a rename); nothing else is checked on a
+ * hit, which is what lets hits go straight from the descriptor.
+ *
+ * Restart. disktier_open() indexes DIR in one pass (readdir and fstatat, no
+ * backend reads), oldest fill first in the LRU order. disktier_reconcile()
+ * then checks the entries against serve's metadata index: an entry no file
+ * refers to, or with the wrong size, is evicted. Temporary files left by
+ * a process that is gone (or older than an hour) are removed.
+ *
+ * Eviction. Least recently used by bytes (st_size), down to max_bytes, when
+ * a fill commits. Hits only reorder the in-memory list; nothing is written
+ * on a hit.
+ *
+ * Errors. A full disk or an I/O error on the tier is logged once (and again
+ * only after a fill succeeded in between); the fill is dropped and serving
+ * goes on from memory and the backend.
+ *
+ * Concurrency. Threads: one mutex over the map and the LRU list, never held
+ * across I/O other than the unlink of an entry found torn. Processes: several
+ * servers may share DIR (the supervisor runs two). Temporary names carry the
+ * pid, renames are atomic and entries under one name are identical by
+ * construction, so a server only ever opens a complete entry; one that finds
+ * an entry it does not know adopts it, one whose entry another evicted sees
+ * ENOENT and counts a miss. Each server bounds only the bytes it knows of,
+ * so n servers on one DIR may hold up to n times max_bytes: give each its
+ * share. Servers sharing DIR must serve the same bucket and prefix, or
+ * reconciling evicts each other's entries.
+ */
+#ifndef GFS_DISKTIER_H
+#define GFS_DISKTIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gfs.h"
+#include "index.h"
+
+/* The default size: this share of the free space at start, at most DISKTIER_DEFAULT_CAP. */
+#define DISKTIER_DEFAULT_PERCENT 90
+#define DISKTIER_DEFAULT_CAP (100ULL << 30)
+
+typedef struct disktier disktier;
+typedef struct disktier_fill disktier_fill;
+
+/*
+ * Opens (creating it 0700) and indexes dir. max_bytes 0: the default size.
+ * log receives one-line messages (may be NULL).
+ */
+disktier *disktier_open(const char *dir, uint64_t max_bytes, void (*log)(const char *msg),
+                        gfs_error *err);
+void disktier_close(disktier *t);
+
+/*
+ * A read-only descriptor of m's entry, whose size was checked against
+ * m->length, for the caller to close; -1 on a miss. Counts a hit or a miss.
+ */
+int disktier_get(disktier *t, const gfs_meta *m);
+/* Is m's entry known to be present? Counts nothing. */
+bool disktier_has(disktier *t, const gfs_meta *m);
+
+/*
+ * Starts writing m's entry; NULL when it cannot be kept (larger than the
+ * tier, or the tier cannot create files right now). Write the whole body,
+ * then commit (the size is checked) or abort; both free the fill.
+ */
+disktier_fill *disktier_fill_begin(disktier *t, const gfs_meta *m);
+bool disktier_fill_write(disktier_fill *f, const void *data, size_t len);
+void disktier_fill_commit(disktier_fill *f);
+void disktier_fill_abort(disktier_fill *f);
+/* begin, write, commit in one. */
+void disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len);
+
+/* Evicts entries that no file in ix refers to, or whose size is not its file's. */
+void disktier_reconcile(disktier *t, gfs_index *ix);
+
+struct disktier_stats {
+	uint64_t hits, misses, evictions, errors;
+	uint64_t bytes, max_bytes, entries;
+};
+void disktier_stats(disktier *t, struct disktier_stats *out);
+
+#endif

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 
 #include "acceptor.h"
 #include "cache.h"
+#include "disktier.h"
 #include "httpserve.h"
 #include "httputil.h"
 #include "index.h"
@@ -75,6 +77,7 @@ struct job {
 	struct req *waiters;
 	unsigned status;
 	cache_entry *entry;
+	bool fresh;              /* entry was read from the backend just now: fill the disk tier */
 	struct job *next;
 };
 
@@ -115,6 +118,7 @@ struct httpserve {
 	bool quiesced;
 	gfs_index *index;
 	http_cache *cache;
+	disktier *tier;              /* NULL without --cache-dir */
 
 	pthread_mutex_t jobs_mu;
 	pthread_cond_t jobs_cv;
@@ -153,6 +157,7 @@ struct httpserve {
 	atomic_long open_connections;
 	atomic_long unanswered_connections;   /* accepted, first request not yet begun */
 	atomic_uint_fast64_t preloaded;
+	atomic_uint_fast64_t backend_reads;   /* file bodies read from the backend, for any reason */
 	atomic_uint_fast64_t header_timeouts, per_ip_refused;
 	atomic_int_fast64_t last_per_ip_log_ms;
 
@@ -341,6 +346,34 @@ no_body(void *cls, uint64_t pos, char *buf, size_t max)
 	(void)buf;
 	(void)max;
 	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/*
+ * A disk tier hit, sent from the descriptor (sendfile), never copied: the
+ * response owns fd and closes it when the last connection is done with it.
+ */
+static enum MHD_Result
+send_disk(struct req *r, const gfs_meta *m, int fd)
+{
+	uint64_t len = r->range ? (uint64_t)(r->last - r->first + 1) : (uint64_t)m->length;
+	struct MHD_Response *resp;
+	if (len == 0) {
+		close(fd);
+		resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	} else if (r->range) {
+		resp = MHD_create_response_from_fd_at_offset64(len, fd, (uint64_t)r->first);
+	} else {
+		resp = MHD_create_response_from_fd64(len, fd);
+	}
+	if (!resp) {
+		if (len)
+			close(fd);
+		return send_status(r, 500);
+	}
+	add_file_headers(r->srv, resp, m, true);
+	if (r->range)
+		add_content_range(resp, r, m);
+	return queue_once(r, r->range ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp, len);
 }
 
 /* HEAD of a file not in the cache: the headers need only the metadata. */
@@ -613,12 +646,59 @@ stream_finish(struct stream *s, bool ok)
 }
 
 /*
+ * A whole file streamed also fills the disk tier, once its digest checks:
+ * the entry's name promises the content.
+ */
+struct tee {
+	disktier_fill *fill;
+	gfs_digest *digest;
+};
+
+static void
+tee_begin(struct httpserve *srv, const gfs_meta *m, const struct stream *s, struct tee *t)
+{
+	memset(t, 0, sizeof *t);
+	if (!srv->tier || s->first != 0 || s->last != m->length - 1)
+		return;
+	t->fill = disktier_fill_begin(srv->tier, m);
+	if (!t->fill)
+		return;
+	gfs_file f;
+	gfs_meta_file(m, &f);
+	t->digest = gfs_digest_new(&f);
+}
+
+static void
+tee_data(struct tee *t, const uint8_t *data, size_t len)
+{
+	if (!t->fill)
+		return;
+	gfs_digest_update(t->digest, data, len);
+	disktier_fill_write(t->fill, data, len);
+}
+
+static void
+tee_end(const gfs_meta *m, struct tee *t, bool ok)
+{
+	if (!t->fill)
+		return;
+	gfs_file f;
+	gfs_meta_file(m, &f);
+	gfs_error err;
+	if (gfs_digest_check(t->digest, &f, NULL, &err) && ok)
+		disktier_fill_commit(t->fill);
+	else
+		disktier_fill_abort(t->fill);
+	t->fill = NULL;
+}
+
+/*
  * Reads chunks w0..w1 in order, checking numbering and sizes as gfs_read
  * does, and pushes the bytes in range; *next is the chunk wanted next.
  */
 static bool
-stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, int64_t w0, int64_t w1,
-              int64_t *next, gfs_error *err)
+stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, struct tee *tee, int64_t w0,
+              int64_t w1, int64_t *next, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, range;
 	gfs_id_filter(&filter, "files_id", &m->id);
@@ -660,6 +740,7 @@ stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, int64_t w0,
 			ok = false;
 			break;
 		}
+		tee_data(tee, data, len);
 		int64_t base = n * m->chunk_size;
 		int64_t from = s->first > base ? s->first - base : 0;
 		int64_t to = s->last < base + len - 1 ? s->last - base : (int64_t)len - 1;
@@ -782,13 +863,14 @@ cache_body_insert(struct httpserve *srv, gfs_meta *m, cache_body *b)
 
 /* Reads a whole file into the cache; on failure returns NULL and the status to answer. */
 static cache_entry *
-fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status)
+fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status, bool *fresh)
 {
 	cache_entry *e = http_cache_peek(srv->cache, m->cache_key);
 	if (e) {
 		*status = 200;
 		return e;
 	}
+	atomic_fetch_add(&srv->backend_reads, 1);
 	gfs_file f;
 	gfs_meta_file(m, &f);
 	cache_body *b = cache_body_new((size_t)m->length);
@@ -806,6 +888,7 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 		return NULL;
 	}
 	*status = 200;
+	*fresh = true;
 	e = cache_body_insert(srv, m, b);
 	cache_body_unref(b);
 	return e;
@@ -847,8 +930,10 @@ run_lookup(struct httpserve *srv, gfs_session *ses, struct job *j)
 	j->meta = gfs_meta_from_file(&f);
 	gfs_file_free(&f);
 	j->status = 200;
-	if ((size_t)j->meta->length <= srv->cfg.stream_threshold)
-		j->entry = fetch_body(srv, ses, j->meta, &j->status);
+	/* On disk already: the resumed request sends it from there. */
+	if ((size_t)j->meta->length <= srv->cfg.stream_threshold &&
+	    !(srv->tier && disktier_has(srv->tier, j->meta)))
+		j->entry = fetch_body(srv, ses, j->meta, &j->status, &j->fresh);
 }
 
 /* Hands the job's outcome to every waiting request and resumes them. */
@@ -873,10 +958,13 @@ resume_waiters(struct httpserve *srv, struct job *j)
 	pthread_mutex_unlock(&srv->jobs_mu);
 }
 
+/* After the waiters have their answer, so that writing the entry delays no one. */
 static void
 finish_job(struct httpserve *srv, struct job *j)
 {
 	resume_waiters(srv, j);
+	if (j->entry && j->fresh && srv->tier)
+		disktier_put(srv->tier, j->meta, j->entry->body->data, j->entry->body->len);
 	if (j->entry)
 		cache_entry_release(srv->cache, j->entry);
 	job_free(j);
@@ -903,7 +991,7 @@ first_window(int32_t chunk_size)
  * is; after it the client has its 200 and sees the connection cut short.
  */
 static bool
-stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j)
+stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee *tee)
 {
 	const gfs_meta *m = j->meta;
 	struct stream *s = j->stream;
@@ -913,7 +1001,7 @@ stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j)
 	int64_t per = first_window(m->chunk_size), next = n0;
 	for (int64_t w0 = n0, w1; w0 <= n1; w0 = w1 + 1) {
 		w1 = w0 + per - 1 < n1 ? w0 + per - 1 : n1;
-		bool ok = stream_window(ses, m, s, w0, w1, &next, &err);
+		bool ok = stream_window(ses, m, s, tee, w0, w1, &next, &err);
 		if (w0 == n0) {
 			j->status = ok ? 200 : read_failure_status(srv, ses, m, &err);
 			resume_waiters(srv, j);
@@ -934,8 +1022,12 @@ static void
 run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
 {
 	j->status = 200;
-	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j);
+	atomic_fetch_add(&srv->backend_reads, 1);
+	struct tee tee;
+	tee_begin(srv, j->meta, j->stream, &tee);
+	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j, &tee);
 	stream_finish(j->stream, ok);
+	tee_end(j->meta, &tee, ok);
 	j->stream = NULL;
 }
 
@@ -948,7 +1040,7 @@ run_job(struct httpserve *srv, gfs_session *ses, struct job *j, bool stopping)
 			stream_finish(j->stream, false);
 		j->stream = NULL;
 	} else if (j->kind == JOB_FETCH) {
-		j->entry = fetch_body(srv, ses, j->meta, &j->status);
+		j->entry = fetch_body(srv, ses, j->meta, &j->status, &j->fresh);
 	} else if (j->kind == JOB_LOOKUP) {
 		run_lookup(srv, ses, j);
 	} else {
@@ -991,7 +1083,7 @@ header(struct req *r, const char *name)
 	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
-/* Sends the body of m: from the cache, streamed, or after a fetch. */
+/* Sends the body of m: from the cache, from the disk tier, streamed, or after a fetch. */
 static enum MHD_Result
 serve_body(struct req *r, gfs_meta *m)
 {
@@ -1002,6 +1094,9 @@ serve_body(struct req *r, gfs_meta *m)
 		return send_entry(r);
 	if (r->head && !r->range)
 		return send_head(r, m);
+	int fd = srv->tier ? disktier_get(srv->tier, m) : -1;
+	if (fd >= 0)
+		return send_disk(r, m, fd);
 	if (atomic_load(&srv->backend_down))
 		return send_status(r, 503);
 	if ((size_t)m->length > srv->cfg.stream_threshold)
@@ -1602,6 +1697,22 @@ serve_metrics(struct req *r)
 	        (unsigned long long)cs.hits, (unsigned long long)cs.misses,
 	        (unsigned long long)cs.evictions, (unsigned long long)cs.neg_hits, cs.bytes,
 	        cs.max_bytes, cs.entries, (unsigned long long)atomic_load(&srv->preloaded));
+	struct disktier_stats ds = {0};
+	if (srv->tier)
+		disktier_stats(srv->tier, &ds);
+	bprintf(&b, "# TYPE " P "disk_hits_total counter\n" P "disk_hits_total %llu\n"
+	        "# TYPE " P "disk_misses_total counter\n" P "disk_misses_total %llu\n"
+	        "# TYPE " P "disk_evictions_total counter\n" P "disk_evictions_total %llu\n"
+	        "# TYPE " P "disk_errors_total counter\n" P "disk_errors_total %llu\n"
+	        "# TYPE " P "disk_bytes gauge\n" P "disk_bytes %llu\n"
+	        "# TYPE " P "disk_max_bytes gauge\n" P "disk_max_bytes %llu\n"
+	        "# TYPE " P "disk_entries gauge\n" P "disk_entries %llu\n"
+	        "# HELP " P "backend_reads_total File bodies read from the backend, for any reason.\n"
+	        "# TYPE " P "backend_reads_total counter\n" P "backend_reads_total %llu\n",
+	        (unsigned long long)ds.hits, (unsigned long long)ds.misses,
+	        (unsigned long long)ds.evictions, (unsigned long long)ds.errors,
+	        (unsigned long long)ds.bytes, (unsigned long long)ds.max_bytes,
+	        (unsigned long long)ds.entries, (unsigned long long)atomic_load(&srv->backend_reads));
 	bprintf(&b, "# HELP " P "backend_seconds Time to read a file or look one up.\n"
 	        "# TYPE " P "backend_seconds histogram\n");
 	uint64_t cum = 0;
@@ -1777,8 +1888,11 @@ poller_main(void *arg)
 		               : gfs_index_poll(srv->index, ses, srv->cfg.poll_window_ms, &err);
 		int64_t took = mono_us() - t0;
 		atomic_store(full ? &srv->reload_us : &srv->poll_us, took);
-		if (ok && full)
+		if (ok && full) {
 			last_full = gfs_now_ms();
+			if (srv->tier)
+				disktier_reconcile(srv->tier, srv->index); /* deleted files leave the tier */
+		}
 		wait_ms = max64(srv->cfg.poll_ms, POLL_DUTY * took / 1000);
 		atomic_store(&srv->poll_interval_ms, wait_ms);
 		if (ok && atomic_exchange(&srv->backend_down, false))
@@ -1804,6 +1918,7 @@ poller_main(void *arg)
 struct partial {
 	gfs_meta *meta;
 	cache_body *body;
+	bool memory;       /* within the memory cache's budget; else for the disk tier only */
 	uint64_t have;     /* bit n: chunk n arrived */
 	int64_t count;
 };
@@ -1814,19 +1929,31 @@ struct preload {
 	size_t budget;
 };
 
+/*
+ * What the memory cache cannot hold goes to the disk tier, if there is
+ * one; a file on disk already costs no backend read.
+ */
 static void
 want_meta(gfs_meta *m, void *ctx)
 {
 	struct preload *p = ctx;
+	disktier *tier = p->srv->tier;
 	int64_t count = gfs_chunk_count(m->length, m->chunk_size);
-	if ((size_t)m->length > p->srv->cfg.stream_threshold || count > 64 ||
-	    (size_t)m->length + 512 > p->budget)
+	if (count > 64 || (tier && disktier_has(tier, m)))
 		return;
-	p->budget -= (size_t)m->length + 512;
+	bool memory = (size_t)m->length <= p->srv->cfg.stream_threshold &&
+	              (size_t)m->length + 512 <= p->budget;
+	if (!memory && !tier)
+		return;
+	if (memory)
+		p->budget -= (size_t)m->length + 512;
 	if (count == 0) {
 		/* No chunks to wait for: cached now, so the scan can stop once the rest are in. */
 		cache_body *b = cache_body_new(0);
-		cache_entry_release(p->srv->cache, cache_body_insert(p->srv, m, b));
+		if (memory)
+			cache_entry_release(p->srv->cache, cache_body_insert(p->srv, m, b));
+		if (tier)
+			disktier_put(tier, m, b->data, 0);
 		cache_body_unref(b);
 		atomic_fetch_add(&p->srv->preloaded, 1);
 		return;
@@ -1834,6 +1961,7 @@ want_meta(gfs_meta *m, void *ctx)
 	struct partial *pt = gfs_xcalloc(1, sizeof *pt);
 	pt->meta = gfs_meta_ref(m);
 	pt->count = count;
+	pt->memory = memory;
 	strmap_put(p->want, m->key, pt);
 }
 
@@ -1890,9 +2018,12 @@ preload_chunk(struct preload *p, const bson_t *doc)
 		free_partial(NULL, strmap_del(p->want, m->key), NULL);
 		return;
 	}
-	cache_entry *e = cache_body_insert(p->srv, m, pt->body);
-	cache_entry_release(p->srv->cache, e);
+	if (pt->memory)
+		cache_entry_release(p->srv->cache, cache_body_insert(p->srv, m, pt->body));
+	if (p->srv->tier)
+		disktier_put(p->srv->tier, m, pt->body->data, pt->body->len);
 	atomic_fetch_add(&p->srv->preloaded, 1);
+	atomic_fetch_add(&p->srv->backend_reads, 1);
 	free_partial(NULL, strmap_del(p->want, m->key), NULL);
 }
 
@@ -1955,6 +2086,7 @@ free_server(struct httpserve *srv)
 		if (rs[i])
 			MHD_destroy_response(rs[i]);
 	http_cache_free(srv->cache);
+	disktier_close(srv->tier);
 	gfs_index_free(srv->index);
 	strmap_free(srv->inflight);
 	strmap_free(srv->per_ip);
@@ -2097,6 +2229,13 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	srv->r500 = text_response(body500, 500);
 	srv->r503 = text_response(body503, 503);
 	srv->r503busy = text_response(body503busy, 503);
+	if (cfg->cache_dir) {
+		srv->tier = disktier_open(cfg->cache_dir, cfg->cache_dir_size, cfg->log, err);
+		if (!srv->tier) {
+			free_server(srv);
+			return NULL;
+		}
+	}
 
 	gfs_session *ses = gfs_session_pop(conn);
 	gfs_error lerr;
@@ -2110,6 +2249,8 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		logf_(srv, "cannot load the index yet (will retry): %s", lerr.msg);
 	}
 	gfs_session_push(ses);
+	if (srv->tier && loaded)
+		disktier_reconcile(srv->tier, srv->index);
 	if (cfg->preload && gfs_index_loaded(srv->index) && !preload(srv, &lerr))
 		logf_(srv, "preload stopped early: %s", lerr.msg);
 

@@ -1,14 +1,16 @@
 /*
  * The HTTP server behind `gridfsctl serve`, on libmicrohttpd: routing,
- * conditional and range requests, the response cache, the metadata index,
- * backend fetches on a worker pool with suspended connections, metrics
- * and the access log. It prints nothing itself: messages go to cfg->log.
+ * conditional and range requests, the response cache, the disk tier, the
+ * metadata index, backend fetches on a worker pool with suspended
+ * connections, metrics and the access log. It prints nothing itself:
+ * messages go to cfg->log.
  */
 #ifndef GFS_HTTPSERVE_H
 #define GFS_HTTPSERVE_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "gfs.h"
@@ -36,6 +38,8 @@ struct httpserve_config {
 	int reload_ms;             /* reread the whole index this often (deletions, renames) */
 	int neg_ttl_ms;            /* remember a missing name or id this long */
 	bool preload;              /* fill the cache in one pass over the chunks before serving */
+	const char *cache_dir;     /* NULL: no disk tier (lib/disktier.h) */
+	uint64_t cache_dir_size;   /* bytes the disk tier may hold; 0: its default */
 	void (*log)(const char *msg);
 };
 

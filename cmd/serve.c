@@ -20,7 +20,9 @@ const char serve_help[] =
     "  --listen ADDR:PORT      address to listen on (default 127.0.0.1:8080; [::1]:PORT for IPv6)\n"
     "  --prefix P              serve P/<path> as /<path>\n"
     "  --cache-size SIZE       bytes of file bodies kept in memory (default 256M)\n"
-    "  --preload               fill the cache in one pass over the bucket before serving\n"
+    "  --cache-dir DIR         keep file bodies on disk in DIR too (created 0700), across restarts\n"
+    "  --cache-dir-size SIZE   bytes DIR may hold (default: 90% of its free space, at most 100G)\n"
+    "  --preload               fill the cache (and the --cache-dir) in one pass before serving\n"
     "  --threads N             event threads (default: one per CPU)\n"
     "  --workers N             backend fetch threads (default 8)\n"
     "  --queue N               fetches allowed to wait before answering 503 (default 1024)\n"
@@ -43,7 +45,7 @@ enum {
 	OPT_LISTEN = 0x100, OPT_PREFIX, OPT_CACHE_SIZE, OPT_PRELOAD, OPT_THREADS, OPT_WORKERS,
 	OPT_QUEUE, OPT_STREAM, OPT_MAXCONN, OPT_TIMEOUT, OPT_HEADER_TIMEOUT, OPT_MAX_PER_IP,
 	OPT_MAXHDR, OPT_CACHE_CONTROL, OPT_ACCESS_LOG, OPT_POLL, OPT_POLL_WINDOW, OPT_RELOAD,
-	OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE,
+	OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE, OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE,
 };
 
 const struct option serve_options[] = {
@@ -68,6 +70,8 @@ const struct option serve_options[] = {
 	{"negative-ttl", required_argument, NULL, OPT_NEG_TTL},
 	{"drain-timeout", required_argument, NULL, OPT_DRAIN},
 	{"no-reuse-port", no_argument, NULL, OPT_NO_REUSE},
+	{"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+	{"cache-dir-size", required_argument, NULL, OPT_CACHE_DIR_SIZE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -108,6 +112,20 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_NO_REUSE: c->reuse_port = false; return 0;
 	case OPT_CACHE_CONTROL: c->cache_control = *arg ? arg : NULL; return 0;
 	case OPT_ACCESS_LOG: o->access_log = arg; return 0;
+	case OPT_CACHE_DIR:
+		if (!*arg) {
+			usage_error("--cache-dir: empty directory name");
+			return -1;
+		}
+		c->cache_dir = arg;
+		return 0;
+	case OPT_CACHE_DIR_SIZE:
+		if (!parse_size(arg, &size) || size < 1 << 20) {
+			usage_error("--cache-dir-size: invalid size '%s' (at least 1M)", arg);
+			return -1;
+		}
+		c->cache_dir_size = size;
+		return 0;
 	case OPT_CACHE_SIZE:
 	case OPT_STREAM:
 	case OPT_MAXHDR:
@@ -325,6 +343,10 @@ cmd_serve(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	c->host = o.host;
+	if (c->cache_dir_size && !c->cache_dir) {
+		usage_error("--cache-dir-size needs --cache-dir");
+		return EXIT_USAGE;
+	}
 	raise_nofile();
 	c->listen_fd = inherited_socket();
 

@@ -1,0 +1,311 @@
+"""gridfsctl serve --cache-dir: the disk tier between the memory cache and the
+backend. A real server process and real HTTP clients; bodies checked against
+pymongo's gridfs; the tier's files checked on disk."""
+import concurrent.futures
+import hashlib
+import os
+import random
+import re
+import stat
+import subprocess
+
+import pytest
+
+from test_serve import Server, put, quote, sha, wait_for
+
+ENTRY = re.compile(r"^(k-)?[0-9a-f]{64}$")
+DISK_METRICS = ("gridfsctl_serve_disk_hits_total", "gridfsctl_serve_disk_misses_total",
+                "gridfsctl_serve_disk_evictions_total", "gridfsctl_serve_disk_bytes",
+                "gridfsctl_serve_backend_reads_total")
+
+
+@pytest.fixture
+def serve(gfs, tmp_path):
+    servers = []
+
+    def start(*args, **kw):
+        s = Server(gfs, tmp_path, *args, **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def entries(d):
+    return sorted(n for n in os.listdir(d) if n != "tmp")
+
+
+def upload_tree(bucket, n, seed, max_size=60000):
+    rng = random.Random(seed)
+    files = {}
+    for i in range(n):
+        data = rng.randbytes(rng.randint(1, max_size))
+        name = f"posters/{i % 16:x}/{i}.jpg"
+        put(bucket, name, data, sha256=(i % 5 != 0))  # a fifth without metadata.sha256
+        files[name] = data
+    return files
+
+
+def fetch_all(s, bucket, files, conn=None):
+    for name, data in files.items():
+        status, h, body = s.get(quote(name), conn=conn)
+        assert status == 200, name
+        assert body == data == bucket.open_download_stream_by_name(name).read(), name
+        assert int(h["content-length"]) == len(data)
+
+
+def settle(s, n):
+    """Fills are written after the answer: wait until the tier holds n entries."""
+    wait_for(lambda: s.metrics()["gridfsctl_serve_disk_entries"] >= n, 30, f"{n} disk entries")
+
+
+def test_restart_serves_from_the_tier_without_backend_reads(bucket, serve, tmp_path):
+    files = upload_tree(bucket, 300, 17)
+    d = tmp_path / "tier"
+    s = serve("--cache-size", "1M", "--cache-dir", str(d))
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    m = s.metrics()
+    for name in DISK_METRICS:
+        assert name in m, name
+    c = s.conn()
+    fetch_all(s, bucket, files, conn=c)
+    c.close()
+    settle(s, 300)
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 300
+    s.stop()
+
+    # Named by content or revision, never by a stored name.
+    names = entries(d)
+    assert len(names) == 300 and all(ENTRY.match(n) for n in names)
+    for name, data in files.items():
+        if sha(data) in names:
+            assert (d / sha(data)).read_bytes() == data
+    assert sum(1 for n in names if n.startswith("k-")) == 60
+
+    s = serve("--cache-size", "1M", "--cache-dir", str(d))
+    c = s.conn()
+    fetch_all(s, bucket, files, conn=c)
+    c.close()
+    m = s.metrics()
+    assert m["gridfsctl_serve_backend_reads_total"] == 0
+    assert m["gridfsctl_serve_disk_hits_total"] == 300
+    assert m["gridfsctl_serve_disk_bytes"] == sum(len(v) for v in files.values())
+    # HEAD needs no body; conditional requests neither.
+    status, h, body = s.request("HEAD", quote("posters/1/1.jpg"))
+    assert status == 200 and body == b"" and int(h["content-length"]) == len(files["posters/1/1.jpg"])
+
+
+def test_same_content_shares_one_entry(bucket, serve, tmp_path):
+    data = os.urandom(5000)
+    put(bucket, "a/one.bin", data)
+    put(bucket, "b/two.bin", data)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d))
+    assert s.get("/a/one.bin")[2] == data
+    settle(s, 1)
+    # Not in memory under the other name's revision: from the tier, no backend read.
+    assert s.get("/b/two.bin")[2] == data
+    m = s.metrics()
+    assert m["gridfsctl_serve_backend_reads_total"] == 1
+    assert m["gridfsctl_serve_disk_hits_total"] == 1
+    assert entries(d) == [sha(data)]
+
+
+def test_torn_or_deleted_entry_is_refetched_not_served(bucket, serve, tmp_path):
+    files = {f"f{i}.bin": os.urandom(3000 + i) for i in range(4)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d))
+    fetch_all(s, bucket, files)
+    settle(s, 4)
+    s.stop()
+    torn = d / sha(files["f0.bin"])
+    with open(torn, "r+b") as f:
+        f.truncate(100)                      # what a crash before the data reached the disk leaves
+    os.unlink(d / sha(files["f1.bin"]))
+    (d / sha(files["f2.bin"])).write_bytes(files["f2.bin"] + b"x")  # too long: not its file either
+    (d / "tmp" / f"{sha(files['f3.bin'])}.999999999.1").write_bytes(b"half")  # a dead writer's
+    (d / "notes.txt").write_text("not ours")  # left alone
+
+    s = serve("--cache-dir", str(d))
+    assert not os.path.exists(d / "tmp" / f"{sha(files['f3.bin'])}.999999999.1")
+    fetch_all(s, bucket, files)
+    m = s.metrics()
+    assert m["gridfsctl_serve_backend_reads_total"] == 3
+    settle(s, 4)
+    for name in ("f0.bin", "f1.bin", "f2.bin"):
+        assert (d / sha(files[name])).read_bytes() == files[name]
+    assert (d / "notes.txt").read_text() == "not ours"
+
+    # Truncated while the server runs (and not in its memory: a fresh server).
+    s.stop()
+    s = serve("--cache-dir", str(d))
+    with open(d / sha(files["f3.bin"]), "r+b") as f:
+        f.truncate(10)
+    assert s.get("/f3.bin")[2] == files["f3.bin"]
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 1
+
+
+def test_deleted_file_leaves_the_tier(bucket, serve, tmp_path):
+    keep, gone = os.urandom(2000), os.urandom(2100)
+    put(bucket, "keep.bin", keep)
+    oid = put(bucket, "gone.bin", gone)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d))
+    assert s.get("/keep.bin")[2] == keep and s.get("/gone.bin")[2] == gone
+    settle(s, 2)
+    s.stop()
+    bucket.delete(oid)
+    s = serve("--cache-dir", str(d))
+    assert entries(d) == [sha(keep)]
+    assert s.metrics()["gridfsctl_serve_disk_evictions_total"] == 1
+    assert s.get("/gone.bin")[0] == 404
+
+
+def test_new_revision_is_served_new(bucket, db, serve, tmp_path):
+    v1, v2 = os.urandom(4000), os.urandom(4000)
+    put(bucket, "hashed.bin", v1)
+    put(bucket, "plain.bin", v1, sha256=False)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    assert s.get("/hashed.bin")[2] == v1 and s.get("/plain.bin")[2] == v1
+    settle(s, 2)
+    s.stop()
+    # New revisions of both; the plain one also reuses its _id with a new upload date.
+    put(bucket, "hashed.bin", v2)
+    old = db.fs.files.find_one({"filename": "plain.bin"})["_id"]
+    bucket.delete(old)
+    put(bucket, "plain.bin", v2, sha256=False)
+    s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    assert s.get("/hashed.bin")[2] == v2
+    assert s.get("/plain.bin")[2] == v2
+    # And while running: a third revision arrives through the poll.
+    v3 = os.urandom(4000)
+    put(bucket, "hashed.bin", v3)
+    wait_for(lambda: s.get("/hashed.bin")[2] == v3, 30, "the new revision")
+    assert s.get("/hashed.bin?rev=0")[2] == v1  # an old revision by number is still itself
+
+
+def test_range_requests_from_the_tier(bucket, serve, tmp_path):
+    small = os.urandom(50000)
+    big = os.urandom(600 * 1024)  # over the stream threshold of a 1M cache: streamed, teed to disk
+    put(bucket, "small.bin", small)
+    put(bucket, "big.bin", big)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    assert s.get("/small.bin")[2] == small
+    assert s.get("/big.bin")[2] == big
+    settle(s, 2)
+    s.stop()
+    s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    for name, data in (("/small.bin", small), ("/big.bin", big)):
+        n = len(data)
+        for rng, lo, hi in (("bytes=10-99", 10, 99), ("bytes=-5", n - 5, n - 1),
+                            (f"bytes={n - 300}-", n - 300, n - 1), ("bytes=0-0", 0, 0)):
+            status, h, body = s.get(name, headers={"Range": rng})
+            assert status == 206, (name, rng)
+            assert body == data[lo:hi + 1]
+            assert h["content-range"] == f"bytes {lo}-{hi}/{n}"
+        assert s.get(name, headers={"Range": f"bytes={n}-"})[0] == 416
+        assert s.get(name)[2] == data
+    m = s.metrics()
+    assert m["gridfsctl_serve_backend_reads_total"] == 0
+    assert m["gridfsctl_serve_disk_hits_total"] == 10
+    out = subprocess.run(["curl", "-s", "-r", "1000-1999", f"http://127.0.0.1:{s.port}/big.bin"],
+                         capture_output=True, check=True).stdout
+    assert out == big[1000:2000]
+
+
+def test_disk_full_keeps_serving(bucket, serve, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    d = tmp_path / "small-tier"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    s = None
+    try:
+        files = {f"full/{i}.bin": os.urandom(30000 + i) for i in range(40)}  # 1.2 MB > 256k
+        for name, data in files.items():
+            put(bucket, name, data)
+        # The tier is told it may hold more than the disk has: the disk fills first.
+        s = serve("--cache-dir", str(d), "--cache-dir-size", "64M", "--cache-size", "1M")
+        fetch_all(s, bucket, files)
+        wait_for(lambda: s.metrics()["gridfsctl_serve_disk_errors_total"] > 0, 30, "a full disk")
+        fetch_all(s, bucket, files)  # again: from memory, the tier, or the backend; never an error
+        m = s.metrics()
+        assert m.get('gridfsctl_serve_requests_total{code="500"}', 0) == 0
+        assert m['gridfsctl_serve_requests_total{code="200"}'] >= 80  # and the metrics
+        assert not [k for k in m if re.match(r'gridfsctl_serve_requests_total\{code="5', k)]
+        err = s.stop()
+        assert err.count("No space left on device") == 1, err
+        assert not os.listdir(d / "tmp")  # failed fills leave nothing behind
+        for n in entries(d):
+            data = (d / n).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == n
+    finally:
+        if s:
+            s.proc.kill()  # still running only when an assertion failed
+            s.proc.wait()
+        subprocess.run(["umount", str(d)], check=False)
+
+
+def test_two_instances_on_one_dir(bucket, serve, tmp_path):
+    files = upload_tree(bucket, 120, 5, max_size=40000)
+    d = tmp_path / "shared"
+    a = serve("--cache-dir", str(d), "--cache-size", "1M", "--workers", "4")
+    b = serve("--cache-dir", str(d), "--cache-size", "1M", "--workers", "4")
+    names = list(files)
+    jobs = [(srv, n) for _ in range(2) for n in names for srv in (a, b)]
+    random.Random(3).shuffle(jobs)
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        got = list(ex.map(lambda j: (j[1], j[0].get(quote(j[1]))), jobs))
+    for name, (status, _, body) in got:
+        assert status == 200 and body == files[name], name
+    settle(a, 1)
+    a.stop()
+    b.stop()
+    assert not os.listdir(d / "tmp")
+    by_sha = {sha(v): v for v in files.values()}
+    for n in entries(d):
+        data = (d / n).read_bytes()
+        if not n.startswith("k-"):
+            assert n in by_sha and data == by_sha[n]
+        else:
+            assert len(data) in {len(v) for v in files.values()}
+    # Between them they filled it; a third server finds everything.
+    c = serve("--cache-dir", str(d), "--cache-size", "1M")
+    fetch_all(c, bucket, files)
+    assert c.metrics()["gridfsctl_serve_backend_reads_total"] == 0
+
+
+def test_preload_fills_the_tier(bucket, serve, tmp_path):
+    files = upload_tree(bucket, 40, 9, max_size=80000)  # about 1.6 MB: more than a 1M cache
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d), "--cache-size", "1M", "--preload")
+    m = s.metrics()
+    assert m["gridfsctl_serve_disk_entries"] == 40
+    assert m["gridfsctl_serve_backend_reads_total"] == 40
+    fetch_all(s, bucket, files)
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 40
+    s.stop()
+    s = serve("--cache-dir", str(d), "--cache-size", "1M", "--preload")
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 0  # nothing left to preload
+    fetch_all(s, bucket, files)
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 0
+
+
+def test_cache_dir_usage_errors(gfs, tmp_path):
+    r = gfs.run("serve", "--cache-dir-size", "10M")
+    assert r.rc == 2 and "--cache-dir-size needs --cache-dir" in r.err
+    r = gfs.run("serve", "--cache-dir", str(tmp_path), "--cache-dir-size", "12Q")
+    assert r.rc == 2 and "--cache-dir-size" in r.err
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    r = gfs.run("serve", "--listen", "127.0.0.1:0", "--cache-dir", str(f))
+    assert r.rc != 0 and str(f) in r.err and len(r.err.strip().splitlines()) == 1, r.err

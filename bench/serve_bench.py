@@ -16,7 +16,15 @@ and PostgreSQL, from /proc) and of wrk. With --repeat N each point runs N
 times, the servers taking turns, and the run with the median rate is
 reported; then `ab -n 10000 -c 25` on one file. "serve hot" runs with
 --preload and a cache holding the whole tree; "serve cold" with a 1 MB
-cache, so nearly every request is a backend read.
+cache, so nearly every request is a backend read; "serve disk" with a 64 MB
+memory cache and a --cache-dir that a first pass filled, restarted so that
+only the disk tier is warm (the cache serve has after a restart).
+
+Before the wrk runs, the first touch: every file once, in random order, by
+--touch-conns clients on keep-alive connections, against a fresh server with
+an empty --cache-dir and against one without (today's miss path), taking
+turns; the ratio is tier / no tier. The tier's pass is what fills it for
+"serve disk".
 
 Then the ratios serve hot / nginx and serve cold / peer, taken turn by turn
 (the two ran seconds apart) with their median, and the ceiling of cold vs
@@ -43,7 +51,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
 BACKEND_PORT = 27351
-PORTS = {"serve": 18310, "nginx": 18311, "peer": 18312, "cold": 18313}
+PORTS = {"serve": 18310, "nginx": 18311, "peer": 18312, "cold": 18313, "disk": 18314,
+         "touch": 18315}
 
 
 def log(*a):
@@ -211,6 +220,63 @@ def run_wrk(port, conns, duration, urls_file):
     }
 
 
+def first_touch(cmd, env, port, paths, conns, logpath):
+    """Starts cmd, asks for every path once over conns keep-alive clients, stops it."""
+    import concurrent.futures
+    import http.client
+    import random
+    logf = open(logpath, "ab")
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=raise_nofile, stdout=logf, stderr=logf)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/_health", proc)
+        order = ["/" + urllib.parse.quote(p) for p in paths]
+        random.Random(conns).shuffle(order)
+        shares = [order[i::conns] for i in range(conns)]
+
+        def client(share):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            errors = 0
+            for u in share:
+                try:
+                    c.request("GET", u)
+                    r = c.getresponse()
+                    r.read()
+                    errors += r.status != 200
+                except OSError:
+                    errors += 1
+                    c.close()
+                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.close()
+            return errors
+
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(conns) as ex:
+            errors = sum(ex.map(client, shares))
+        secs = time.monotonic() - t0
+        rss = rss_kb([proc.pid]) / 1024
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        logf.close()
+    return {"rps": len(order) / secs, "errors": errors, "rss_mb": rss, "conns": conns}
+
+
+def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
+    """First touch with and without the tier, taking turns; leaves tierdir filled."""
+    for conns in [int(c) for c in a.touch_conns.split(",")]:
+        for turn in range(a.repeat):
+            for name in ("touch-tier", "touch-none"):
+                if name == "touch-tier":
+                    shutil.rmtree(tierdir, ignore_errors=True)
+                r = first_touch(cmds[name], env, PORTS["touch"], paths, conns,
+                                os.path.join(workdir, f"{name}.log"))
+                results["touch"].setdefault(name, {}).setdefault(conns, []).append(r)
+                log(f"bench: first touch {name:10} c={conns:<4} {r['rps']:7.0f} rps  "
+                    f"errors {r['errors']}  rss {r['rss_mb']:.0f} MB")
+    results["commands"]["touch-tier"] = " ".join(cmds["touch-tier"])
+    results["commands"]["touch-none"] = " ".join(cmds["touch-none"])
+
+
 def run_ab(port, path):
     argv = ["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/{path}"]
     out = subprocess.run(argv, capture_output=True, text=True)
@@ -229,7 +295,9 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--workdir", default="/tmp/h-serve/bench")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "serve.json"))
-    ap.add_argument("--servers", default="serve,nginx,peer,cold")
+    ap.add_argument("--servers", default="serve,nginx,peer,cold,disk")
+    ap.add_argument("--touch-conns", default="10,100",
+                    help="first-touch concurrencies (empty: skip the first touch)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per point, servers taking turns; the median run is reported")
     a = ap.parse_args()
@@ -249,6 +317,9 @@ def main():
     datadir, uri = ensure_backend(workdir, tree, len(paths), env)
 
     cache = total + total // 4 + (64 << 20)
+    tierdir = os.path.join(workdir, "tier")
+    common = [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters", "--poll", "600",
+              "--reload", "3600", "-q"]
     cmds = {
         # Polling out of the way (--poll 600 --reload 3600): on FerretDB every poll reads
         # the whole files collection (2.5 s of backend CPU at 52,000 files), which would
@@ -258,6 +329,11 @@ def main():
                   f"127.0.0.1:{PORTS['serve']}", "-q"],
         "cold": [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters",
                  "--cache-size", "1M", "--poll", "600", "--reload", "3600", "--listen", f"127.0.0.1:{PORTS['cold']}", "-q"],
+        "disk": common + ["--cache-size", "64M", "--cache-dir", tierdir,
+                          "--listen", f"127.0.0.1:{PORTS['disk']}"],
+        "touch-tier": common + ["--cache-size", "64M", "--cache-dir", tierdir,
+                                "--listen", f"127.0.0.1:{PORTS['touch']}"],
+        "touch-none": common + ["--cache-size", "64M", "--listen", f"127.0.0.1:{PORTS['touch']}"],
         "nginx": ["nginx", "-c", nginx_conf(workdir, tree, PORTS["nginx"]), "-g", "daemon off;"],
         "peer": [sys.executable, os.path.join(ROOT, "bench", "peer_server.py"), "--uri", uri,
                  "--db", "bench", "--port", str(PORTS["peer"]), "--prefix", "posters"],
@@ -269,9 +345,15 @@ def main():
                 pass
     servers = a.servers.split(",")
     results = {"tree": tree, "files": len(paths), "bytes": total, "cpus": os.cpu_count(),
-               "commands": {}, "wrk": {}, "ab": {}}
+               "commands": {}, "wrk": {}, "ab": {}, "touch": {}}
     procs = {}
     try:
+        if a.touch_conns:
+            touch_pass(a, cmds, env, workdir, tierdir, paths, results)
+        elif "disk" in servers:
+            shutil.rmtree(tierdir, ignore_errors=True)
+            first_touch(cmds["touch-tier"], env, PORTS["touch"], paths, 10,
+                        os.path.join(workdir, "touch-tier.log"))
         for name in servers:
             t0 = time.monotonic()
             logf = open(os.path.join(workdir, f"{name}.log"), "wb")
@@ -335,13 +417,27 @@ def print_table(res, servers):
                   f"{r['server_cpu_ms']:.3f} | {r['backend_cpu_ms']:.3f} | {r['client_cpu_ms']:.3f} |")
     # Ratios are taken turn by turn (the two servers ran a few seconds apart),
     # then the median, so that the machine's drift between turns cancels out.
-    hot, nginx = res["wrk"].get("serve"), res["wrk"].get("nginx")
-    if hot and nginx:
-        print("\n| conns | serve hot vs nginx, per turn | median |\n|---:|---|---:|")
+    nginx = res["wrk"].get("nginx")
+    for name, label in (("serve", "serve hot"), ("disk", "serve disk (tier warm)")):
+        hot = res["wrk"].get(name)
+        if not hot or not nginx:
+            continue
+        print(f"\n| conns | {label} vs nginx, per turn | median |\n|---:|---|---:|")
         for conns in hot:
             if conns in nginx:
                 ratios = [h["rps"] / n["rps"] for h, n in zip(hot[conns]["runs"], nginx[conns]["runs"])]
                 print(f"| {conns} | {', '.join(f'{x:.2f}x' for x in ratios)} | {median(ratios):.2f}x |")
+    tier, none = res.get("touch", {}).get("touch-tier"), res.get("touch", {}).get("touch-none")
+    if tier and none:
+        print("\n| first touch, conns | tier empty req/s | no tier req/s | tier / no tier, per turn "
+              "| median | errors | RSS MB tier, no tier |\n|---:|---:|---:|---|---:|---:|---:|")
+        for conns in tier:
+            t, n = tier[conns], none[conns]
+            ratios = [x["rps"] / y["rps"] for x, y in zip(t, n)]
+            print(f"| {conns} | {median(x['rps'] for x in t):.0f} | {median(y['rps'] for y in n):.0f} | "
+                  f"{', '.join(f'{x:.2f}x' for x in ratios)} | {median(ratios):.2f}x | "
+                  f"{sum(x['errors'] for x in t)}, {sum(y['errors'] for y in n)} | "
+                  f"{max(x['rss_mb'] for x in t):.0f}, {max(y['rss_mb'] for y in n):.0f} |")
     cold, peer = res["wrk"].get("cold"), res["wrk"].get("peer")
     if cold and peer:
         # wrk, serve and the backend share the cores, so even a server costing

@@ -11,26 +11,12 @@ import subprocess
 
 import pytest
 
-from test_serve import Server, put, quote, sha, wait_for
+from test_serve import put, quote, serve, sha, wait_for  # noqa: F401 (serve: the fixture)
 
 ENTRY = re.compile(r"^(k-)?[0-9a-f]{64}$")
 DISK_METRICS = ("gridfsctl_serve_disk_hits_total", "gridfsctl_serve_disk_misses_total",
                 "gridfsctl_serve_disk_evictions_total", "gridfsctl_serve_disk_bytes",
                 "gridfsctl_serve_backend_reads_total")
-
-
-@pytest.fixture
-def serve(gfs, tmp_path):
-    servers = []
-
-    def start(*args, **kw):
-        s = Server(gfs, tmp_path, *args, **kw)
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
 
 
 def entries(d):

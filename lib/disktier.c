@@ -19,12 +19,23 @@
 
 #define NAME_MAX_ 72               /* "k-" and 64 hex digits, and a NUL */
 #define TMP_MAX_AGE_S 3600         /* a temporary file this old is abandoned, whoever made it */
+#define QUEUE_MAX_BYTES (16u << 20) /* bodies waiting for the writer; past this, fills are dropped */
 
 struct dentry {
 	char name[NAME_MAX_];
 	uint64_t size;
 	int64_t mtime;                 /* only to order the index at start */
 	struct dentry *prev, *next;    /* prev: more recently used */
+};
+
+/* A body waiting for the writer thread; done(ctx) releases it. */
+struct pending {
+	struct pending *next;
+	char name[NAME_MAX_];
+	const void *data;
+	size_t len;
+	void (*done)(void *ctx);
+	void *ctx;
 };
 
 struct disktier {
@@ -38,6 +49,14 @@ struct disktier {
 	atomic_uint_fast64_t hits, misses, evictions, errors;
 	atomic_uint seq;
 	atomic_bool failing;           /* logged a failure; quiet until a fill succeeds */
+
+	pthread_mutex_t wmu;           /* the writer's queue */
+	pthread_cond_t wcv;
+	struct pending *whead, *wtail;
+	size_t wbytes;
+	bool wstop, writer_started;
+	pthread_t writer;
+	atomic_uint_fast64_t dropped;
 };
 
 struct disktier_fill {
@@ -48,6 +67,8 @@ struct disktier_fill {
 	char name[NAME_MAX_];
 	char tmp[NAME_MAX_ + 48];
 };
+
+static void *writer_main(void *arg);
 
 static void
 logf_(disktier *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -343,6 +364,8 @@ disktier_open(const char *dir, uint64_t max_bytes, void (*log)(const char *msg),
 	t->log = log;
 	t->tmpfd = -1;
 	pthread_mutex_init(&t->mu, NULL);
+	pthread_mutex_init(&t->wmu, NULL);
+	pthread_cond_init(&t->wcv, NULL);
 	t->map = strmap_new(4096);
 	t->dirfd = open_dir_at(AT_FDCWD, dir);
 	if (t->dirfd < 0) {
@@ -367,6 +390,12 @@ disktier_open(const char *dir, uint64_t max_bytes, void (*log)(const char *msg),
 	shrink_locked(t, &vs);
 	pthread_mutex_unlock(&t->mu);
 	unlink_victims(t, &vs);
+	if (pthread_create(&t->writer, NULL, writer_main, t) != 0) {
+		gfs_error_set(err, GFS_ELOCAL, "--cache-dir %s: cannot start the writer thread", dir);
+		disktier_close(t);
+		return NULL;
+	}
+	t->writer_started = true;
 	return t;
 }
 
@@ -383,6 +412,15 @@ disktier_close(disktier *t)
 {
 	if (!t)
 		return;
+	if (t->writer_started) {
+		pthread_mutex_lock(&t->wmu);
+		t->wstop = true;
+		pthread_cond_signal(&t->wcv);
+		pthread_mutex_unlock(&t->wmu);
+		pthread_join(t->writer, NULL);
+	}
+	pthread_mutex_destroy(&t->wmu);
+	pthread_cond_destroy(&t->wcv);
 	strmap_each(t->map, free_entry, NULL);
 	strmap_free(t->map);
 	if (t->dirfd >= 0)
@@ -422,6 +460,24 @@ disktier_get(disktier *t, const gfs_meta *m)
 }
 
 bool
+disktier_touch(disktier *t, const gfs_meta *m)
+{
+	char name[NAME_MAX_];
+	name_of(m, name);
+	pthread_mutex_lock(&t->mu);
+	struct dentry *e = strmap_get(t->map, name);
+	bool ok = e && e->size == (uint64_t)m->length;
+	if (ok && t->head != e) {
+		unlink_node(t, e);
+		push_head(t, e);
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (ok)
+		atomic_fetch_add(&t->hits, 1);
+	return ok;
+}
+
+bool
 disktier_has(disktier *t, const gfs_meta *m)
 {
 	char name[NAME_MAX_];
@@ -435,15 +491,15 @@ disktier_has(disktier *t, const gfs_meta *m)
 
 /* ---- fills ------------------------------------------------------------- */
 
-disktier_fill *
-disktier_fill_begin(disktier *t, const gfs_meta *m)
+static disktier_fill *
+fill_named(disktier *t, const char *name, uint64_t len)
 {
-	if (m->length < 0 || (uint64_t)m->length > t->max)
+	if (len > t->max)
 		return NULL;
 	disktier_fill *f = gfs_xcalloc(1, sizeof *f);
 	f->t = t;
-	f->want = (uint64_t)m->length;
-	name_of(m, f->name);
+	f->want = len;
+	memcpy(f->name, name, strlen(name) + 1);
 	snprintf(f->tmp, sizeof f->tmp, "%s.%ld.%u", f->name, (long)getpid(),
 	         atomic_fetch_add(&t->seq, 1));
 	f->fd = openat(t->tmpfd, f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -453,6 +509,16 @@ disktier_fill_begin(disktier *t, const gfs_meta *m)
 		return NULL;
 	}
 	return f;
+}
+
+disktier_fill *
+disktier_fill_begin(disktier *t, const gfs_meta *m)
+{
+	char name[NAME_MAX_];
+	if (m->length < 0)
+		return NULL;
+	name_of(m, name);
+	return fill_named(t, name, (uint64_t)m->length);
 }
 
 bool
@@ -512,14 +578,90 @@ disktier_fill_commit(disktier_fill *f)
 	free(f);
 }
 
-void
-disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len)
+static void
+put_named(disktier *t, const char *name, const void *data, size_t len)
 {
-	disktier_fill *f = disktier_fill_begin(t, m);
+	disktier_fill *f = fill_named(t, name, len);
 	if (!f)
 		return;
 	disktier_fill_write(f, data, len);
 	disktier_fill_commit(f);
+}
+
+void
+disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len)
+{
+	char name[NAME_MAX_];
+	if (m->length < 0 || (uint64_t)m->length != len)
+		return;
+	name_of(m, name);
+	put_named(t, name, data, len);
+}
+
+/* ---- the writer thread --------------------------------------------------- */
+
+/*
+ * Creating, renaming and unlinking files wait on the file system's journal,
+ * which a busy neighbour's fsyncs can hold for milliseconds: a worker that
+ * did this itself would read nothing from the backend meanwhile.
+ */
+static void *
+writer_main(void *arg)
+{
+	disktier *t = arg;
+	pthread_mutex_lock(&t->wmu);
+	for (;;) {
+		while (!t->whead && !t->wstop)
+			pthread_cond_wait(&t->wcv, &t->wmu);
+		struct pending *p = t->whead;
+		if (!p)
+			break; /* stopping, and the queue is written out */
+		t->whead = p->next;
+		if (!t->whead)
+			t->wtail = NULL;
+		pthread_mutex_unlock(&t->wmu);
+		put_named(t, p->name, p->data, p->len);
+		p->done(p->ctx);
+		pthread_mutex_lock(&t->wmu);
+		t->wbytes -= p->len;
+		free(p);
+	}
+	pthread_mutex_unlock(&t->wmu);
+	return NULL;
+}
+
+void
+disktier_put_async(disktier *t, const gfs_meta *m, const void *data, size_t len,
+                   void (*done)(void *ctx), void *ctx)
+{
+	if (m->length < 0 || (uint64_t)m->length != len || len > t->max || disktier_has(t, m)) {
+		done(ctx);
+		return;
+	}
+	struct pending *p = gfs_xcalloc(1, sizeof *p);
+	name_of(m, p->name);
+	p->data = data;
+	p->len = len;
+	p->done = done;
+	p->ctx = ctx;
+	pthread_mutex_lock(&t->wmu);
+	bool take = t->writer_started && !t->wstop && t->wbytes + len <= QUEUE_MAX_BYTES;
+	if (take) {
+		if (t->wtail)
+			t->wtail->next = p;
+		else
+			t->whead = p;
+		t->wtail = p;
+		t->wbytes += len;
+		pthread_cond_signal(&t->wcv);
+	}
+	pthread_mutex_unlock(&t->wmu);
+	if (take)
+		return;
+	/* The disk is behind: this one is filled on a later miss instead. */
+	atomic_fetch_add(&t->dropped, 1);
+	free(p);
+	done(ctx);
 }
 
 /* ---- reconciling with the metadata index -------------------------------- */
@@ -566,4 +708,5 @@ disktier_stats(disktier *t, struct disktier_stats *out)
 	out->misses = atomic_load(&t->misses);
 	out->evictions = atomic_load(&t->evictions);
 	out->errors = atomic_load(&t->errors);
+	out->dropped = atomic_load(&t->dropped);
 }

@@ -37,7 +37,10 @@
  * goes on from memory and the backend.
  *
  * Concurrency. Threads: one mutex over the map and the LRU list, never held
- * across I/O other than the unlink of an entry found torn. Processes: several
+ * across I/O. Fills from serve's fetches are written by one writer thread of
+ * the tier's own, from a queue bounded in bytes, so that no fetch waits on
+ * the file system (its journal can stall behind a neighbour's fsync); a
+ * fill that finds the queue full is dropped. Processes: several
  * servers may share DIR (the supervisor runs two). Temporary names carry the
  * pid, renames are atomic and entries under one name are identical by
  * construction, so a server only ever opens a complete entry; one that finds
@@ -77,6 +80,11 @@ void disktier_close(disktier *t);
  * m->length, for the caller to close; -1 on a miss. Counts a hit or a miss.
  */
 int disktier_get(disktier *t, const gfs_meta *m);
+/*
+ * For a caller that holds a descriptor of m's entry open: counts a hit and
+ * marks it used, if the tier still has it (false: evicted meanwhile).
+ */
+bool disktier_touch(disktier *t, const gfs_meta *m);
 /* Is m's entry known to be present? Counts nothing. */
 bool disktier_has(disktier *t, const gfs_meta *m);
 
@@ -91,12 +99,20 @@ void disktier_fill_commit(disktier_fill *f);
 void disktier_fill_abort(disktier_fill *f);
 /* begin, write, commit in one. */
 void disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len);
+/*
+ * The same on the tier's writer thread, which then calls done(ctx): data
+ * must stay valid until then. When more than a bound of bytes waits
+ * already, or the entry is there, done is called at once and nothing is
+ * written (a later miss fills it).
+ */
+void disktier_put_async(disktier *t, const gfs_meta *m, const void *data, size_t len,
+                        void (*done)(void *ctx), void *ctx);
 
 /* Evicts entries that no file in ix refers to, or whose size is not its file's. */
 void disktier_reconcile(disktier *t, gfs_index *ix);
 
 struct disktier_stats {
-	uint64_t hits, misses, evictions, errors;
+	uint64_t hits, misses, evictions, errors, dropped;
 	uint64_t bytes, max_bytes, entries;
 };
 void disktier_stats(disktier *t, struct disktier_stats *out);

@@ -190,6 +190,38 @@ test_lru_by_bytes_and_restart(void **state)
 }
 
 static void
+count_done(void *ctx)
+{
+	(*(int *)ctx)++;
+}
+
+static void
+test_async_fills_are_written_by_close(void **state)
+{
+	(void)state;
+	char *d = tmpdir();
+	gfs_error err;
+	disktier *t = disktier_open(d, 1 << 20, NULL, &err);
+	gfs_meta *a = meta("a", 4, SHA_A, 1), *b = meta("b", 3, NULL, 1);
+	int done = 0;
+	disktier_put_async(t, a, "test", 4, count_done, &done);
+	disktier_put_async(t, b, "xyz", 3, count_done, &done);
+	disktier_put_async(t, b, "xy", 2, count_done, &done);   /* not its length: refused */
+	disktier_close(t);                                      /* waits for the writer */
+	assert_int_equal(done, 3);
+	assert_int_equal(size_of(d, SHA_A), 4);
+	t = disktier_open(d, 1 << 20, NULL, &err);
+	assert_true(disktier_has(t, a) && disktier_has(t, b));
+	disktier_put_async(t, a, "test", 4, count_done, &done); /* there already: nothing to do */
+	assert_int_equal(done, 4);
+	disktier_close(t);
+	gfs_meta_unref(a);
+	gfs_meta_unref(b);
+	rm_rf(d);
+	free(d);
+}
+
+static void
 test_open_fails_on_a_file(void **state)
 {
 	(void)state;
@@ -224,6 +256,7 @@ main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_torn_entry_is_never_served),
 		cmocka_unit_test(test_lru_by_bytes_and_restart),
+		cmocka_unit_test(test_async_fills_are_written_by_close),
 		cmocka_unit_test(test_open_fails_on_a_file),
 	};
 	return cmocka_run_group_tests_name("disktier", tests, NULL, NULL);

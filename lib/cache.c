@@ -13,8 +13,6 @@
 #include "cache.h"
 #include "strmap.h"
 
-/* Per-entry bookkeeping counted against the budget, so tiny files cannot overrun it. */
-#define ENTRY_OVERHEAD 512
 /* The negative cache is cleared whole when it reaches this many names. */
 #define NEG_MAX 100000
 
@@ -190,7 +188,7 @@ bool
 http_cache_has_room(http_cache *c, size_t len)
 {
 	pthread_mutex_lock(&c->mu);
-	bool room = c->bytes + len + ENTRY_OVERHEAD <= c->max_bytes;
+	bool room = c->bytes + len + CACHE_ENTRY_OVERHEAD <= c->max_bytes;
 	pthread_mutex_unlock(&c->mu);
 	return room;
 }
@@ -220,6 +218,22 @@ evict_one(http_cache *c)
 	return e;
 }
 
+void
+http_cache_drop(http_cache *c, const char *key)
+{
+	pthread_mutex_lock(&c->mu);
+	cache_entry *e = strmap_get(c->map, key);
+	if (e) {
+		unlink_entry(c, e);
+		strmap_del(c->map, e->key);
+		e->linked = false;
+		c->bytes -= e->cost;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (e)
+		cache_entry_release(c, e);
+}
+
 cache_entry *
 http_cache_put(http_cache *c, const char *key, cache_body *body, struct MHD_Response *resp,
                void *user)
@@ -232,7 +246,7 @@ http_cache_put(http_cache *c, const char *key, cache_body *body, struct MHD_Resp
 	e->body = cache_body_ref(body);
 	e->resp = resp;
 	e->user = user;
-	e->cost = body->len + ENTRY_OVERHEAD;
+	e->cost = body->len + CACHE_ENTRY_OVERHEAD;
 	atomic_init(&e->refs, 2); /* the cache's and the caller's */
 
 	cache_entry *victims = NULL;

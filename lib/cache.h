@@ -47,6 +47,9 @@ typedef struct cache_entry {
 
 typedef struct http_cache http_cache;
 
+/* Per-entry bookkeeping counted against the budget, so tiny files cannot overrun it. */
+#define CACHE_ENTRY_OVERHEAD 512
+
 http_cache *http_cache_new(size_t max_bytes, void (*free_user)(void *));
 void http_cache_free(http_cache *c);
 
@@ -63,6 +66,8 @@ cache_entry *http_cache_peek(http_cache *c, const char *key);
  */
 cache_entry *http_cache_put(http_cache *c, const char *key, cache_body *body,
                             struct MHD_Response *resp, void *user);
+/* Forgets key's entry (those holding a reference keep it until they release it). */
+void http_cache_drop(http_cache *c, const char *key);
 cache_entry *cache_entry_ref(cache_entry *e);
 void cache_entry_release(http_cache *c, cache_entry *e);
 /* Would an entry of len bytes fit without evicting anything? */

@@ -34,6 +34,7 @@
 #define NBUCKETS 13
 #define MAX_DAEMONS 64
 #define LISTEN_BACKLOG 4096
+#define OPEN_ENTRIES_MAX 16384  /* tier entries kept open */
 
 static const double latency_bounds[NBUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1, 0.25, 0.5, 1, 2.5, 5};
@@ -61,6 +62,7 @@ struct req {
 	int64_t first, last;
 	gfs_meta *meta;
 	cache_entry *entry;
+	cache_entry *open_entry;  /* from srv->open */
 	unsigned fetch_status;   /* from the worker: 200, or the status to answer */
 	struct stream *stream;   /* waiting for its first window; ours until its response holds it */
 	struct req *next_waiter;
@@ -119,6 +121,7 @@ struct httpserve {
 	gfs_index *index;
 	http_cache *cache;
 	disktier *tier;              /* NULL without --cache-dir */
+	http_cache *open;            /* the tier's open descriptors, with their 200 responses */
 
 	pthread_mutex_t jobs_mu;
 	pthread_cond_t jobs_cv;
@@ -374,6 +377,41 @@ send_disk(struct req *r, const gfs_meta *m, int fd)
 	if (r->range)
 		add_content_range(resp, r, m);
 	return queue_once(r, r->range ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp, len);
+}
+
+/*
+ * Keeps tier entries open with a prebuilt 200 response each, as nginx's
+ * open_file_cache keeps descriptors: a hit then costs no open(2) and no
+ * response to build. libmicrohttpd sends one descriptor to any number of
+ * connections at once (sendfile with an explicit offset). An entry the
+ * tier evicted meanwhile is dropped, so that its disk space is freed.
+ */
+static cache_entry *
+open_disk(struct httpserve *srv, gfs_meta *m)
+{
+	cache_entry *e = http_cache_get(srv->open, m->cache_key);
+	if (e) {
+		if (disktier_touch(srv->tier, m))
+			return e;
+		cache_entry_release(srv->open, e);
+		http_cache_drop(srv->open, m->cache_key);
+	}
+	int fd = disktier_get(srv->tier, m);
+	if (fd < 0)
+		return NULL;
+	struct MHD_Response *resp;
+	if (m->length == 0) {
+		close(fd);
+		resp = made(MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
+	} else if (!(resp = MHD_create_response_from_fd64((uint64_t)m->length, fd))) {
+		close(fd);
+		return NULL;
+	}
+	add_file_headers(srv, resp, m, true);
+	cache_body *b = cache_body_new(0);
+	e = http_cache_put(srv->open, m->cache_key, b, resp, gfs_meta_ref(m));
+	cache_body_unref(b);
+	return e;
 }
 
 /* HEAD of a file not in the cache: the headers need only the metadata. */
@@ -958,13 +996,14 @@ resume_waiters(struct httpserve *srv, struct job *j)
 	pthread_mutex_unlock(&srv->jobs_mu);
 }
 
-/* After the waiters have their answer, so that writing the entry delays no one. */
+/* The disk tier's writer takes a reference to the body and writes it later. */
 static void
 finish_job(struct httpserve *srv, struct job *j)
 {
 	resume_waiters(srv, j);
 	if (j->entry && j->fresh && srv->tier)
-		disktier_put(srv->tier, j->meta, j->entry->body->data, j->entry->body->len);
+		disktier_put_async(srv->tier, j->meta, j->entry->body->data, j->entry->body->len,
+		                   cache_body_release_cb, cache_body_ref(j->entry->body));
 	if (j->entry)
 		cache_entry_release(srv->cache, j->entry);
 	job_free(j);
@@ -1094,9 +1133,15 @@ serve_body(struct req *r, gfs_meta *m)
 		return send_entry(r);
 	if (r->head && !r->range)
 		return send_head(r, m);
-	int fd = srv->tier ? disktier_get(srv->tier, m) : -1;
-	if (fd >= 0)
-		return send_disk(r, m, fd);
+	if (srv->tier && srv->open && !r->range) {
+		r->open_entry = open_disk(srv, m);
+		if (r->open_entry)
+			return queue(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
+	} else if (srv->tier) {
+		int fd = disktier_get(srv->tier, m);
+		if (fd >= 0)
+			return send_disk(r, m, fd);
+	}
 	if (atomic_load(&srv->backend_down))
 		return send_status(r, 503);
 	if ((size_t)m->length > srv->cfg.stream_threshold)
@@ -1587,6 +1632,8 @@ on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		write_access_log(srv, r, status);
 	if (r->entry)
 		cache_entry_release(srv->cache, r->entry);
+	if (r->open_entry)
+		cache_entry_release(srv->open, r->open_entry);
 	if (r->stream)
 		stream_free_cb(r->stream); /* answered before its response took the stream over */
 	gfs_meta_unref(r->meta);
@@ -1704,6 +1751,7 @@ serve_metrics(struct req *r)
 	        "# TYPE " P "disk_misses_total counter\n" P "disk_misses_total %llu\n"
 	        "# TYPE " P "disk_evictions_total counter\n" P "disk_evictions_total %llu\n"
 	        "# TYPE " P "disk_errors_total counter\n" P "disk_errors_total %llu\n"
+	        "# TYPE " P "disk_fills_dropped_total counter\n" P "disk_fills_dropped_total %llu\n"
 	        "# TYPE " P "disk_bytes gauge\n" P "disk_bytes %llu\n"
 	        "# TYPE " P "disk_max_bytes gauge\n" P "disk_max_bytes %llu\n"
 	        "# TYPE " P "disk_entries gauge\n" P "disk_entries %llu\n"
@@ -1711,7 +1759,7 @@ serve_metrics(struct req *r)
 	        "# TYPE " P "backend_reads_total counter\n" P "backend_reads_total %llu\n",
 	        (unsigned long long)ds.hits, (unsigned long long)ds.misses,
 	        (unsigned long long)ds.evictions, (unsigned long long)ds.errors,
-	        (unsigned long long)ds.bytes, (unsigned long long)ds.max_bytes,
+	        (unsigned long long)ds.dropped, (unsigned long long)ds.bytes, (unsigned long long)ds.max_bytes,
 	        (unsigned long long)ds.entries, (unsigned long long)atomic_load(&srv->backend_reads));
 	bprintf(&b, "# HELP " P "backend_seconds Time to read a file or look one up.\n"
 	        "# TYPE " P "backend_seconds histogram\n");
@@ -2085,8 +2133,10 @@ free_server(struct httpserve *srv)
 	for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
 		if (rs[i])
 			MHD_destroy_response(rs[i]);
+	disktier_close(srv->tier); /* first: its writer may still hold bodies */
+	if (srv->open)
+		http_cache_free(srv->open);
 	http_cache_free(srv->cache);
-	disktier_close(srv->tier);
 	gfs_index_free(srv->index);
 	strmap_free(srv->inflight);
 	strmap_free(srv->per_ip);
@@ -2235,6 +2285,12 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 			free_server(srv);
 			return NULL;
 		}
+		/* A quarter of the descriptors at most: connections need the rest. */
+		struct rlimit rl;
+		rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur / 4 : 256;
+		n = n > OPEN_ENTRIES_MAX ? OPEN_ENTRIES_MAX : n;
+		if (MHD_is_feature_supported(MHD_FEATURE_RESPONSES_SHARED_FD) == MHD_YES)
+			srv->open = http_cache_new((size_t)n * CACHE_ENTRY_OVERHEAD, free_meta_cb);
 	}
 
 	gfs_session *ses = gfs_session_pop(conn);

@@ -295,3 +295,31 @@ def test_cache_dir_usage_errors(gfs, tmp_path):
     f.write_text("x")
     r = gfs.run("serve", "--listen", "127.0.0.1:0", "--cache-dir", str(f))
     assert r.rc != 0 and str(f) in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_tier_is_bounded_and_evicts_least_recently_used(bucket, serve, tmp_path):
+    # 300 KB files with a 1M memory cache: over its stream threshold, so each goes to the tier only.
+    files = {f"lru/{i}.bin": os.urandom(300 * 1024) for i in range(6)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d), "--cache-dir-size", "1M", "--cache-size", "1M")
+    for _ in range(2):
+        fetch_all(s, bucket, files)
+        m = s.metrics()
+        assert m["gridfsctl_serve_disk_bytes"] <= 1 << 20
+        assert m["gridfsctl_serve_disk_max_bytes"] == 1 << 20
+    assert m["gridfsctl_serve_disk_evictions_total"] >= 6
+    assert len(entries(d)) == 3
+    # The last three asked for are the ones kept, and they are served from the tier.
+    assert set(entries(d)) == {sha(files[f"lru/{i}.bin"]) for i in (3, 4, 5)}
+    reads = m["gridfsctl_serve_backend_reads_total"]
+    for i in (5, 4, 3):
+        assert s.get(f"/lru/{i}.bin")[2] == files[f"lru/{i}.bin"]
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == reads
+    # Filling lru/0 evicts lru/5, the least recently used, which the server holds open:
+    # it is let go, and read again, not served from a descriptor the tier gave up.
+    assert s.get("/lru/0.bin")[2] == files["lru/0.bin"]
+    assert sha(files["lru/5.bin"]) not in entries(d)
+    assert s.get("/lru/5.bin")[2] == files["lru/5.bin"]
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == reads + 2

@@ -23,7 +23,8 @@ only the disk tier is warm (the cache serve has after a restart).
 Before the wrk runs, the first touch: every file once, in random order, by
 --touch-conns clients on keep-alive connections, against a fresh server with
 an empty --cache-dir and against one without (today's miss path), taking
-turns; the ratio is tier / no tier. The tier's pass is what fills it for
+turns (in alternating order); the ratio is tier / no tier. `--servers ""`
+runs the first touch alone. The tier's pass is what fills it for
 "serve disk".
 
 Then the ratios serve hot / nginx and serve cold / peer, taken turn by turn
@@ -265,7 +266,9 @@ def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
     """First touch with and without the tier, taking turns; leaves tierdir filled."""
     for conns in [int(c) for c in a.touch_conns.split(",")]:
         for turn in range(a.repeat):
-            for name in ("touch-tier", "touch-none"):
+            # Alternating, so that neither always finds the backend's caches warmed by the other.
+            order = ("touch-tier", "touch-none") if turn % 2 == 0 else ("touch-none", "touch-tier")
+            for name in order:
                 if name == "touch-tier":
                     shutil.rmtree(tierdir, ignore_errors=True)
                 r = first_touch(cmds[name], env, PORTS["touch"], paths, conns,
@@ -346,7 +349,7 @@ def main():
         with open(os.path.join(tree, p), "rb") as f:
             while f.read(1 << 20):
                 pass
-    servers = a.servers.split(",")
+    servers = [x for x in a.servers.split(",") if x]
     results = {"tree": tree, "files": len(paths), "bytes": total, "cpus": os.cpu_count(),
                "commands": {}, "wrk": {}, "ab": {}, "touch": {}}
     procs = {}
@@ -365,7 +368,7 @@ def main():
             wait_http(f"http://127.0.0.1:{PORTS[name]}/{urllib.parse.quote(paths[0])}", procs[name])
             results["commands"][name] = " ".join(cmds[name])
             log(f"bench: {name} ready in {time.monotonic() - t0:.1f}s")
-        for conns in [int(c) for c in a.conns.split(",")]:
+        for conns in [int(c) for c in a.conns.split(",") if c and servers]:
             runs = {name: [] for name in servers}
             for _ in range(a.repeat):
                 for name in servers:

@@ -89,8 +89,27 @@ int fail(const gfs_error *err);
 /* Connects with the globals; prints a one-line error and returns NULL on failure. */
 gfs_conn *connect_or_warn(void);
 
-/* Prints a bson document as one line of relaxed extended JSON. */
+/* Prints a bson document as one JSON line, its strings made valid UTF-8 first. */
 void print_json(FILE *out, const bson_t *doc);
+
+/*
+ * The JSON vocabulary of gridfsctl(1) (cmd/json.c). json_write() is the one
+ * writer: compact, dates as ISO 8601 UTC strings, doubles without noise.
+ * An event line starts with json_event() ("time", "event"); a verb's last
+ * line is its summary, {"time", "summary": {"verb", "dryRun"?, counts...,
+ * "seconds", "error"?}}, built between json_summary_begin() and _end().
+ * Durations go through json_seconds() (milliseconds, as 3-decimal seconds).
+ */
+bool json_write(FILE *out, const bson_t *doc);
+void json_event(bson_t *doc, const char *event);
+void json_filename(bson_t *doc, const char *name);
+void json_seconds(bson_t *doc, const char *key, double seconds);
+struct json_summary {
+	bson_t doc, body;
+};
+void json_summary_begin(struct json_summary *s, const char *verb, bool dry_run);
+/* Adds "seconds" and, when error is not empty, "error"; prints the line. */
+void json_summary_end(FILE *out, struct json_summary *s, double seconds, const char *error);
 
 /*
  * s[0..len) for human eyes, the one escaping rule of gridfsctl(1): C0 and

@@ -154,9 +154,9 @@ print_action(struct import_cli *c, const gfs_import_event *ev)
 	if (!action || !(ev->dry_run || c->verbose))
 		return;
 	if (c->json) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "action", action);
-		BSON_APPEND_UTF8(&doc, "name", ev->name);
+		bson_t doc;
+		json_event(&doc, action);
+		json_filename(&doc, ev->name);
 		if (ev->dry_run)
 			BSON_APPEND_BOOL(&doc, "dryRun", true);
 		print_json(stdout, &doc);
@@ -198,29 +198,24 @@ on_event(const gfs_import_event *ev, void *ctx)
 static void
 print_summary(const struct import_cli *c, const gfs_import_stats *st, const gfs_error *err)
 {
-	bson_t doc = BSON_INITIALIZER;
-	BSON_APPEND_INT64(&doc, "scanned", (int64_t)st->scanned);
-	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)st->uploaded);
-	BSON_APPEND_INT64(&doc, "skipped", (int64_t)st->skipped);
-	BSON_APPEND_INT64(&doc, "replaced", (int64_t)st->replaced);
-	BSON_APPEND_INT64(&doc, "deleted", (int64_t)st->deleted);
-	BSON_APPEND_INT64(&doc, "failed", (int64_t)st->failed);
-	BSON_APPEND_INT64(&doc, "bytes", (int64_t)st->bytes);
-	BSON_APPEND_DOUBLE(&doc, "seconds", (double)(int64_t)(st->seconds * 1000) / 1000);
-	BSON_APPEND_INT64(&doc, "recovered", (int64_t)st->recovered);
-	if (c->o.dry_run)
-		BSON_APPEND_BOOL(&doc, "dryRun", true);
-	if (err->code != GFS_OK) {
-		BSON_APPEND_UTF8(&doc, "error", err->msg);
-	} else if (st->failed) {
-		char *msg = bson_strdup_printf("%llu file%s failed, the first: %s",
-		                               (unsigned long long)st->failed, st->failed == 1 ? "" : "s",
-		                               c->first_failure ? c->first_failure : "?");
-		BSON_APPEND_UTF8(&doc, "error", msg);
-		bson_free(msg);
-	}
-	print_json(stdout, &doc);
-	bson_destroy(&doc);
+	struct json_summary sum;
+	json_summary_begin(&sum, "import", c->o.dry_run);
+	bson_t *doc = &sum.body;
+	BSON_APPEND_INT64(doc, "scanned", (int64_t)st->scanned);
+	BSON_APPEND_INT64(doc, "uploaded", (int64_t)st->uploaded);
+	BSON_APPEND_INT64(doc, "skipped", (int64_t)st->skipped);
+	BSON_APPEND_INT64(doc, "replaced", (int64_t)st->replaced);
+	BSON_APPEND_INT64(doc, "deleted", (int64_t)st->deleted);
+	BSON_APPEND_INT64(doc, "failed", (int64_t)st->failed);
+	BSON_APPEND_INT64(doc, "bytes", (int64_t)st->bytes);
+	BSON_APPEND_INT64(doc, "recovered", (int64_t)st->recovered);
+	char *msg = NULL;
+	if (err->code == GFS_OK && st->failed)
+		msg = bson_strdup_printf("%llu file%s failed, the first: %s",
+		                         (unsigned long long)st->failed, st->failed == 1 ? "" : "s",
+		                         c->first_failure ? c->first_failure : "?");
+	json_summary_end(stdout, &sum, st->seconds, err->code != GFS_OK ? err->msg : msg);
+	bson_free(msg);
 }
 
 static gfs_import *running;

@@ -436,14 +436,16 @@ print_action(struct mirror *m, const char *action, const char *rel, size_t len,
 		human_line(stdout, "%s %.*s", action, (int)len, rel);
 		return;
 	}
-	bson_t doc = BSON_INITIALIZER;
+	bson_t doc;
 	char *path = json_path(rel, len);
-	BSON_APPEND_UTF8(&doc, "action", action);
+	json_event(&doc, action);
 	BSON_APPEND_UTF8(&doc, "path", path);
 	if (it) {
-		BSON_APPEND_UTF8(&doc, "name", it->file.filename);
+		json_filename(&doc, it->file.filename);
 		BSON_APPEND_INT64(&doc, "bytes", it->file.length);
 	}
+	if (m->dry_run)
+		BSON_APPEND_BOOL(&doc, "dryRun", true);
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
 	free(path);
@@ -486,24 +488,24 @@ on_swept(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len, const gfs
 static void
 print_summary(struct mirror *m, int rc, double seconds)
 {
-	bson_t doc = BSON_INITIALIZER;
-	BSON_APPEND_UTF8(&doc, "summary", m->dry_run ? "dry-run" : "mirror");
-	BSON_APPEND_INT64(&doc, "files", (int64_t)m->plan.count);
-	BSON_APPEND_INT64(&doc, "written", (int64_t)atomic_load(&m->written));
-	BSON_APPEND_INT64(&doc, "attrs", (int64_t)atomic_load(&m->attrs));
-	BSON_APPEND_INT64(&doc, "skipped", (int64_t)atomic_load(&m->skipped));
-	BSON_APPEND_INT64(&doc, "deleted", (int64_t)atomic_load(&m->deleted));
-	BSON_APPEND_INT64(&doc, "removedDirs", (int64_t)atomic_load(&m->rmdirs));
-	BSON_APPEND_INT64(&doc, "cleaned", (int64_t)atomic_load(&m->cleaned));
-	BSON_APPEND_INT64(&doc, "failed", (int64_t)atomic_load(&m->failed));
-	BSON_APPEND_INT64(&doc, "refused", (int64_t)m->refused);
-	BSON_APPEND_INT64(&doc, "bytes", (int64_t)atomic_load(&m->bytes));
-	BSON_APPEND_DOUBLE(&doc, "seconds", (double)(int64_t)(seconds * 1000 + 0.5) / 1000);
-	BSON_APPEND_BOOL(&doc, "interrupted", interrupted());
+	struct json_summary sum;
+	json_summary_begin(&sum, "mirror", m->dry_run);
+	bson_t *doc = &sum.body;
+	BSON_APPEND_INT64(doc, "files", (int64_t)m->plan.count);
+	BSON_APPEND_INT64(doc, "written", (int64_t)atomic_load(&m->written));
+	BSON_APPEND_INT64(doc, "attrs", (int64_t)atomic_load(&m->attrs));
+	BSON_APPEND_INT64(doc, "skipped", (int64_t)atomic_load(&m->skipped));
+	BSON_APPEND_INT64(doc, "deleted", (int64_t)atomic_load(&m->deleted));
+	BSON_APPEND_INT64(doc, "removedDirs", (int64_t)atomic_load(&m->rmdirs));
+	BSON_APPEND_INT64(doc, "cleaned", (int64_t)atomic_load(&m->cleaned));
+	BSON_APPEND_INT64(doc, "failed", (int64_t)atomic_load(&m->failed));
+	BSON_APPEND_INT64(doc, "refused", (int64_t)m->refused);
+	BSON_APPEND_INT64(doc, "bytes", (int64_t)atomic_load(&m->bytes));
+	BSON_APPEND_BOOL(doc, "interrupted", interrupted());
+	const char *error = NULL;
 	if (rc != EXIT_OK)
-		BSON_APPEND_UTF8(&doc, "error", m->error ? m->error : "interrupted");
-	print_json(stdout, &doc);
-	bson_destroy(&doc);
+		error = m->error ? m->error : "interrupted";
+	json_summary_end(stdout, &sum, seconds, error);
 }
 
 /* ---- setting up ------------------------------------------------------ */

@@ -481,16 +481,9 @@ print_json(FILE *out, const bson_t *doc)
 {
 	bson_t clean = BSON_INITIALIZER;
 	sanitize_doc(doc, &clean);
-	size_t len;
-	char *s = bson_as_relaxed_extended_json(&clean, &len);
-	bson_destroy(&clean);
-	if (!s) {
+	if (!json_write(out, &clean))
 		warnx_("a document could not be written as JSON");
-		return;
-	}
-	fwrite(s, 1, len, out);
-	fputc('\n', out);
-	bson_free(s);
+	bson_destroy(&clean);
 }
 
 bool

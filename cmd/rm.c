@@ -43,19 +43,23 @@ on_opt(int opt, const char *arg, void *ctx)
 
 /*
  * --json: one object per name; when it failed, "error" repeats the message.
- * A dry run removes nothing: "wouldRemove" counts, "ids" lists, what would go.
+ * A dry run removes nothing: the same line, marked "dryRun", counts and lists ("ids") what would go.
  */
 static void
 report(const struct rm_opts *o, const char *what, int64_t removed, const bson_t *ids, int rc)
 {
 	if (!o->json)
 		return;
-	bson_t doc = BSON_INITIALIZER;
-	BSON_APPEND_UTF8(&doc, o->id ? "id" : "name", what);
-	BSON_APPEND_INT64(&doc, "removed", o->dry_run ? 0 : removed);
+	bson_t doc;
+	json_event(&doc, "removed");
+	if (o->id)
+		BSON_APPEND_UTF8(&doc, "id", what);
+	else
+		json_filename(&doc, what);
+	/* A dry run is the same line, marked: "removed" is what would be. */
+	BSON_APPEND_INT64(&doc, "removed", removed);
 	if (o->dry_run) {
 		BSON_APPEND_BOOL(&doc, "dryRun", true);
-		BSON_APPEND_INT64(&doc, "wouldRemove", removed);
 		if (ids)
 			BSON_APPEND_ARRAY(&doc, "ids", ids);
 	}

@@ -215,13 +215,11 @@ emit_problem(struct run *r, const char *kind, const char *name, const bson_value
 		print_problem_line(r, kind, name, id, detail);
 		return;
 	}
-	bson_t doc = BSON_INITIALIZER;
+	bson_t doc;
 	bool note = p && p->kind == GFS_VK_IN_PROGRESS;   /* not a problem */
-	BSON_APPEND_UTF8(&doc, note ? "note" : "problem", kind);
-	if (name)
-		BSON_APPEND_UTF8(&doc, "name", name);
-	else
-		BSON_APPEND_NULL(&doc, "name");
+	json_event(&doc, note ? "note" : "problem");
+	BSON_APPEND_UTF8(&doc, "kind", kind);
+	json_filename(&doc, name);
 	append_id(&doc, "id", id);
 	if (p && p->n >= 0)
 		BSON_APPEND_INT64(&doc, "n", p->n);
@@ -354,15 +352,16 @@ emit_repair(struct run *r, const char *action, const char *name, const bson_valu
 		free(ids);
 		return;
 	}
-	bson_t doc = BSON_INITIALIZER;
+	bson_t doc;
+	json_event(&doc, "repair");
 	BSON_APPEND_UTF8(&doc, "repair", action);
-	BSON_APPEND_UTF8(&doc, "state", state);
-	if (name)
-		BSON_APPEND_UTF8(&doc, "name", name);
-	else
-		BSON_APPEND_NULL(&doc, "name");
+	json_filename(&doc, name);
 	append_id(&doc, "id", id);
 	BSON_APPEND_UTF8(&doc, "detail", detail);
+	if (r->o->dry_run)
+		BSON_APPEND_BOOL(&doc, "dryRun", true);
+	else
+		BSON_APPEND_BOOL(&doc, "repaired", ok);
 	print_json(r->pout, &doc);
 	bson_destroy(&doc);
 }
@@ -796,14 +795,15 @@ summary(struct run *r, double secs, bool interrupted)
 {
 	uint64_t problems = r->st.problems + r->extra_problems;
 	if (r->o->json) {
-		bson_t doc = BSON_INITIALIZER, kinds;
-		BSON_APPEND_BOOL(&doc, "summary", true);
-		BSON_APPEND_INT64(&doc, "files", (int64_t)r->st.files);
-		BSON_APPEND_INT64(&doc, "checked", (int64_t)r->st.files_checked);
-		BSON_APPEND_INT64(&doc, "chunks", (int64_t)r->st.chunks);
-		BSON_APPEND_INT64(&doc, "bytes", (int64_t)r->st.bytes);
-		BSON_APPEND_INT64(&doc, "problems", (int64_t)problems);
-		BSON_APPEND_DOCUMENT_BEGIN(&doc, "counts", &kinds);
+		struct json_summary sum;
+		json_summary_begin(&sum, "verify", r->o->repair && r->o->dry_run);
+		bson_t *doc = &sum.body, kinds;
+		BSON_APPEND_INT64(doc, "files", (int64_t)r->st.files);
+		BSON_APPEND_INT64(doc, "checked", (int64_t)r->st.files_checked);
+		BSON_APPEND_INT64(doc, "chunks", (int64_t)r->st.chunks);
+		BSON_APPEND_INT64(doc, "bytes", (int64_t)r->st.bytes);
+		BSON_APPEND_INT64(doc, "problems", (int64_t)problems);
+		BSON_APPEND_DOCUMENT_BEGIN(doc, "counts", &kinds);
 		for (int k = 0; k <= GFS_VK_BAD_DOC; k++)
 			if (r->st.by_kind[k])
 				BSON_APPEND_INT64(&kinds, gfs_verify_kind_name(k), (int64_t)r->st.by_kind[k]);
@@ -813,25 +813,28 @@ summary(struct run *r, double secs, bool interrupted)
 			BSON_APPEND_INT64(&kinds, "MISSING-ON-DISK", (int64_t)r->only_gridfs);
 		if (r->differ)
 			BSON_APPEND_INT64(&kinds, "DIFFERS", (int64_t)r->differ);
-		bson_append_document_end(&doc, &kinds);
-		BSON_APPEND_BOOL(&doc, "orphansChecked", r->st.orphans_checked);
-		BSON_APPEND_INT64(&doc, "inProgress", (int64_t)r->st.in_progress);
+		bson_append_document_end(doc, &kinds);
+		BSON_APPEND_BOOL(doc, "orphansChecked", r->st.orphans_checked);
+		BSON_APPEND_INT64(doc, "inProgress", (int64_t)r->st.in_progress);
 		if (r->o->against) {
-			BSON_APPEND_INT64(&doc, "same", (int64_t)r->same);
-			BSON_APPEND_INT64(&doc, "damaged", (int64_t)r->damaged);
+			BSON_APPEND_INT64(doc, "same", (int64_t)r->same);
+			BSON_APPEND_INT64(doc, "damaged", (int64_t)r->damaged);
 		}
 		if (r->o->repair) {
-			BSON_APPEND_INT64(&doc, "repaired", (int64_t)r->repaired);
-			BSON_APPEND_INT64(&doc, "unrepaired", (int64_t)r->unrepaired);
-			BSON_APPEND_BOOL(&doc, "dryRun", r->o->dry_run);
+			BSON_APPEND_INT64(doc, "repaired", (int64_t)r->repaired);
+			BSON_APPEND_INT64(doc, "unrepaired", (int64_t)r->unrepaired);
 		}
-		BSON_APPEND_BOOL(&doc, "interrupted", interrupted);
-		if (r->failure[0])
-			BSON_APPEND_UTF8(&doc, "error", r->failure);
-		BSON_APPEND_DOUBLE(&doc, "seconds", secs);
+		BSON_APPEND_BOOL(doc, "interrupted", interrupted);
+		/* Exit 1 or 130 is a failed run, and says why. */
+		char why[64] = "";
+		bool fixed = r->o->repair && !r->o->dry_run && r->unrepaired == 0 && r->repaired > 0;
+		if (problems && !fixed)
+			snprintf(why, sizeof why, "%llu problem%s found", (unsigned long long)problems,
+			         problems == 1 ? "" : "s");
+		else if (interrupted)
+			snprintf(why, sizeof why, "interrupted");
 		/* With --combined - stdout carries the report alone. */
-		print_json(r->pout, &doc);
-		bson_destroy(&doc);
+		json_summary_end(r->pout, &sum, secs, r->failure[0] ? r->failure : why);
 		return;
 	}
 	FILE *out = r->pout;

@@ -200,10 +200,10 @@ report(const struct watch_cli *w, const char *event, const char *name, int64_t b
 	if (G.quiet)
 		return;
 	if (w->json) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "event", event);
+		bson_t doc;
+		json_event(&doc, event);
 		if (name)
-			BSON_APPEND_UTF8(&doc, "name", name);
+			json_filename(&doc, name);
 		if (bytes >= 0)
 			BSON_APPEND_INT64(&doc, "bytes", bytes);
 		emit_json(&doc);
@@ -532,8 +532,8 @@ backend_down(struct watch_cli *w, const gfs_error *err)
 	warnx_("backend unreachable: %s; %zu changes wait, retrying", err->msg, waiting(w));
 	sd_notify_("STATUS=backend unreachable; changes wait");
 	if (w->json && !G.quiet) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "event", "backend-down");
+		bson_t doc;
+		json_event(&doc, "backend-down");
 		BSON_APPEND_UTF8(&doc, "error", err->msg);
 		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
 		BSON_APPEND_DATE_TIME(&doc, "since", w->down_since_ms);
@@ -558,8 +558,8 @@ backend_up(struct watch_cli *w)
 	warnx_("backend reachable again after %lld s; acting on %zu changes", (long long)secs, waiting(w));
 	sd_notify_("STATUS=watching");
 	if (w->json && !G.quiet) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "event", "backend-up");
+		bson_t doc;
+		json_event(&doc, "backend-up");
 		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
 		BSON_APPEND_DATE_TIME(&doc, "since", w->down_since_ms);
 		emit_json(&doc);
@@ -643,9 +643,9 @@ report_moved(const struct watch_cli *w, const struct op *op, uint64_t moved)
 		return;
 	char *from = gfs_prefix_join(w->o.prefix, op->from), *to = gfs_prefix_join(w->o.prefix, op->rel);
 	if (w->json) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "event", op->is_dir ? "moved-folder" : "moved");
-		BSON_APPEND_UTF8(&doc, "name", to);
+		bson_t doc;
+		json_event(&doc, op->is_dir ? "moved-folder" : "moved");
+		json_filename(&doc, to);
 		BSON_APPEND_UTF8(&doc, "from", from);
 		BSON_APPEND_INT64(&doc, "files", (int64_t)moved);
 		emit_json(&doc);
@@ -783,8 +783,8 @@ report_pass(const struct watch_cli *w, const gfs_import_stats *st)
 {
 	if (!w->json || G.quiet)
 		return;
-	bson_t doc = BSON_INITIALIZER;
-	BSON_APPEND_UTF8(&doc, "event", "synced");
+	bson_t doc;
+	json_event(&doc, "synced");
 	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)(st->uploaded + st->replaced));
 	BSON_APPEND_INT64(&doc, "deleted", (int64_t)st->deleted);
 	BSON_APPEND_INT64(&doc, "failed", (int64_t)st->failed);
@@ -878,15 +878,15 @@ status_line(const struct watch_cli *w)
 {
 	int64_t oldest = oldest_waiting(w);
 	if (w->json && !G.quiet) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "event", "status");
+		bson_t doc;
+		json_event(&doc, "status");
 		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
 		if (oldest)
 			BSON_APPEND_DATE_TIME(&doc, "since", oldest);
 		BSON_APPEND_BOOL(&doc, "backend", !w->down);
 		if (w->down)
-			BSON_APPEND_DATE_TIME(&doc, "down_since", w->down_since_ms);
-		BSON_APPEND_BOOL(&doc, "pass_owed", w->pass_owed);
+			BSON_APPEND_DATE_TIME(&doc, "downSince", w->down_since_ms);
+		BSON_APPEND_BOOL(&doc, "passOwed", w->pass_owed);
 		BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(w->tree));
 		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
 		emit_json(&doc);
@@ -1056,8 +1056,8 @@ say_ready(const struct watch_cli *w)
 	if (G.quiet)
 		return;
 	if (w->json) {
-		bson_t doc = BSON_INITIALIZER;
-		BSON_APPEND_UTF8(&doc, "event", "ready");
+		bson_t doc;
+		json_event(&doc, "ready");
 		BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(w->tree));
 		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
 		emit_json(&doc);
@@ -1098,9 +1098,25 @@ watch(struct watch_cli *w, const sigset_t *mask)
 	return rc;
 }
 
+/* The last line of --json: how long it watched, what failed, and why it stopped if not cleanly. */
+static void
+print_summary(const struct watch_cli *w, int rc, double seconds)
+{
+	struct json_summary sum;
+	json_summary_begin(&sum, "watch", false);
+	BSON_APPEND_INT64(&sum.body, "failed", (int64_t)w->failures);
+	const char *error = NULL;
+	if (rc == EXIT_INTERRUPTED)
+		error = "interrupted";
+	else if (rc != EXIT_OK)
+		error = last_message()[0] ? last_message() : "failed";
+	json_summary_end(stdout, &sum, seconds, error);
+}
+
 int
 cmd_watch(int argc, char **argv)
 {
+	double started = gfs_mono_seconds();
 	struct watch_cli w = {.initial = true, .settle_ms = 50, .jobs = 4, .max_pending = DEFAULT_MAX_PENDING};
 	w.o.keep_revisions = 1;
 	w.ops_tail = &w.ops;
@@ -1150,6 +1166,8 @@ cmd_watch(int argc, char **argv)
 	gfs_magic_close(w.magic);
 	gfs_conn_close(w.conn);
 out:
+	if (w.json && i >= 0)
+		print_summary(&w, rc, gfs_mono_seconds() - started);
 	free(w.include);
 	free(w.exclude);
 	return rc;

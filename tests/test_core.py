@@ -16,6 +16,7 @@ import pytest
 from bson import ObjectId
 
 import conftest
+import jsonvocab
 
 import planted
 from conftest import BIN, ROOT, sha256
@@ -29,6 +30,13 @@ SIZES = {
     "five-mb": 5 * 1024 * 1024 + 3,
 }
 NAMES = ["plain.txt", "dir/sub/file.bin", "caf\u00e9/\u00fcber \u65e5\u672c.jpg", "emoji-\U0001F3AC.png"]
+
+
+def rm_result(r):
+    """rm --json's one event line, without its time."""
+    docs = jsonvocab.parse(r.text, "rm")
+    assert len(docs) == 1 and docs[0]["event"] == "removed", r
+    return {k: v for k, v in docs[0].items() if k not in ("time", "event")}
 
 
 def payload(size, seed=1):
@@ -227,7 +235,7 @@ def test_rm_all_revisions_then_chunks(gfs, bucket, db):
         bucket.upload_from_stream("gone", data)
     keep = bucket.upload_from_stream("kept", b"3")
     r = gfs.run("rm", "gone", "--json")
-    assert r.rc == 0 and json.loads(r.text) == {"name": "gone", "removed": 2}
+    assert r.rc == 0 and rm_result(r) == {"filename": "gone", "removed": 2}
     assert db.fs.files.count_documents({}) == 1
     assert db.fs.chunks.count_documents({}) == 1
     assert db.fs.chunks.count_documents({"files_id": keep}) == 1
@@ -374,7 +382,7 @@ def test_rm_deletes_oldest_revision_first(gfs, bucket, backend, db):
         r = gfs.run("rm", "rev", "--json", env={"GRIDFSCTL_URI": proxy.uri})
     finally:
         proxy.close()
-    assert r.rc == 0 and json.loads(r.text) == {"name": "rev", "removed": 3}, r
+    assert r.rc == 0 and rm_result(r) == {"filename": "rev", "removed": 3}, r
     # The delete commands name the ids; the first mention of each is its files delete.
     conn = [bytes(b) for b in proxy.sent if all(i.binary in b for i in ids)]
     assert len(conn) == 1
@@ -617,13 +625,13 @@ def test_json_errors_with_the_backend_unreachable(gfs, tmp_path):
     assert r.rc == 3 and "cannot reach the backend" in doc["error"], r
     assert doc["source"] == str(tmp_path / "f") and doc["filename"] == "f"
     r = gfs.run("rm", "a", "b", "--json", env=UNREACHABLE)
-    docs = [json.loads(line) for line in r.text.splitlines()]
-    assert r.rc == 3 and len(docs) == 1 and docs[0]["name"] == "a", r
+    docs = jsonvocab.parse(r.text, "rm")
+    assert r.rc == 3 and len(docs) == 1 and docs[0]["filename"] == "a", r
     assert "cannot reach the backend" in docs[0]["error"] and docs[0]["removed"] == 0
     r = gfs.run("import", tmp_path / "tree", "--json", env=UNREACHABLE)
-    assert r.rc == 3 and "cannot reach the backend" in json.loads(r.text.splitlines()[-1])["error"], r
+    assert r.rc == 3 and "cannot reach the backend" in jsonvocab.summary(r.text, "import")["error"], r
     r = gfs.run("import", tmp_path / "tree", "--json", env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?tls=maybe"})
-    assert r.rc == 2 and json.loads(r.text)["error"].startswith("invalid connection string"), r
+    assert r.rc == 2 and jsonvocab.summary(r.text, "import")["error"].startswith("invalid connection string"), r
     # Verbs that print files, not a summary, print none and say why on stderr.
     for args in (["ls", "--json"], ["stat", "a", "--json"], ["get", "a", "-o", "-"]):
         r = gfs.run(*args, env=UNREACHABLE)
@@ -632,18 +640,18 @@ def test_json_errors_with_the_backend_unreachable(gfs, tmp_path):
 
 def test_json_errors_of_refused_runs(gfs, bucket, tmp_path):
     r = gfs.run("rm", "nonesuch", "--json")
-    doc = json.loads(r.text)
-    assert r.rc == 4 and doc == {"name": "nonesuch", "removed": 0, "error": r.err.strip().split(": ", 1)[1]}, r
+    doc = rm_result(r)
+    assert r.rc == 4 and doc == {"filename": "nonesuch", "removed": 0, "error": r.err.strip().split(": ", 1)[1]}, r
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "ok").write_bytes(b"ok")
     os.mkfifo(tree / "pipe")
     r = gfs.run("import", tree, "--json")
-    s = json.loads(r.text.splitlines()[-1])
+    s = jsonvocab.summary(r.text, "import")
     assert r.rc == 1 and s["failed"] == 1, r
     assert s["error"].startswith("1 file failed, the first: ") and "pipe: not a regular file" in s["error"], s
     r = gfs.run("import", tree, "--json", "--exclude", "pipe")
-    assert r.rc == 0 and "error" not in json.loads(r.text.splitlines()[-1]), r
+    assert r.rc == 0 and "error" not in jsonvocab.summary(r.text, "import"), r
 
 def test_get_stored_name_never_follows_a_symlink(gfs, bucket, tmp_path):
     work, outside = tmp_path / "w", tmp_path / "outside"
@@ -734,7 +742,7 @@ def test_no_piece_of_a_password_with_an_unescaped_at_is_printed(gfs, tmp_path):
         assert r.rc == 3 and "cannot reach the backend" in r.err, (args, r)
         for piece in pieces:
             assert piece not in r.err and piece not in r.text, (args, piece, r)
-    assert "error" in json.loads(r.text.strip().splitlines()[-1])
+    assert "error" in jsonvocab.summary(r.text, "import")
 
 
 def test_put_killed_leaves_chunks_the_next_put_removes(gfs, db, tmp_path):
@@ -775,7 +783,7 @@ def test_put_killed_leaves_chunks_the_next_put_removes(gfs, db, tmp_path):
         running.kill()
         running.wait()
     r = gfs.run("import", tmp_path / "tree", "--json")
-    assert r.rc == 0 and json.loads(r.text.splitlines()[-1])["recovered"] == 1, r
+    assert r.rc == 0 and jsonvocab.summary(r.text, "import")["recovered"] == 1, r
     assert db.fs.chunks.count_documents({"files_id": live}) == 0
     assert db.fs.gridfsctl_uploads.count_documents({}) == 0
     assert db.fs.gridfsctl_locks.count_documents({}) == 0
@@ -786,7 +794,7 @@ def test_rm_name_removes_malformed_revisions(gfs, bucket, db):
     bad = planted.plant_bad_docs(db, "broken")
     good = bucket.upload_from_stream("broken", b"newest")
     r = gfs.run("rm", "broken", "--json")
-    assert r.rc == 0 and json.loads(r.text) == {"name": "broken", "removed": 3}, r
+    assert r.rc == 0 and rm_result(r) == {"filename": "broken", "removed": 3}, r
     assert db.fs.files.count_documents({}) == 0
     assert db.fs.chunks.count_documents({"files_id": {"$in": bad + [good]}}) == 0
 
@@ -813,9 +821,9 @@ def test_rm_dry_run_says_what_it_would_remove_and_removes_nothing(gfs, bucket, d
     assert len(lines) == 3 and all(l.startswith("would remove gone (id ") for l in lines)
     assert f"id {old}, 1 bytes" in r.text and f"id {new}, 2 bytes" in r.text
     j = gfs.run("rm", "-n", "gone", "--json")
-    d = json.loads(j.text)
-    assert j.rc == 0 and d["name"] == "gone" and d["dryRun"] is True
-    assert d["removed"] == 0 and d["wouldRemove"] == 3
+    d = rm_result(j)
+    assert j.rc == 0 and d["filename"] == "gone" and d["dryRun"] is True
+    assert d["removed"] == 3  # what a real rm would remove: the same line, marked
     assert str(old) in d["ids"] and str(new) in d["ids"]
     # by id, and a missing name: the status a real rm would give
     r = gfs.run("rm", "-n", "--id", str(other), "--json")

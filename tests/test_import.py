@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import jsonvocab
 import planted
 from conftest import check_sanitizers, Result, sha256
 
@@ -25,10 +26,8 @@ def write(path, data, mtime_ns=None):
 
 
 def summary(res):
-    """The last line of stdout: the JSON summary."""
-    lines = [l for l in res.text.splitlines() if l.strip()]
-    assert lines, res
-    return json.loads(lines[-1])
+    """The last line of stdout: the JSON summary, every line checked against the vocabulary."""
+    return jsonvocab.summary(res.text, "import")
 
 
 def wait_for(cond, timeout=60, what="condition"):
@@ -192,7 +191,8 @@ def test_modified_file_becomes_new_revision(gfs, db, bucket, tree):
     assert res.rc == 0, res
     s = summary(res)
     assert (s["replaced"], s["skipped"], s["uploaded"]) == (1, 1, 0)
-    assert json.loads(res.text.splitlines()[0]) == {"action": "replace", "name": "p.txt"}
+    ev = json.loads(res.text.splitlines()[0])
+    assert (ev["event"], ev["filename"], "dryRun" in ev) == ("replace", "p.txt", False)
     assert bucket.open_download_stream_by_name("p.txt").read() == b"version two, longer"
     # The old revision and its chunks are gone once the new one is complete.
     assert db.fs.files.count_documents({"filename": "p.txt"}) == 1
@@ -319,7 +319,7 @@ def test_unreadable_file_and_directory(gfs, db, tree):
         assert "secret.txt: cannot open: Permission denied" in err
         assert "closed: cannot open directory: Permission denied" in err
         assert "not deleting" in err
-        s = json.loads(proc.stdout.decode().splitlines()[-1])
+        s = jsonvocab.summary(proc.stdout.decode(), "import")
         assert (s["uploaded"], s["failed"], s["deleted"]) == (1, 2, 0)
         assert set(stored(db)) == {"readable.txt", "gone.txt"}
     finally:
@@ -636,7 +636,7 @@ def test_sigint_stops_cleanly(gfs, db, bucket, tree):
         pytest.skip("the import finished before the signal arrived")
     assert proc.returncode == 130, err
     assert b"interrupted" in err
-    s = json.loads(out.decode().splitlines()[-1])
+    s = jsonvocab.summary(out.decode(), "import")
     assert s["uploaded"] == db.fs.files.count_documents({})
     # Files in flight were finished: nothing left half-written.
     assert orphan_chunks(db) == []

@@ -8,7 +8,6 @@ import -> mirror round trip runs too.
 import datetime
 import fcntl
 import hashlib
-import json
 import os
 import resource
 import shutil
@@ -20,6 +19,7 @@ import time
 import pytest
 from bson import Binary, Int64
 
+import jsonvocab
 from conftest import sha256
 
 CHUNK = 255 * 1024
@@ -106,9 +106,8 @@ def assert_same_tree(src, dst):
 
 
 def summary(res):
-    lines = [json.loads(l) for l in res.text.splitlines() if l.strip()]
-    assert lines and lines[-1].get("summary"), res
-    return lines[-1]
+    """The summary object, every line of the output checked against the vocabulary."""
+    return jsonvocab.summary(res.text, "mirror")
 
 
 def no_temp_files(root):
@@ -541,11 +540,13 @@ def test_dry_run_then_delete(gfs, bucket, tmp_path):
 
     r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--dry-run", "--json")
     assert r.rc == 0, r
-    objs = [json.loads(l) for l in r.text.splitlines()]
-    acts = {(o["action"], o["path"]) for o in objs if "action" in o}
+    objs = jsonvocab.parse(r.text, "mirror")
+    acts = {(o["event"], o["path"]) for o in objs if "event" in o}
     assert ("write", "new") in acts and ("rmdir", "olddir") in acts
-    assert [o for o in objs if o.get("path") == "new"][0]["name"] == "t/new"
-    assert objs[-1]["summary"] == "dry-run" and objs[-1]["written"] == 2
+    assert all(o["dryRun"] for o in objs if "event" in o)
+    assert [o for o in objs if o.get("path") == "new"][0]["filename"] == "t/new"
+    s = objs[-1]["summary"]
+    assert s["dryRun"] is True and s["written"] == 2
     assert snapshot(dst) == before
 
     r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--json")
@@ -600,7 +601,7 @@ def test_control_characters_in_names_are_escaped_for_humans(gfs, bucket, tmp_pat
     assert "\x1b" not in r.text + r.err
     # JSON keeps the names exact, in its own escaping.
     r = gfs.run("mirror", dst, "--prefix", "esc", "--dry-run", "--json")
-    names = {json.loads(l).get("name") for l in r.text.split("\n") if l}
+    names = {o.get("filename") for o in jsonvocab.parse(r.text, "mirror")}
     assert "esc/evil\nwrite forged" in names and "esc/red\x1b[31m\u0085x" in names
     # Written to disk with the exact bytes.
     r = gfs.run("mirror", dst, "--prefix", "esc")
@@ -708,7 +709,7 @@ def test_deep_tree_is_swept_within_the_descriptor_limit(gfs, bucket, tmp_path):
     (deep / ".gridfsctl-mirror-0123456789abcdef.tmp").write_bytes(b"left by a killed run")
     p = run_limited(gfs, "mirror", dst, "--prefix", "deep", "--delete", "--json")
     assert p.returncode == 0, p.stderr
-    s = json.loads(p.stdout.splitlines()[-1])
+    s = jsonvocab.summary(p.stdout, "mirror")
     assert (s["deleted"], s["cleaned"], s["removedDirs"]) == (1, 1, levels), s
     assert os.listdir(dst) == ["keep"]
 
@@ -747,7 +748,7 @@ def test_sweep_stays_on_dirs_mount(gfs, bucket, tmp_path, how):
         pytest.skip("cannot mount here: " + p.stderr.strip())
     assert p.returncode == 0, p.stderr
     assert "KEPT" in p.stderr, p.stderr
-    s = json.loads(p.stdout.splitlines()[-1])
+    s = jsonvocab.summary(p.stdout, "mirror")
     assert s["deleted"] == 1 and s["removedDirs"] == 0, s
     assert sorted(os.listdir(dst)) == ["a", "other"]
 

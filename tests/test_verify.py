@@ -2,7 +2,6 @@
 reported exactly once, with the right exit status, and repaired."""
 import datetime
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -10,6 +9,7 @@ import subprocess
 import bson
 import pytest
 
+import jsonvocab
 import planted
 from conftest import SAN_MARKERS, Backend, free_port
 
@@ -46,8 +46,12 @@ def kinds(res):
     return sorted(l.split(" ", 1)[0] for l in problems(res))
 
 
-def json_lines(res):
-    return [json.loads(l) for l in lines(res)]
+def json_lines(res, text=None):
+    """Event lines, then the summary's object; every line checked against the vocabulary."""
+    objs = jsonvocab.parse(res.text if text is None else text, "verify")
+    if objs and "summary" in objs[-1]:
+        objs[-1] = objs[-1]["summary"]
+    return objs
 
 
 def data(n, seed=0):
@@ -138,16 +142,16 @@ def test_json_shape(gfs, faulty):
     assert r.rc == 1, r
     objs = json_lines(r)
     summary = objs[-1]
-    assert summary["summary"] is True
+    assert summary["verb"] == "verify"
     assert summary["problems"] == 9 and summary["orphansChecked"] is True
     assert summary["counts"]["CHECKSUM"] == 2 and summary["counts"]["ORPHAN-CHUNKS"] == 1
     probs = objs[:-1]
-    assert len(probs) == 9 and all(set(p) >= {"problem", "name", "id", "detail"} for p in probs)
-    miss = next(p for p in probs if p["problem"] == "MISSING-CHUNK")
-    assert miss["n"] == 1 and miss["id"] == str(faulty["missing"]) and miss["name"] == "missing"
-    orph = next(p for p in probs if p["problem"] == "ORPHAN-CHUNKS")
-    assert orph["name"] is None and orph["count"] == 2 and orph["bytes"] == 20
-    cs = next(p for p in probs if p["problem"] == "CHECKSUM" and p["name"] == "corrupt")
+    assert len(probs) == 9 and all(set(p) >= {"time", "event", "kind", "filename", "id", "detail"} for p in probs)
+    miss = next(p for p in probs if p["kind"] == "MISSING-CHUNK")
+    assert miss["n"] == 1 and miss["id"] == str(faulty["missing"]) and miss["filename"] == "missing"
+    orph = next(p for p in probs if p["kind"] == "ORPHAN-CHUNKS")
+    assert orph["filename"] is None and orph["count"] == 2 and orph["bytes"] == 20
+    cs = next(p for p in probs if p["kind"] == "CHECKSUM" and p["filename"] == "corrupt")
     assert len(cs["actual"]) == 64
 
 
@@ -181,7 +185,7 @@ def test_repair_only_fixable_exits_zero(gfs, db, bucket):
     objs = json_lines(r)
     reps = [o for o in objs if "repair" in o]
     assert sorted(o["repair"] for o in reps) == ["remove-extra-chunks", "remove-orphans"]
-    assert all(o["state"] == "REPAIRED" for o in reps)
+    assert all(o["repaired"] is True for o in reps)
     assert objs[-1]["repaired"] == 2 and objs[-1]["unrepaired"] == 0
     r = gfs.run("verify", "-q")
     assert r.rc == 0 and r.text == "", r
@@ -251,7 +255,7 @@ def test_against(gfs, db, bucket, tmp_path):
     r = gfs.run("verify", "--prefix", "p", "--against", tree, "--json")
     assert r.rc == 1, r
     objs = json_lines(r)
-    assert sorted(o["problem"] for o in objs[:-1]) == ["DIFFERS", "DIFFERS", "MISSING-ON-DISK"]
+    assert sorted(o["kind"] for o in objs[:-1]) == ["DIFFERS", "DIFFERS", "MISSING-ON-DISK"]
     assert objs[-1]["same"] == 4
 
 
@@ -266,7 +270,7 @@ def test_prefix_reads_only_its_files(gfs, db, bucket):
         assert "1 files" in r.text and "orphan chunks not checked" in r.text
     r = gfs.run("verify", "--prefix", "q", "--json")
     objs = json_lines(r)
-    assert r.rc == 1 and [o["problem"] for o in objs[:-1]] == ["MISSING-CHUNK"], r
+    assert r.rc == 1 and [o["kind"] for o in objs[:-1]] == ["MISSING-CHUNK"], r
     assert objs[-1]["orphansChecked"] is False
 
 
@@ -389,7 +393,7 @@ def test_repair_more_extra_chunks_than_ids_kept(gfs, db, bucket):
     r = gfs.run("verify", "--repair", "--json")
     assert r.rc == 0, r
     reps = [o for o in json_lines(r) if "repair" in o]
-    assert [(o["repair"], o["state"]) for o in reps] == [("remove-extra-chunks", "REPAIRED")], r
+    assert [(o["repair"], o["repaired"]) for o in reps] == [("remove-extra-chunks", True)], r
     assert "removed 40 " in reps[0]["detail"]
     assert sorted(c["n"] for c in db["fs.chunks"].find({"files_id": fid})) == [0, 1, 2]
     assert bucket.open_download_stream(fid).read() == content
@@ -438,9 +442,9 @@ def test_reupload_of_file_with_two_problems_exits_zero(gfs, db, bucket, tmp_path
     r = gfs.run("verify", "--against", tree, "--repair", "--json")
     assert r.rc == 0, r
     objs = json_lines(r)
-    assert sorted(o["problem"] for o in objs if "problem" in o) == ["CHECKSUM", "EXTRA-CHUNK"], r
-    reps = [(o["repair"], o["state"]) for o in objs if "repair" in o]
-    assert sorted(reps) == [("remove-damaged", "REPAIRED")] * 2 + [("reupload", "REPAIRED")], r
+    assert sorted(o["kind"] for o in objs if o.get("event") == "problem") == ["CHECKSUM", "EXTRA-CHUNK"], r
+    reps = [(o["repair"], o["repaired"]) for o in objs if "repair" in o]
+    assert sorted(reps) == [("remove-damaged", True)] * 2 + [("reupload", True)], r
     assert objs[-1]["repaired"] == 3 and objs[-1]["unrepaired"] == 0
     assert db["fs.files"].count_documents({"_id": fid}) == 0
     assert db["fs.chunks"].count_documents({"files_id": fid}) == 0
@@ -472,9 +476,9 @@ def test_combined_stdout_keeps_json_off_it(gfs, bucket, tmp_path):
     r = gfs.run("verify", "--against", tree, "--combined", "-", "--json")
     assert r.rc == 1, r
     assert sorted(r.text.splitlines()) == ["- b.jpg", "= a.jpg"], r
-    objs = [json.loads(l) for l in errlines(r) if l.startswith("{")]
-    assert [o["problem"] for o in objs[:-1]] == ["MISSING-IN-GRIDFS"], r
-    assert objs[-1]["summary"] is True and objs[-1]["same"] == 1
+    objs = json_lines(r, "\n".join(l for l in errlines(r) if l.startswith("{")))
+    assert [o["kind"] for o in objs[:-1]] == ["MISSING-IN-GRIDFS"], r
+    assert objs[-1]["verb"] == "verify" and objs[-1]["same"] == 1
 
 
 def test_against_regular_file(gfs, tmp_path):
@@ -569,7 +573,7 @@ def test_backend_down_is_never_no_problems(gfs):
     r = gfs.run("verify", "--json", env=env, db=False)
     assert r.rc == 3, r
     summary = json_lines(r)[-1]
-    assert summary["summary"] is True and summary["error"], r
+    assert summary["verb"] == "verify" and summary["error"], r
     assert summary["orphansChecked"] is False, r
     r = gfs.run("verify", env=env, db=False)
     assert r.rc == 3 and "no problems" not in r.text and "FAILED" in r.text, r
@@ -611,7 +615,7 @@ def test_import_in_flight_is_not_orphans(gfs, db, bucket):
     r = gfs.run("verify", "--json")
     assert r.rc == 0, r
     objs = json_lines(r)
-    assert sorted(o["note"] for o in objs[:-1]) == ["IN-PROGRESS", "IN-PROGRESS"], r
+    assert sorted((o["event"], o["kind"]) for o in objs[:-1]) == [("note", "IN-PROGRESS")] * 2, r
     assert objs[-1]["problems"] == 0 and objs[-1]["inProgress"] == 2, r
     assert all(o["count"] == 2 and o["bytes"] == 20 for o in objs[:-1]), r
 
@@ -646,8 +650,8 @@ def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     assert not any(m.encode() in err for m in SAN_MARKERS), err
-    summary = json.loads(out.splitlines()[-1])
-    assert summary["summary"] is True and summary["error"], summary
+    summary = jsonvocab.summary(out.decode(), "verify")
+    assert summary["verb"] == "verify" and summary["error"], summary
     assert summary["orphansChecked"] is False and summary["checked"] < 300, summary
 
 

@@ -14,6 +14,7 @@ import time
 import gridfs
 import pytest
 
+import jsonvocab
 from conftest import BIN, STORAGE, Backend, Gridfsctl, free_port
 
 DEADLINE = 30
@@ -34,7 +35,9 @@ class Watcher:
 
     def _read(self):
         for line in self.proc.stdout:
-            self.events.put(json.loads(line))
+            ev = json.loads(line)
+            jsonvocab.check_line(ev, "watch")
+            self.events.put(ev)
         self.events.put(None)
 
     def _read_err(self):
@@ -51,7 +54,7 @@ class Watcher:
                 break
             assert ev is not None, f"watch exited: {self.stderr}"
             seen.append(ev)
-            if ev["event"] == event and (name is None or ev.get("name") == name):
+            if ev.get("event") == event and (name is None or ev.get("filename") == name):
                 return ev
         raise AssertionError(f"no {event} {name} in {seen}; stderr: {self.stderr}")
 
@@ -135,7 +138,7 @@ def test_new_folders_renames_and_temp_files(gfs, bucket, db, tree, tmp_path):
         (tree / "skip.tmp").write_bytes(b"excluded")
         (tree / "notes.txt~").write_bytes(b"editor backup")
         shutil.move(str(staging), str(tree / "cd"))
-        got = {(e["event"], e["name"]) for e in w.next_events(2)}
+        got = {(e["event"], e["filename"]) for e in w.next_events(2)}
         assert got == {("uploaded", "cd/x.jpg"), ("uploaded", "cd/deep/y.jpg")}
         # a file written in the new folder afterwards is watched too
         (tree / "cd" / "deep" / "z.jpg").write_bytes(b"z")

@@ -1,0 +1,129 @@
+"""Every verb's --json lines against the one vocabulary of gridfsctl(1), JSON OUTPUT
+(tests/jsonvocab.py): "filename" for stored names, a "summary" object in one shape,
+"error" whenever the run failed, ISO 8601 times on events, milliseconds, one dry-run mark."""
+import json
+import re
+import signal
+
+import pytest
+
+import jsonvocab
+from test_watch import Watcher
+
+UNREACHABLE = {"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200"}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    d = tmp_path / "tree"
+    (d / "a").mkdir(parents=True)
+    (d / "a" / "one.txt").write_bytes(b"one")
+    (d / "two.txt").write_bytes(b"two")
+    return d
+
+
+def test_everyday_verbs(gfs, bucket, tmp_path):
+    src = tmp_path / "f.txt"
+    src.write_bytes(b"hello")
+    r = gfs.run("put", src, "--name", "d/f.txt", "--json")
+    assert r.rc == 0, r
+    [doc] = jsonvocab.parse(r.text, "put")
+    assert doc["filename"] == "d/f.txt" and doc["source"] == str(src) and "error" not in doc
+    for args in (["ls", "--json"], ["ls", "d/", "--json"], ["stat", "d/f.txt", "--json"]):
+        r = gfs.run(*args)
+        assert r.rc == 0, r
+        [doc] = jsonvocab.parse(r.text, args[0])
+        assert doc["filename"] == "d/f.txt" and doc["length"] == 5
+    r = gfs.run("rm", "d/f.txt", "nonesuch", "--json")
+    assert r.rc == 1, r  # some of several failed
+    done, missing = jsonvocab.events(r.text, "rm")
+    assert (done["event"], done["filename"], done["removed"]) == ("removed", "d/f.txt", 1)
+    assert missing["filename"] == "nonesuch" and missing["removed"] == 0 and missing["error"]
+
+
+def test_import(gfs, bucket, tree):
+    r = gfs.run("import", tree, "--json", "-v")
+    assert r.rc == 0, r
+    evs = jsonvocab.events(r.text, "import")
+    assert sorted((e["event"], e["filename"]) for e in evs) == [("upload", "a/one.txt"),
+                                                               ("upload", "two.txt")]
+    assert all("dryRun" not in e for e in evs)
+    s = jsonvocab.summary(r.text, "import")
+    assert s["uploaded"] == 2 and "error" not in s and "dryRun" not in s
+    (tree / "two.txt").unlink()
+    r = gfs.run("import", tree, "--delete", "--dry-run", "--json")
+    assert r.rc == 0, r
+    [ev] = jsonvocab.events(r.text, "import")
+    assert (ev["event"], ev["filename"], ev["dryRun"]) == ("delete", "two.txt", True)
+    assert jsonvocab.summary(r.text, "import")["dryRun"] is True
+    r = gfs.run("import", tree, "--json", env=UNREACHABLE)
+    assert r.rc == 3 and "cannot reach" in jsonvocab.summary(r.text, "import")["error"], r
+
+
+def test_mirror(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("m/a.txt", b"a")
+    dst = tmp_path / "out"
+    r = gfs.run("mirror", dst, "--prefix", "m", "--dry-run", "--json")
+    assert r.rc == 0, r
+    [ev] = jsonvocab.events(r.text, "mirror")
+    assert (ev["event"], ev["path"], ev["filename"], ev["dryRun"]) == ("write", "a.txt", "m/a.txt", True)
+    assert jsonvocab.summary(r.text, "mirror")["dryRun"] is True
+    r = gfs.run("mirror", dst, "--prefix", "m", "--json")
+    assert r.rc == 0, r
+    s = jsonvocab.summary(r.text, "mirror")
+    assert s["written"] == 1 and "error" not in s and "dryRun" not in s
+    r = gfs.run("mirror", dst, "--json", env=UNREACHABLE)
+    assert r.rc == 3 and jsonvocab.summary(r.text, "mirror")["error"], r
+
+
+def test_verify(gfs, bucket, db, tmp_path):
+    (tmp_path / "x").write_bytes(b"x" * 300000)
+    assert gfs.run("put", tmp_path / "x", "--name", "v/x").rc == 0
+    fid = db.fs.files.find_one({"filename": "v/x"})["_id"]
+    r = gfs.run("verify", "--json")
+    assert r.rc == 0, r
+    s = jsonvocab.summary(r.text, "verify")
+    assert s["files"] == 1 and s["problems"] == 0 and "error" not in s
+    db["fs.chunks"].delete_one({"files_id": fid, "n": 1})
+    r = gfs.run("verify", "--json")
+    assert r.rc == 1, r
+    [ev] = jsonvocab.events(r.text, "verify")
+    assert (ev["event"], ev["kind"], ev["filename"]) == ("problem", "MISSING-CHUNK", "v/x")
+    # exit 1 is a failed run: the summary says why
+    assert jsonvocab.summary(r.text, "verify")["error"] == "1 problem found"
+    r = gfs.run("verify", "--repair", "--dry-run", "--json")
+    objs = jsonvocab.parse(r.text, "verify")
+    reps = [o for o in objs if o.get("event") == "repair"]
+    assert reps and all(o["dryRun"] is True and "repaired" not in o for o in reps), r
+    assert objs[-1]["summary"]["dryRun"] is True
+
+
+def test_watch(gfs, bucket, tmp_path):
+    d = tmp_path / "w"
+    d.mkdir()
+    w = Watcher(gfs, d)
+    try:
+        ready = w.wait_for("ready")
+        (d / "n.txt").write_bytes(b"new")
+        ev = w.wait_for("uploaded", "n.txt")
+        assert ev["bytes"] == 3 and ready["time"] <= ev["time"]
+    finally:
+        rc = w.stop(signal.SIGTERM)
+    assert rc == 0
+    rest = []
+    while not w.events.empty():
+        e = w.events.get()
+        if e is not None:
+            rest.append(e)
+    assert rest and rest[-1]["summary"]["verb"] == "watch" and "error" not in rest[-1]["summary"]
+
+
+def test_writer_keeps_durations_short_and_dates_iso(gfs, bucket, tmp_path, tree):
+    """No 20-digit floats and no {"$date": ...}, read from the raw bytes."""
+    r = gfs.run("import", tree, "--json")
+    raw = r.text.strip().splitlines()[-1]
+    m = re.search(r'"seconds":(-?[0-9.eE+-]+)', raw)
+    assert m and len(m.group(1).split(".")[-1]) <= 3, raw
+    assert re.match(r'^\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z","summary":\{"verb":"import"', raw)
+    r = gfs.run("stat", "two.txt", "--json")
+    assert "$date" not in r.text and json.loads(r.text)["uploadDate"].endswith("Z"), r

@@ -18,6 +18,7 @@ enum {
 	EXIT_NOTFOUND = 4,   /* the named file, id or revision does not exist */
 	EXIT_LOCAL = 5,      /* a local file could not be read or written */
 	EXIT_BUSY = 6,       /* another process holds the lock */
+	EXIT_LIMIT = 7,      /* --max-delete: the run would have deleted more; it deleted nothing */
 	EXIT_INTERRUPTED = 130,
 };
 
@@ -128,6 +129,9 @@ int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revisi
 bool one_target(int nargs, const char *id_hex);
 int parse_rev_option(const char *arg, long *rev);
 void add_glob(const char ***list, size_t *n, const char *arg);
+/* The --max-delete argument of import, mirror and watch; -1 after a usage error. */
+struct gfs_max_delete;
+int max_delete_option(const char *arg, struct gfs_max_delete *out);
 
 /*
  * For put, get and rm: SIGINT and SIGTERM only set stop_signal, which the

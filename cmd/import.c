@@ -23,6 +23,8 @@ const char import_help[] =
     "      --allow-unsafe-name take a --prefix that mirror and get would refuse as a path\n"
     "      --delete            remove stored files under the prefix that are gone from DIR\n"
     "      --allow-empty       let --delete remove everything when DIR has no file to import\n"
+    "      --max-delete N|P%   let --delete remove at most N files (P% of those stored under\n"
+    "                          the prefix); above that delete nothing and exit 7\n"
     "  -n, --dry-run           print what would be done; change nothing\n"
     "  -j, --jobs N            worker threads and connections (default 4)\n"
     "      --batch-size SIZE   chunk data per bulk insert (default 8M)\n"
@@ -30,7 +32,8 @@ const char import_help[] =
     "  -v, --verbose           print each stored and deleted file\n"
     "      --json              print a summary object (and, with -v or -n, one per file)\n";
 
-enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_ALLOW_EMPTY, OPT_UNSAFE, OPT_BATCH, OPT_CHUNK, OPT_JSON };
+enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_ALLOW_EMPTY, OPT_UNSAFE, OPT_BATCH, OPT_CHUNK, OPT_JSON,
+       OPT_MAX_DELETE };
 
 const struct option import_options[] = {
 	{"prefix", required_argument, NULL, 'p'},
@@ -44,6 +47,7 @@ const struct option import_options[] = {
 	{"keep-revisions", required_argument, NULL, 'k'},
 	{"delete", no_argument, NULL, OPT_DELETE},
 	{"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
+	{"max-delete", required_argument, NULL, OPT_MAX_DELETE},
 	{"allow-unsafe-name", no_argument, NULL, OPT_UNSAFE},
 	{"dry-run", no_argument, NULL, 'n'},
 	{"jobs", required_argument, NULL, 'j'},
@@ -80,6 +84,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 'c': c->o.checksum = true; return 0;
 	case OPT_DELETE: c->o.delete_missing = true; return 0;
 	case OPT_ALLOW_EMPTY: c->o.allow_empty = true; return 0;
+	case OPT_MAX_DELETE: return max_delete_option(arg, &c->o.max_delete);
 	case OPT_UNSAFE: c->allow_unsafe = true; return 0;
 	case 'n': c->o.dry_run = true; return 0;
 	case 'v': c->verbose = true; return 0;

@@ -385,6 +385,7 @@ exit_code_for(const gfs_error *err)
 	case GFS_EINVAL: return EXIT_USAGE;
 	case GFS_EBUSY: return EXIT_BUSY;
 	case GFS_ECANCELED: return EXIT_INTERRUPTED;
+	case GFS_ELIMIT: return EXIT_LIMIT;
 	default: return EXIT_PARTIAL;
 	}
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "../lib/maxdelete.h"
 #include "../lib/names.h"
 
 /*
@@ -210,4 +211,13 @@ uri_with_option(const char *uri, const char *name, long value)
 	if (s)
 		snprintf(s, n, "%s%s%s%ld", uri, sep, key, value);
 	return s;
+}
+
+int
+max_delete_option(const char *arg, gfs_max_delete *out)
+{
+	if (gfs_max_delete_parse(arg, out))
+		return 0;
+	usage_error("--max-delete takes a count of files or a percentage (N or P%%), not '%s'", arg);
+	return -1;
 }

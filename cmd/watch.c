@@ -43,6 +43,8 @@ const char watch_help[] =
     "      --keep-temp         take temporary files (*.part, *~, .#*)\n"
     "  -t, --type MIME         content type for every file (default: libmagic)\n"
     "      --delete            remove stored files when they are removed from DIR\n"
+    "      --max-delete N|P%   with --delete: a settled batch or full pass that would remove\n"
+    "                          more than N files (P% of those stored) removes none; exit 7\n"
     "      --no-initial        skip the first full pass (an import of DIR)\n"
     "      --settle MS         wait until a path has been quiet this long (default 50)\n"
     "      --rescan-every S    a full pass every S seconds (default: never)\n"
@@ -53,7 +55,7 @@ const char watch_help[] =
 
 enum {
 	OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_NO_INITIAL, OPT_SETTLE, OPT_JSON,
-	OPT_RESCAN_EVERY, OPT_UNWATCHED, OPT_MAX_PENDING,
+	OPT_RESCAN_EVERY, OPT_UNWATCHED, OPT_MAX_PENDING, OPT_MAX_DELETE,
 };
 
 const struct option watch_options[] = {
@@ -64,6 +66,7 @@ const struct option watch_options[] = {
 	{"keep-temp", no_argument, NULL, OPT_KEEP_TEMP},
 	{"type", required_argument, NULL, 't'},
 	{"delete", no_argument, NULL, OPT_DELETE},
+	{"max-delete", required_argument, NULL, OPT_MAX_DELETE},
 	{"no-initial", no_argument, NULL, OPT_NO_INITIAL},
 	{"settle", required_argument, NULL, OPT_SETTLE},
 	{"rescan-every", required_argument, NULL, OPT_RESCAN_EVERY},
@@ -117,6 +120,8 @@ struct watch_cli {
 	const char **include, **exclude;
 	size_t n_include, n_exclude;
 	bool delete, initial, json, unwatched_fail;
+	gfs_max_delete max_delete;
+	bool over_limit;      /* --max-delete stopped watching */
 	long settle_ms, jobs, rescan_every_s, max_pending;
 	gfs_conn *conn;
 	gfs_session *s;
@@ -147,6 +152,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_HIDDEN: w->o.walk.hidden = true; return 0;
 	case OPT_KEEP_TEMP: w->o.walk.temp = true; return 0;
 	case OPT_DELETE: w->delete = true; return 0;
+	case OPT_MAX_DELETE: return max_delete_option(arg, &w->max_delete);
 	case OPT_NO_INITIAL: w->initial = false; return 0;
 	case OPT_JSON: w->json = true; return 0;
 	case OPT_SETTLE:
@@ -802,6 +808,7 @@ full_pass(struct watch_cli *w, gfs_error *err)
 		.walk = w->o.walk,
 		.content_type = w->o.content_type,
 		.delete_missing = w->delete,
+		.max_delete = w->max_delete,
 		.keep_revisions = w->o.keep_revisions,
 		.jobs = (int)w->jobs,
 		.on_event = on_import_event,
@@ -858,6 +865,11 @@ maybe_pass(struct watch_cli *w)
 		return false;
 	}
 	if (!full_pass(w, &err)) {
+		if (err.code == GFS_ELIMIT) {
+			warnx_("%s", err.msg);
+			w->over_limit = true;
+			return false;
+		}
 		if (err.code == GFS_EBACKEND || err.code == GFS_EBUSY) {
 			/* a pass is all or nothing: owed still, tried when the backend answers */
 			backend_down(w, &err);
@@ -952,12 +964,116 @@ arm(int tfd, int64_t ms)
 	timerfd_settime(tfd, 0, &its, NULL);
 }
 
+/* ---- --max-delete ---------------------------------------------------- */
+
+struct removals {
+	struct watch_cli *w;
+	int64_t now;
+	uint64_t files;
+	bool due;             /* one of them is to be carried out now */
+	char *last;           /* the name counted last: revisions of one name count once */
+	bool ok;
+	gfs_error err;
+};
+
+static bool
+count_name(const gfs_file *f, void *ctx)
+{
+	struct removals *r = ctx;
+	if (r->last && f->filename && strcmp(r->last, f->filename) == 0)
+		return true;
+	free(r->last);
+	r->last = f->filename ? strdup(f->filename) : NULL;
+	r->files++;
+	return true;
+}
+
+/* Adds the stored names under the folder rel ("" for the whole prefix). */
+static void
+count_stored(struct removals *r, const char *rel)
+{
+	if (!r->ok)
+		return;
+	char *name = rel[0] ? gfs_prefix_join(r->w->o.prefix, rel) : strdup(r->w->o.prefix ? r->w->o.prefix : "");
+	size_t len = strlen(name);
+	char *folder = malloc(len + 2);
+	if (!folder)
+		abort();
+	snprintf(folder, len + 2, "%s%s", name, len && name[len - 1] != '/' ? "/" : "");
+	r->ok = gfs_list(r->w->s, folder, count_name, r, &r->err);
+	free(r->last);
+	r->last = NULL;
+	free(folder);
+	free(name);
+}
+
+static void
+count_due_removal(const char *key, void *value, void *ctx)
+{
+	(void)key;
+	struct removals *r = ctx;
+	const struct pending *p = value;
+	if (!p->dir_removed && p->file != FILE_REMOVED)
+		return;
+	r->due |= p->due_ms <= r->now;
+	if (p->dir_removed)
+		count_stored(r, p->rel);
+	if (p->file == FILE_REMOVED)
+		r->files++;
+}
+
+/*
+ * --max-delete between full passes: "a run" is every removal waiting when
+ * the first of them is due (queued, settled or still settling: a burst
+ * within --settle of its first removal is one batch), counted in stored
+ * files before any is carried out. Over the limit, none is, and watching
+ * ends (exit 7): a mass removal is what an rm -rf in the wrong place looks
+ * like.
+ */
+static bool
+removals_within_limit(struct watch_cli *w, bool all)
+{
+	if (!w->delete || !w->max_delete.set)
+		return true;
+	struct removals r = {.w = w, .now = all ? INT64_MAX : mono_ms(), .ok = true};
+	for (const struct op *op = w->ops; op; op = op->next) {
+		if (op->move)
+			continue;
+		if (op->is_dir)
+			count_stored(&r, op->rel);
+		else
+			r.files++;
+		r.due = true;
+	}
+	strmap_each(w->pending, count_due_removal, &r);
+	uint64_t removing = r.files;
+	if (!r.due)
+		return true;
+	if (r.ok && removing > 0 && w->max_delete.percent) {
+		r.files = 0;
+		count_stored(&r, "");
+	}
+	gfs_error err;
+	if (!r.ok) {
+		backend_down(w, &r.err);
+		return true; /* nothing is done while it is down */
+	}
+	if (gfs_max_delete_check(&w->max_delete, removing, r.files, "watch --delete", &err))
+		return true;
+	if (!w->over_limit)
+		warnx_("%s", err.msg);
+	w->over_limit = true;
+	return false;
+}
+
 /* Does what is due; false when watching must end. */
 static bool
 work(struct watch_cli *w, bool all)
 {
 	if (!backend_up(w))
 		return true;
+	if (!removals_within_limit(w, all))
+		return false;
 	process_ops(w);
 	if (!maybe_pass(w))
 		return false;
@@ -1038,7 +1154,7 @@ run_loop(struct watch_cli *w, int sfd, int tfd)
 		/* events alone only move deadlines; the work is done when the timer says */
 		if (go && timer && !work(w, false)) {
 			go = false;
-			rc = EXIT_LOCAL;
+			rc = w->over_limit ? EXIT_LIMIT : EXIT_LOCAL;
 		}
 		arm(tfd, next_wakeup(w));
 	}

@@ -108,6 +108,7 @@ gfs_errcode_name(enum gfs_errcode code)
 	case GFS_EEXISTS: return "exists";
 	case GFS_EBUSY: return "busy";
 	case GFS_ECANCELED: return "canceled";
+	case GFS_ELIMIT: return "limit";
 	}
 	return "unknown";
 }

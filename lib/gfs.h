@@ -36,6 +36,7 @@ enum gfs_errcode {
 	GFS_EEXISTS,        /* target exists */
 	GFS_EBUSY,          /* a lock is held by someone else */
 	GFS_ECANCELED,      /* stopped on request */
+	GFS_ELIMIT,         /* a guard rail (--max-delete) stopped the run before it deleted */
 };
 
 typedef struct gfs_error {

@@ -1705,16 +1705,17 @@ static bool
 delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
 	char **names = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, managed = 0;
 	for (size_t i = 0; i < imp->table.nslots; i++) {
 		for (struct entry *e = imp->table.slots[i]; e; e = e->next) {
-			if (!e->existing || e->seen)
+			if (!e->existing)
 				continue;
 			/* Names the walk would not have taken (excluded, hidden, temporary) are left alone. */
 			const char *rel = gfs_prefix_strip(imp->prefix, e->name);
 			if (!rel || !*rel || !gfs_walk_path_selected(&imp->o.walk, rel))
 				continue;
-			if (under_link(imp, e->name))
+			managed++;
+			if (e->seen || under_link(imp, e->name))
 				continue;
 			if (n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -1733,6 +1734,10 @@ delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 		imp->st.delete_refused = n;
 		free(names);
 		return true;
+	}
+	if (!gfs_max_delete_check(&imp->o.max_delete, n, managed, "import --delete", err)) {
+		free(names);
+		return false;
 	}
 	if (n > 0)
 		qsort(names, n, sizeof *names, cmp_str);
@@ -1886,8 +1891,18 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 		else
 			ok = delete_missing(imp, s, err);
 	}
+	/* Stopped by --max-delete: what was uploaded is still finished properly. */
+	gfs_error limit = {0};
+	if (!ok && err->code == GFS_ELIMIT) {
+		limit = *err;
+		ok = true;
+	}
 	if (ok && imp->lock)
 		ok = recover(imp, s, true, err);
+	if (ok && limit.code) {
+		*err = limit;
+		ok = false;
+	}
 	if (ok && atomic_load(&imp->cancel)) {
 		gfs_error_set(err, GFS_ECANCELED, "interrupted; run again to finish");
 		ok = false;

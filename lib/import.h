@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "gfs.h"
+#include "maxdelete.h"
 #include "walk.h"
 
 #define GFS_UPLOADS_SUFFIX "gridfsctl_uploads"
@@ -94,6 +95,7 @@ typedef struct gfs_import_opts {
 	bool checksum;               /* compare sha256 instead of size and mtime */
 	bool delete_missing;         /* remove names under the prefix missing on disk */
 	bool allow_empty;            /* ... even when the walk found no file at all */
+	gfs_max_delete max_delete;   /* ... unless they are more (GFS_ELIMIT, nothing deleted) */
 	bool dry_run;
 	int keep_revisions;          /* revisions of a name to keep in all; 0: every one */
 	int jobs;                    /* worker threads, >= 1 */

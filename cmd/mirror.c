@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lib/backup.h"
+#include "../lib/maxdelete.h"
 #include "../lib/mirror.h"
 #include "../lib/names.h"
 #include "cmd.h"
@@ -24,6 +26,10 @@ const char mirror_help[] =
     "  -p, --prefix P     mirror the files under folder P (DIR/x for P/x)\n"
     "      --delete       remove local files the bucket does not have (never after an error)\n"
     "      --allow-empty  let --delete empty DIR when nothing is stored under the prefix\n"
+    "      --max-delete N|P%  let --delete remove at most N files (P% of the files in DIR);\n"
+    "                     above that change nothing and exit 7\n"
+    "      --backup-dir B keep what --delete or an overwrite would destroy in B, at the same\n"
+    "                     relative path (B not inside DIR)\n"
     "  -n, --dry-run      print what would be done, change nothing\n"
     "  -j, --jobs N       files read in parallel (default 4)\n"
     "  -c, --checksum     compare content by sha256, not size and mtime\n"
@@ -31,12 +37,15 @@ const char mirror_help[] =
     "      --read MODE    each (default: a query per file), scan (one pass over all chunks) or auto\n"
     "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
 
-enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY };
+enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OPT_MAX_DELETE,
+       OPT_BACKUP_DIR };
 
 const struct option mirror_options[] = {
 	{"prefix", required_argument, NULL, 'p'},
 	{"delete", no_argument, NULL, OPT_DELETE},
 	{"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
+	{"max-delete", required_argument, NULL, OPT_MAX_DELETE},
+	{"backup-dir", required_argument, NULL, OPT_BACKUP_DIR},
 	{"dry-run", no_argument, NULL, 'n'},
 	{"jobs", required_argument, NULL, 'j'},
 	{"checksum", no_argument, NULL, 'c'},
@@ -55,8 +64,10 @@ enum read_mode { READ_AUTO, READ_SCAN, READ_EACH };
 
 struct mirror {
 	/* options */
-	const char *dir, *prefix;
+	const char *dir, *prefix, *backup_dir;
 	bool del, allow_empty, dry_run, checksum, no_fsync, json;
+	gfs_max_delete max_delete;
+	gfs_backup backup;
 	long jobs;
 
 	gfs_conn *conn;
@@ -112,6 +123,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 'p': m->prefix = arg; return 0;
 	case OPT_DELETE: m->del = true; return 0;
 	case OPT_ALLOW_EMPTY: m->allow_empty = true; return 0;
+	case OPT_MAX_DELETE: return max_delete_option(arg, &m->max_delete);
+	case OPT_BACKUP_DIR: m->backup_dir = arg; return 0;
 	case 'n': m->dry_run = true; return 0;
 	case 'c': m->checksum = true; return 0;
 	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
@@ -383,6 +396,28 @@ want_scan(struct mirror *m)
 	return scan;
 }
 
+/*
+ * --backup-dir: the files about to be overwritten are kept first. One that
+ * cannot be is not written, so nothing is destroyed unkept.
+ */
+static void
+backup_overwrites(struct mirror *m)
+{
+	size_t n = 0;
+	for (size_t k = 0; k < m->ntodo && !interrupted(); k++) {
+		size_t i = m->todo[k];
+		const struct gfs_mirror_item *it = &m->plan.items[i];
+		gfs_error err;
+		if (gfs_backup_keep(m->opts.backup, m->rootfd, it->rel, it->rel_len, &err)) {
+			m->todo[n++] = i;
+			continue;
+		}
+		count_failure(m, i, &err);
+		count_done(m, i);
+	}
+	m->ntodo = n;
+}
+
 static void
 run_workers(struct mirror *m)
 {
@@ -397,6 +432,8 @@ run_workers(struct mirror *m)
 	for (size_t i = 0; i < m->plan.count; i++)
 		if (m->results[i] == RES_TODO)
 			m->todo[m->ntodo++] = i;
+	if (m->opts.backup && !m->dry_run)
+		backup_overwrites(m);
 	if (!m->dry_run && m->ntodo > 0 && !stopped(m) && want_scan(m))
 		run_phase(m, PHASE_SCAN, 1, p);
 	/*
@@ -501,6 +538,8 @@ print_summary(struct mirror *m, int rc, double seconds)
 	BSON_APPEND_INT64(doc, "failed", (int64_t)atomic_load(&m->failed));
 	BSON_APPEND_INT64(doc, "refused", (int64_t)m->refused);
 	BSON_APPEND_INT64(doc, "bytes", (int64_t)atomic_load(&m->bytes));
+	if (m->backup_dir)
+		BSON_APPEND_INT64(doc, "backedUp", (int64_t)atomic_load(&m->backup.kept));
 	BSON_APPEND_BOOL(doc, "interrupted", interrupted());
 	const char *error = NULL;
 	if (rc != EXIT_OK)
@@ -567,6 +606,36 @@ open_root(struct mirror *m)
 		return EXIT_LOCAL;
 	}
 	return EXIT_OK;
+}
+
+/* --backup-dir opened (made if missing), and --max-delete checked before anything changes. */
+static int
+guard_deletes(struct mirror *m)
+{
+	gfs_error err;
+	if (m->backup_dir && m->rootfd >= 0) {
+		if (!m->dry_run && make_dirs(m->backup_dir) < 0) {
+			reportf(m, "--backup-dir %s: cannot create: %s", m->backup_dir, strerror(errno));
+			return EXIT_LOCAL;
+		}
+		if (!gfs_backup_open(&m->backup, m->backup_dir, m->rootfd, !m->no_fsync, &err)) {
+			report(m, err.msg);
+			return exit_code_for(&err);
+		}
+		m->opts.backup = &m->backup;
+	}
+	if (!m->del || !m->max_delete.set || m->rootfd < 0)
+		return EXIT_OK;
+	uint64_t deletes, kept;
+	if (!gfs_mirror_count_deletes(m->rootfd, &m->plan, &deletes, &kept)) {
+		reportf(m, "not deleting anything: %s could not all be read to count what --delete "
+		        "would remove", m->dir);
+		return EXIT_LOCAL;
+	}
+	if (gfs_max_delete_check(&m->max_delete, deletes, deletes + kept, "mirror --delete", &err))
+		return EXIT_OK;
+	report(m, err.msg);
+	return exit_code_for(&err);
 }
 
 static void
@@ -648,7 +717,7 @@ sweep(struct mirror *m)
 	}
 	if (del && refuse_empty_delete(m))
 		del = false;
-	gfs_mirror_sweep(m->rootfd, &m->plan, del, m->dry_run, on_swept, m);
+	gfs_mirror_sweep(m->rootfd, &m->plan, del, m->dry_run, m->opts.backup, on_swept, m);
 }
 
 static int
@@ -683,6 +752,8 @@ mirror_run(struct mirror *m)
 	} else {
 		rc = open_root(m);
 	}
+	if (rc == EXIT_OK)
+		rc = guard_deletes(m);
 	if (rc != EXIT_OK) {
 		if (m->json)
 			print_summary(m, rc, gfs_mono_seconds() - started);
@@ -725,7 +796,7 @@ mirror_run(struct mirror *m)
 int
 cmd_mirror(int argc, char **argv)
 {
-	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = READ_EACH};
+	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = READ_EACH, .backup = {.fd = -1}};
 	int first = parse_options(argc, argv, "p:nj:c", mirror_options, on_opt, &m);
 	if (first < 0)
 		return EXIT_USAGE;
@@ -741,6 +812,7 @@ cmd_mirror(int argc, char **argv)
 	pthread_mutex_init(&m.lock, NULL);
 	pthread_cond_init(&m.cond, NULL);
 	int rc = mirror_run(&m);
+	gfs_backup_close(&m.backup);
 	if (m.rootfd >= 0)
 		close(m.rootfd);
 	pthread_mutex_destroy(&m.lock);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backup.h"
 #include "mirror.h"
 #include "names.h"
 #include "safepath.h"
@@ -897,10 +898,15 @@ clear_path(gfs_mirror_dir *d, const struct gfs_mirror_item *it, size_t dl, gfs_e
 			break; /* missing: the walk that creates folders makes it */
 		}
 		if (!S_ISDIR(st.st_mode)) {
-			if (unlinkat(fd, seg, 0) == 0)
+			if (d->opts->backup) {
+				ok = gfs_backup_entry(d->opts->backup, fd, seg, it->rel, end, false, err);
+				if (ok)
+					report_removed(d->opts, GFS_MIRROR_DELETE, it->rel, end);
+			} else if (unlinkat(fd, seg, 0) == 0) {
 				report_removed(d->opts, GFS_MIRROR_DELETE, it->rel, end);
-			else if (errno != ENOENT && errno != EISDIR)
+			} else if (errno != ENOENT && errno != EISDIR) {
 				ok = local_error(err, it, "remove what is in the way", errno);
+			}
 			break;
 		}
 		int next = openat(fd, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1630,6 +1636,8 @@ struct sweep {
 	void *ctx;
 	bool ok;
 	struct mount_id root;   /* DIR's mount: other mounts beneath are left alone */
+	gfs_backup *backup;     /* where deleted files go, or NULL */
+	uint64_t files_kept;    /* non-directories left in place, for --max-delete */
 	int depth;
 	char path[GFS_SAFEPATH_MAX + GFS_SAFEPATH_SEG_MAX + 8];
 };
@@ -1649,7 +1657,14 @@ static bool
 sweep_unlink(struct sweep *sw, int dirfd, const char *name, size_t len,
              enum gfs_mirror_sweep_kind kind)
 {
-	if (!sw->dry_run && unlinkat(dirfd, name, 0) < 0 && errno != ENOENT) {
+	if (!sw->dry_run && kind == GFS_MIRROR_DELETE && sw->backup) {
+		gfs_error err;
+		if (!gfs_backup_entry(sw->backup, dirfd, name, sw->path, len, false, &err)) {
+			sw->ok = false;
+			sw->fn(kind, sw->path, len, &err, sw->ctx);
+			return false;
+		}
+	} else if (!sw->dry_run && unlinkat(dirfd, name, 0) < 0 && errno != ENOENT) {
 		sweep_fail(sw, kind, len, "cannot remove", errno);
 		return false;
 	}
@@ -1733,6 +1748,7 @@ sweep_entry(struct sweep *sw, int dirfd, const struct dirent *de, size_t len)
 		return sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_CLEAN);
 	if (sw->del && !plan_has_file(sw->plan, sw->path, len))
 		return sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_DELETE);
+	sw->files_kept++;
 	return false;
 }
 
@@ -1804,6 +1820,7 @@ sweep_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd, const
 	sw->del = true;
 	sw->fn = opts->removed ? opts->removed : removed_nowhere;
 	sw->ctx = opts->removed_ctx;
+	sw->backup = opts->backup;
 	sw->ok = true;
 	memcpy(sw->path, rel, len);
 	sw->path[len] = '\0';
@@ -1812,20 +1829,12 @@ sweep_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd, const
 	return gone;
 }
 
-bool
-gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run,
-                 gfs_mirror_sweep_fn fn, void *ctx)
+static bool
+sweep_run(struct sweep *sw, int rootfd)
 {
-	struct sweep *sw = calloc(1, sizeof *sw);
-	if (!sw)
-		abort();
-	sw->plan = plan;
-	sw->del = del;
-	sw->dry_run = dry_run;
-	sw->fn = fn;
-	sw->ctx = ctx;
 	sw->ok = true;
-	int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+	/* Its own open directory, read from the start: a dup would share a position another sweep moved. */
+	int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || !mount_of(fd, &sw->root)) {
 		sweep_fail(sw, GFS_MIRROR_RMDIR, 0, "cannot read directory", errno);
 		if (fd >= 0)
@@ -1833,7 +1842,52 @@ gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run
 	} else {
 		sweep_dir(sw, fd, 0);
 	}
-	bool ok = sw->ok;
+	return sw->ok;
+}
+
+bool
+gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run,
+                 gfs_backup *backup, gfs_mirror_sweep_fn fn, void *ctx)
+{
+	struct sweep *sw = calloc(1, sizeof *sw);
+	if (!sw)
+		abort();
+	sw->plan = plan;
+	sw->del = del;
+	sw->dry_run = dry_run;
+	sw->backup = backup;
+	sw->fn = fn;
+	sw->ctx = ctx;
+	bool ok = sweep_run(sw, rootfd);
+	free(sw);
+	return ok;
+}
+
+static void
+count_delete(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len, const gfs_error *err,
+             void *ctx)
+{
+	(void)rel;
+	(void)len;
+	if (kind == GFS_MIRROR_DELETE && !err)
+		(*(uint64_t *)ctx)++;
+}
+
+bool
+gfs_mirror_count_deletes(int rootfd, const gfs_mirror_plan *plan, uint64_t *deletes,
+                         uint64_t *kept)
+{
+	struct sweep *sw = calloc(1, sizeof *sw);
+	if (!sw)
+		abort();
+	*deletes = 0;
+	sw->plan = plan;
+	sw->del = true;
+	sw->dry_run = true;
+	sw->fn = count_delete;
+	sw->ctx = deletes;
+	bool ok = sweep_run(sw, rootfd);
+	*kept = sw->files_kept;
 	free(sw);
 	return ok;
 }

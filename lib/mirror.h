@@ -25,6 +25,8 @@
 
 #include "gfs.h"
 
+struct gfs_backup;
+
 /* Temporary files: ".gridfsctl-mirror-" 16 hex digits ".tmp". */
 #define GFS_MIRROR_TMP_PREFIX ".gridfsctl-mirror-"
 #define GFS_MIRROR_TMP_SUFFIX ".tmp"
@@ -127,6 +129,7 @@ struct gfs_mirror_opts {
 	const struct gfs_mirror_plan *plan;
 	gfs_mirror_sweep_fn removed;
 	void *removed_ctx;
+	struct gfs_backup *backup;    /* --backup-dir: what clear removes is kept there; NULL: none */
 };
 
 /*
@@ -208,9 +211,20 @@ bool gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
  * (one descriptor a level; deeper directories are reported). Always removes
  * temporary files; with del, also what the plan does not have, and
  * directories that end up empty and hold nothing planned. With dry_run,
- * only reports. False when the walk itself failed somewhere (also reported).
+ * only reports. With backup, what del removes is moved into it instead
+ * (lib/backup.h), and a file that could not be is left in place. False
+ * when the walk itself failed somewhere (also reported).
  */
 bool gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run,
-                      gfs_mirror_sweep_fn fn, void *ctx);
+                      struct gfs_backup *backup, gfs_mirror_sweep_fn fn, void *ctx);
+
+/*
+ * For --max-delete, before anything is written or deleted: how many files
+ * a sweep with del would delete (*deletes) and how many files DIR holds
+ * that it would keep (*kept). Temporary files and directories are not
+ * counted. False when the walk failed somewhere.
+ */
+bool gfs_mirror_count_deletes(int rootfd, const gfs_mirror_plan *plan, uint64_t *deletes,
+                              uint64_t *kept);
 
 #endif

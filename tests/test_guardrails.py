@@ -1,0 +1,238 @@
+"""Guard rails for cron: --max-delete (import, mirror, watch) and mirror --backup-dir,
+against the real backend, checked with pymongo and on disk."""
+import os
+import signal
+
+import pytest
+
+import jsonvocab
+from test_watch import Watcher
+
+EXIT_LIMIT = 7
+
+
+def stored(db):
+    return sorted(d["filename"] for d in db.fs.files.find({}, {"filename": 1}))
+
+
+def make_tree(root, n):
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (root / f"f{i}.txt").write_bytes(b"x%d" % i)
+
+
+# ---- parsing ------------------------------------------------------------------
+
+@pytest.mark.parametrize("verb", ["import", "mirror", "watch"])
+@pytest.mark.parametrize("bad", ["", "-1", "x", "5%%", "101%", "%", "1.5", "10 "])
+def test_max_delete_takes_a_count_or_a_percentage(gfs, tmp_path, verb, bad):
+    r = gfs.run(verb, tmp_path, "--delete", "--max-delete", bad)
+    assert r.rc == 2 and "--max-delete" in r.err, r
+
+
+# ---- import -------------------------------------------------------------------
+
+def test_import_over_the_limit_deletes_nothing(gfs, db, tmp_path):
+    tree = tmp_path / "t"
+    make_tree(tree, 10)
+    assert gfs.run("import", tree).rc == 0
+    for i in range(4):
+        (tree / f"f{i}.txt").unlink()
+    (tree / "new.txt").write_bytes(b"new")
+    before = set(stored(db))
+    r = gfs.run("import", tree, "--delete", "--max-delete", "3", "--json")
+    assert r.rc == EXIT_LIMIT, r
+    assert "would delete 4 files, more than --max-delete 3" in r.err, r
+    s = jsonvocab.summary(r.text, "import")
+    assert s["deleted"] == 0 and "--max-delete" in s["error"], s
+    # nothing deleted; the upload before the check stays
+    assert set(stored(db)) == before | {"new.txt"}
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+    # a dry run says the same, and the same code
+    r = gfs.run("import", tree, "--delete", "--max-delete", "3", "--dry-run")
+    assert r.rc == EXIT_LIMIT and "would delete 4 files" in r.err, r
+    # within the limit: deleted
+    r = gfs.run("import", tree, "--delete", "--max-delete", "4", "--json")
+    assert r.rc == 0 and jsonvocab.summary(r.text, "import")["deleted"] == 4, r
+    assert len(stored(db)) == 7
+
+
+def test_import_percentage_is_of_the_files_under_the_prefix(gfs, db, tmp_path):
+    tree = tmp_path / "t"
+    make_tree(tree, 10)
+    assert gfs.run("import", tree, "--prefix", "p").rc == 0
+    db.fs.files.insert_one({"filename": "elsewhere", "length": 0, "chunkSize": 1})
+    for i in range(3):
+        (tree / f"f{i}.txt").unlink()
+    r = gfs.run("import", tree, "--prefix", "p", "--delete", "--max-delete", "29%")
+    assert r.rc == EXIT_LIMIT and "3 of 10 files (30%)" in r.err, r
+    assert len(stored(db)) == 11
+    r = gfs.run("import", tree, "--prefix", "p", "--delete", "--max-delete", "30%")
+    assert r.rc == 0, r
+    assert len(stored(db)) == 8
+
+
+def test_import_max_delete_zero_forbids_any_deletion(gfs, db, tmp_path):
+    tree = tmp_path / "t"
+    make_tree(tree, 2)
+    assert gfs.run("import", tree).rc == 0
+    (tree / "f0.txt").unlink()
+    r = gfs.run("import", tree, "--delete", "--max-delete", "0")
+    assert r.rc == EXIT_LIMIT, r
+    assert len(stored(db)) == 2
+    # nothing to delete is never over the limit
+    (tree / "f0.txt").write_bytes(b"x0")
+    assert gfs.run("import", tree, "--delete", "--max-delete", "0").rc == 0
+
+
+# ---- mirror -------------------------------------------------------------------
+
+def test_mirror_over_the_limit_changes_nothing(gfs, bucket, tmp_path):
+    for i in range(3):
+        bucket.upload_from_stream(f"m/k{i}", b"keep")
+    bucket.upload_from_stream("m/changed", b"new content")
+    dst = tmp_path / "d"
+    dst.mkdir()
+    for i in range(5):
+        (dst / f"stale{i}").write_bytes(b"stale")
+    (dst / "changed").write_bytes(b"old")
+    r = gfs.run("mirror", dst, "--prefix", "m", "--delete", "--max-delete", "4", "--json")
+    assert r.rc == EXIT_LIMIT, r
+    assert "mirror --delete would delete 5 files, more than --max-delete 4" in r.err, r
+    s = jsonvocab.summary(r.text, "mirror")
+    assert s["deleted"] == 0 and s["written"] == 0 and "--max-delete" in s["error"], s
+    # stopped before anything: no deletion and no overwrite either
+    assert sorted(os.listdir(dst)) == ["changed"] + [f"stale{i}" for i in range(5)]
+    assert (dst / "changed").read_bytes() == b"old"
+    # 5 of 6 files in DIR (83%) against 80%
+    r = gfs.run("mirror", dst, "--prefix", "m", "--delete", "--max-delete", "80%")
+    assert r.rc == EXIT_LIMIT and "5 of 6 files (83%)" in r.err, r
+    r = gfs.run("mirror", dst, "--prefix", "m", "--delete", "--max-delete", "5", "--json")
+    assert r.rc == 0 and jsonvocab.summary(r.text, "mirror")["deleted"] == 5, r
+    assert sorted(os.listdir(dst)) == ["changed", "k0", "k1", "k2"]
+
+
+# ---- mirror --backup-dir ------------------------------------------------------
+
+def test_backup_dir_keeps_deleted_and_overwritten_files(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("b/a/x.txt", b"new x")
+    bucket.upload_from_stream("b/same.txt", b"same")
+    dst, bak = tmp_path / "d", tmp_path / "bak"
+    (dst / "a").mkdir(parents=True)
+    (dst / "a" / "x.txt").write_bytes(b"old x")
+    (dst / "gone" / "deep").mkdir(parents=True)
+    (dst / "gone" / "deep" / "y.txt").write_bytes(b"old y")
+    os.chmod(dst / "gone" / "deep" / "y.txt", 0o640)
+    (dst / "link").symlink_to("/etc/passwd")
+    r = gfs.run("mirror", dst, "--prefix", "b", "--delete", "--backup-dir", bak, "--json")
+    assert r.rc == 0, r
+    s = jsonvocab.summary(r.text, "mirror")
+    assert (s["written"], s["deleted"], s["backedUp"]) == (2, 2, 3), s
+    assert (dst / "a" / "x.txt").read_bytes() == b"new x"
+    assert not (dst / "gone").exists() and not os.path.lexists(dst / "link")
+    # kept at the same relative path, content and mode intact; the symlink as a symlink
+    assert (bak / "a" / "x.txt").read_bytes() == b"old x"
+    assert (bak / "gone" / "deep" / "y.txt").read_bytes() == b"old y"
+    assert os.stat(bak / "gone" / "deep" / "y.txt").st_mode & 0o777 == 0o640
+    assert os.readlink(bak / "link") == "/etc/passwd"
+    # an unchanged file is not copied; a second run keeps the newest old version
+    assert not (bak / "same.txt").exists()
+    bucket.upload_from_stream("b/a/x.txt", b"newer x")
+    assert gfs.run("mirror", dst, "--prefix", "b", "--backup-dir", bak).rc == 0
+    assert (bak / "a" / "x.txt").read_bytes() == b"new x"
+
+
+def test_backup_dir_across_file_systems_copies(gfs, bucket, tmp_path):
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second file system to copy across")
+    import tempfile
+    bak = tempfile.mkdtemp(dir=shm)
+    try:
+        bucket.upload_from_stream("c/f", b"new")
+        dst = tmp_path / "d"
+        dst.mkdir()
+        (dst / "f").write_bytes(b"old f")
+        (dst / "extra").write_bytes(b"old extra")
+        r = gfs.run("mirror", dst, "--prefix", "c", "--delete", "--backup-dir", bak)
+        assert r.rc == 0, r
+        assert open(os.path.join(bak, "f"), "rb").read() == b"old f"
+        assert open(os.path.join(bak, "extra"), "rb").read() == b"old extra"
+        assert sorted(os.listdir(dst)) == ["f"] and (dst / "f").read_bytes() == b"new"
+    finally:
+        import shutil
+        shutil.rmtree(bak)
+
+
+def test_backup_dir_inside_the_target_is_refused(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("r/f", b"f")
+    dst = tmp_path / "d"
+    (dst / "keep").mkdir(parents=True)
+    (dst / "stale").write_bytes(b"stale")
+    for bak, why in ((dst / "keep", "inside"), (dst, "inside"), (tmp_path, "holds")):
+        r = gfs.run("mirror", dst, "--prefix", "r", "--delete", "--backup-dir", bak, "--json")
+        assert r.rc == 2 and why in r.err, (bak, r)
+        assert why in jsonvocab.summary(r.text, "mirror")["error"]
+        assert (dst / "stale").exists() and not (dst / "f").exists()
+
+
+def test_backup_dir_never_writes_through_a_symlink(gfs, bucket, tmp_path):
+    """A symlink planted in the backup directory is not followed out of it."""
+    dst, bak, outside = tmp_path / "d", tmp_path / "bak", tmp_path / "outside"
+    (dst / "a").mkdir(parents=True)
+    (dst / "a" / "x").write_bytes(b"old")
+    bak.mkdir()
+    outside.mkdir()
+    (bak / "a").symlink_to(outside)
+    r = gfs.run("mirror", dst, "--prefix", "s", "--delete", "--allow-empty", "--backup-dir", bak)
+    assert r.rc == 1 and "--backup-dir" in r.err, r
+    assert os.listdir(outside) == []
+    # what could not be kept is not destroyed
+    assert (dst / "a" / "x").read_bytes() == b"old"
+
+
+# ---- watch --------------------------------------------------------------------
+
+def test_watch_batch_over_the_limit_removes_nothing(gfs, db, tmp_path):
+    tree = tmp_path / "w"
+    make_tree(tree, 6)
+    w = Watcher(gfs, tree, "--delete", "--max-delete", "2", "--settle", "500")
+    try:
+        w.wait_for("ready")
+        assert len(stored(db)) == 6
+        for i in range(3):
+            (tree / f"f{i}.txt").unlink()
+        rc = w.wait_exit()
+    finally:
+        w.stop()
+    assert rc == EXIT_LIMIT, w.stderr
+    assert any("watch --delete would delete 3 files, more than --max-delete 2" in l
+               for l in w.stderr), w.stderr
+    assert len(stored(db)) == 6
+
+
+def test_watch_within_the_limit_removes(gfs, db, tmp_path):
+    tree = tmp_path / "w"
+    make_tree(tree, 4)
+    w = Watcher(gfs, tree, "--delete", "--max-delete", "50%")
+    try:
+        w.wait_for("ready")
+        (tree / "f0.txt").unlink()
+        w.wait_for("removed", "f0.txt")
+    finally:
+        rc = w.stop(signal.SIGTERM)
+    assert rc == 0
+    assert stored(db) == ["f1.txt", "f2.txt", "f3.txt"]
+
+
+def test_watch_first_pass_over_the_limit(gfs, db, tmp_path):
+    tree = tmp_path / "w"
+    make_tree(tree, 2)
+    assert gfs.run("import", tree).rc == 0
+    for i in range(2):
+        (tree / f"f{i}.txt").unlink()
+    (tree / "other.txt").write_bytes(b"o")
+    w = Watcher(gfs, tree, "--delete", "--max-delete", "1")
+    rc = w.wait_exit()
+    assert rc == EXIT_LIMIT, w.stderr
+    assert sorted(stored(db)) == ["f0.txt", "f1.txt", "other.txt"]

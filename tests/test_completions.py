@@ -93,6 +93,16 @@ def test_bash_option_arguments_by_kind(bash):
 
 
 @needs_bash_completion
+def test_bash_guard_rail_options(bash):
+    """--backup-dir takes a directory; --max-delete a count, so nothing is offered."""
+    for verb in ("import", "mirror", "watch"):
+        assert bash(verb, "--max-d") == ["--max-delete="], verb
+        assert bash(verb, "--max-delete", "") == [], verb
+    assert bash("mirror", "--backup-dir", "") == ["subdir"]
+    assert bash("import", "--back") == []
+
+
+@needs_bash_completion
 def test_bash_stored_names_stay_one_word(bash, gfs, db):
     planted.plant_names(db, planted.SHELL_NAMES + ["six.txt"])
     got = bash("--db", gfs.dbname, "get", "five")

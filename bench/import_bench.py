@@ -108,7 +108,7 @@ def main():
         env_uri = ["--uri", uri, "--db", db]
         results["gridfsctl import"] = run_timed([a.bin, "import", a.tree, "--json"] + env_uri)
         results["gridfsctl re-run (unchanged)"] = run_timed([a.bin, "import", a.tree, "--json"] + env_uri)
-        s = json.loads(results["gridfsctl re-run (unchanged)"][2].decode().splitlines()[-1])
+        s = json.loads(results["gridfsctl re-run (unchanged)"][2].decode().splitlines()[-1])["summary"]
         assert s["skipped"] == nfiles, s
         client.drop_database(db)
         for kind in ("pymongo", "ceiling"):

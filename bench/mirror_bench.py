@@ -99,7 +99,7 @@ def main():
     fresh(gout)
     results["gridfsctl mirror (default: fsync)"] = run_timed(mirror + [gout], env)
     results["gridfsctl mirror, unchanged re-run"] = run_timed(mirror + [gout], env)
-    summary = json.loads(results["gridfsctl mirror, unchanged re-run"][2].splitlines()[-1])
+    summary = json.loads(results["gridfsctl mirror, unchanged re-run"][2].splitlines()[-1])["summary"]
     assert summary["written"] == 0 and summary["skipped"] == nfiles, summary
 
     base = results["pymongo loop"][0]

@@ -91,7 +91,7 @@ def main():
                            capture_output=True, text=True, env={"GRIDFSCTL_CONFIG": "/dev/null"})
         last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else "{}"
         import json
-        total = json.loads(last).get("bytes", 0)
+        total = json.loads(last).get("summary", {}).get("bytes", 0)
         if p.returncode not in (0, 1):
             sys.exit(f"verify failed: {p.returncode} {p.stderr}")
     dt = time.monotonic() - t0

@@ -613,7 +613,9 @@ static int
 guard_deletes(struct mirror *m)
 {
 	gfs_error err;
-	if (m->backup_dir && m->rootfd >= 0) {
+	/* A dry run makes nothing, so a BDIR still to be made is not checked yet. */
+	bool backup = m->backup_dir && m->rootfd >= 0 && !(m->dry_run && access(m->backup_dir, F_OK) < 0);
+	if (backup) {
 		if (!m->dry_run && make_dirs(m->backup_dir) < 0) {
 			reportf(m, "--backup-dir %s: cannot create: %s", m->backup_dir, strerror(errno));
 			return EXIT_LOCAL;

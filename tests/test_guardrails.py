@@ -142,6 +142,17 @@ def test_backup_dir_keeps_deleted_and_overwritten_files(gfs, bucket, tmp_path):
     assert (bak / "a" / "x.txt").read_bytes() == b"new x"
 
 
+def test_backup_dir_with_dry_run_changes_nothing(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("n/f", b"new")
+    dst, bak = tmp_path / "d", tmp_path / "bak"
+    dst.mkdir()
+    (dst / "f").write_bytes(b"old")
+    (dst / "extra").write_bytes(b"extra")
+    r = gfs.run("mirror", dst, "--prefix", "n", "--delete", "--backup-dir", bak, "--dry-run")
+    assert r.rc == 0, r
+    assert not bak.exists() and (dst / "f").read_bytes() == b"old" and (dst / "extra").exists()
+
+
 def test_backup_dir_across_file_systems_copies(gfs, bucket, tmp_path):
     shm = "/dev/shm"
     if not os.path.isdir(shm) or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:

@@ -13,7 +13,8 @@ gfs_max_delete_parse(const char *s, gfs_max_delete *out)
 	memcpy(digits, s, len - percent);
 	digits[len - percent] = '\0';
 	long v;
-	if (!gfs_parse_long(digits, 0, percent ? 100 : 1000000000L, &v))
+	/* strtol would take " 10", "+10" and "-0" as well */
+	if (digits[0] < '0' || digits[0] > '9' || !gfs_parse_long(digits, 0, percent ? 100 : 1000000000L, &v))
 		return false;
 	*out = (gfs_max_delete){.set = true, .percent = percent, .limit = (uint64_t)v};
 	return true;

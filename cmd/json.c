@@ -92,25 +92,33 @@ put_other(bson_string_t *b, const bson_iter_t *it)
 	bson_free(s);
 }
 
+/* The elements under sub, as an object or an array. */
+static void
+put_members(bson_string_t *b, bson_iter_t *sub, bool array)
+{
+	bson_string_append_c(b, array ? '[' : '{');
+	bool first = true;
+	while (bson_iter_next(sub)) {
+		if (!first)
+			bson_string_append_c(b, ',');
+		first = false;
+		if (!array) {
+			put_string(b, bson_iter_key(sub), bson_iter_key_len(sub));
+			bson_string_append_c(b, ':');
+		}
+		put_element(b, sub);
+	}
+	bson_string_append_c(b, array ? ']' : '}');
+}
+
 static void
 put_container(bson_string_t *b, const bson_iter_t *it, bool array)
 {
 	bson_iter_t sub;
-	bson_string_append_c(b, array ? '[' : '{');
-	if (bson_iter_recurse(it, &sub)) {
-		bool first = true;
-		while (bson_iter_next(&sub)) {
-			if (!first)
-				bson_string_append_c(b, ',');
-			first = false;
-			if (!array) {
-				put_string(b, bson_iter_key(&sub), bson_iter_key_len(&sub));
-				bson_string_append_c(b, ':');
-			}
-			put_element(b, &sub);
-		}
-	}
-	bson_string_append_c(b, array ? ']' : '}');
+	if (bson_iter_recurse(it, &sub))
+		put_members(b, &sub, array);
+	else
+		bson_string_append(b, array ? "[]" : "{}");
 }
 
 static void
@@ -142,19 +150,15 @@ put_element(bson_string_t *b, const bson_iter_t *it)
 bool
 json_write(FILE *out, const bson_t *doc)
 {
-	bson_t holder = BSON_INITIALIZER;
-	BSON_APPEND_DOCUMENT(&holder, "", doc);
 	bson_iter_t it;
+	if (!bson_iter_init(&it, doc))
+		return false;
 	bson_string_t *b = bson_string_new(NULL);
-	bool ok = bson_iter_init_find(&it, &holder, "");
-	if (ok)
-		put_container(b, &it, false);
+	put_members(b, &it, false);
 	bson_string_append_c(b, '\n');
-	if (ok)
-		fwrite(b->str, 1, b->len, out);
+	fwrite(b->str, 1, b->len, out);
 	bson_string_free(b, true);
-	bson_destroy(&holder);
-	return ok;
+	return true;
 }
 
 void

@@ -127,3 +127,18 @@ def test_writer_keeps_durations_short_and_dates_iso(gfs, bucket, tmp_path, tree)
     assert re.match(r'^\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z","summary":\{"verb":"import"', raw)
     r = gfs.run("stat", "two.txt", "--json")
     assert "$date" not in r.text and json.loads(r.text)["uploadDate"].endswith("Z"), r
+
+
+def test_writer_keeps_stored_values_exact(gfs, bucket, db):
+    """Doubles in stored metadata round-trip in their shortest form; line separators are escaped."""
+    import datetime
+    name = "sep\u2028line\u0085next"
+    fid = bucket.upload_from_stream(name, b"x", metadata={
+        "ratio": 0.1, "big": 1e300, "whole": 2.0, "when": datetime.datetime(2026, 1, 2, 3, 4, 5, 6000)})
+    r = gfs.run("stat", "--id", str(fid), "--json")
+    assert r.rc == 0, r
+    assert r.out.count(b"\n") == 1 and b"\\u2028" in r.out and b"\\u0085" in r.out, r
+    assert b'"ratio":0.1,' in r.out and b'"big":1e+300' in r.out and b'"whole":2.0' in r.out, r
+    doc = json.loads(r.text)
+    assert doc["filename"] == name
+    assert doc["metadata"]["when"] == "2026-01-02T03:04:05.006Z"

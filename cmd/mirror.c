@@ -798,7 +798,7 @@ mirror_run(struct mirror *m)
 int
 cmd_mirror(int argc, char **argv)
 {
-	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = READ_EACH, .backup = {.fd = -1}};
+	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = READ_EACH};
 	int first = parse_options(argc, argv, "p:nj:c", mirror_options, on_opt, &m);
 	if (first < 0)
 		return EXIT_USAGE;
@@ -814,7 +814,8 @@ cmd_mirror(int argc, char **argv)
 	pthread_mutex_init(&m.lock, NULL);
 	pthread_cond_init(&m.cond, NULL);
 	int rc = mirror_run(&m);
-	gfs_backup_close(&m.backup);
+	if (m.opts.backup)
+		gfs_backup_close(m.opts.backup);
 	if (m.rootfd >= 0)
 		close(m.rootfd);
 	pthread_mutex_destroy(&m.lock);

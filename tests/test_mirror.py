@@ -19,8 +19,9 @@ import time
 import pytest
 from bson import Binary, Int64
 
-import jsonvocab
 from conftest import sha256
+
+import jsonvocab
 
 CHUNK = 255 * 1024
 

@@ -114,7 +114,8 @@ def test_mirror_over_the_limit_changes_nothing(gfs, bucket, tmp_path):
 
 # ---- mirror --backup-dir ------------------------------------------------------
 
-def test_backup_dir_keeps_deleted_and_overwritten_files(gfs, bucket, tmp_path):
+@pytest.mark.parametrize("read", ["each", "scan"])
+def test_backup_dir_keeps_deleted_and_overwritten_files(gfs, bucket, tmp_path, read):
     bucket.upload_from_stream("b/a/x.txt", b"new x")
     bucket.upload_from_stream("b/same.txt", b"same")
     dst, bak = tmp_path / "d", tmp_path / "bak"
@@ -124,7 +125,7 @@ def test_backup_dir_keeps_deleted_and_overwritten_files(gfs, bucket, tmp_path):
     (dst / "gone" / "deep" / "y.txt").write_bytes(b"old y")
     os.chmod(dst / "gone" / "deep" / "y.txt", 0o640)
     (dst / "link").symlink_to("/etc/passwd")
-    r = gfs.run("mirror", dst, "--prefix", "b", "--delete", "--backup-dir", bak, "--json")
+    r = gfs.run("mirror", dst, "--prefix", "b", "--delete", "--backup-dir", bak, "--json", "--read", read)
     assert r.rc == 0, r
     s = jsonvocab.summary(r.text, "mirror")
     assert (s["written"], s["deleted"], s["backedUp"]) == (2, 2, 3), s
@@ -140,6 +141,22 @@ def test_backup_dir_keeps_deleted_and_overwritten_files(gfs, bucket, tmp_path):
     bucket.upload_from_stream("b/a/x.txt", b"newer x")
     assert gfs.run("mirror", dst, "--prefix", "b", "--backup-dir", bak).rc == 0
     assert (bak / "a" / "x.txt").read_bytes() == b"new x"
+
+
+def test_a_file_that_cannot_be_kept_is_not_overwritten(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("k/x", b"new")
+    bucket.upload_from_stream("k/y", b"new y")
+    dst, bak = tmp_path / "d", tmp_path / "bak"
+    dst.mkdir()
+    (dst / "x").write_bytes(b"old")
+    (dst / "y").write_bytes(b"old y")
+    (bak / "x" / "busy").mkdir(parents=True)  # a directory where x's backup must go
+    r = gfs.run("mirror", dst, "--prefix", "k", "--backup-dir", bak, "--json")
+    assert r.rc == 1 and "x: --backup-dir" in r.err, r
+    s = jsonvocab.summary(r.text, "mirror")
+    assert (s["written"], s["failed"], s["backedUp"]) == (1, 1, 1) and s["error"], s
+    assert (dst / "x").read_bytes() == b"old" and (dst / "y").read_bytes() == b"new y"
+    assert (bak / "y").read_bytes() == b"old y"
 
 
 def test_backup_dir_with_dry_run_changes_nothing(gfs, bucket, tmp_path):

@@ -21,17 +21,17 @@ const struct command commands[] = {
 	 "0 ok, 2 usage, 3 backend, 4 no such name, id or revision"},
 	{"import", "import DIR [-p P] [--delete] [-n] [-j N] [-v] [--json] [options]", "bulk-load a directory tree", import_help, cmd_import, import_options,
 	 "0 ok, 1 some files failed, 2 usage, 3 backend, 5 DIR cannot be read, "
-	 "6 another import holds the lock, 130 interrupted"},
+	 "6 another import holds the lock, 7 --max-delete stopped the deletions, 130 interrupted"},
 	{"verify", "verify [-p P] [--against DIR] [--repair [-n]] [--json] [options]", "check stored files for damage", verify_help, cmd_verify, verify_options,
 	 "0 no problem (or all repaired), 1 problems found, 2 usage, 3 backend, "
 	 "5 DIR or the --combined file I/O, 6 --repair while an import runs, 130 interrupted"},
 	{"mirror", "mirror DIR [-p P] [--delete] [-n] [-j N] [--json] [options]", "write the bucket back to a disk tree", mirror_help, cmd_mirror, mirror_options,
 	 "0 ok, 1 some files failed, 2 usage, 3 backend, 5 DIR cannot be created or opened, "
-	 "6 another mirror writes into DIR, 130 interrupted"},
+	 "6 another mirror writes into DIR, 7 --max-delete stopped the run, 130 interrupted"},
 	{"watch", "watch DIR [-p P] [--delete] [--json] [options]", "keep the bucket in sync with a directory", watch_help, cmd_watch, watch_options,
 	 "0 stopped by SIGTERM, 1 some changes failed or were left waiting, 2 usage, "
 	 "3 backend unreachable at start or in the first pass, 5 DIR cannot be watched or went away, "
-	 "130 stopped by SIGINT"},
+	 "7 --max-delete stopped it, 130 stopped by SIGINT"},
 	{"serve", "serve [--listen ADDR:PORT] [--prefix P] [options]", "serve files over HTTP", serve_help, cmd_serve, serve_options,
 	 "0 stopped by SIGTERM, 2 usage, 5 cannot listen or open the access log, 130 stopped by SIGINT"},
 	{"supervise", "supervise -c FILE | [options] -- CMD ARGS... | status [--json]|restart NAME|reload|stop", "keep backends and servers running, watching their descriptors", supervise_help, cmd_supervise, supervise_options,

@@ -44,26 +44,31 @@ index_json(bson_t *doc, const char *key, enum gfs_doctor_index st)
 	BSON_APPEND_UTF8(doc, key, gfs_doctor_index_name(st));
 }
 
+/* When the run began, for the summary's "seconds". */
+static double started;
+
 static void
 print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bool done,
               const char *error)
 {
-	bson_t doc = BSON_INITIALIZER, sub;
-	BSON_APPEND_UTF8(&doc, "db", db);
-	BSON_APPEND_UTF8(&doc, "bucket", bucket);
-	BSON_APPEND_BOOL(&doc, "reachable", r->reachable);
+	struct json_summary sum;
+	json_summary_begin(&sum, "doctor", false);
+	bson_t *doc = &sum.body, sub;
+	BSON_APPEND_UTF8(doc, "db", db);
+	BSON_APPEND_UTF8(doc, "bucket", bucket);
+	BSON_APPEND_BOOL(doc, "reachable", r->reachable);
 	if (r->version[0])
-		BSON_APPEND_UTF8(&doc, "serverVersion", r->version);
+		BSON_APPEND_UTF8(doc, "serverVersion", r->version);
 	if (r->ferretdb[0])
-		BSON_APPEND_UTF8(&doc, "ferretdbVersion", r->ferretdb);
+		BSON_APPEND_UTF8(doc, "ferretdbVersion", r->ferretdb);
 	if (done) {
-		BSON_APPEND_INT64(&doc, "files", r->files);
-		BSON_APPEND_INT64(&doc, "chunks", r->chunks);
-		BSON_APPEND_DOCUMENT_BEGIN(&doc, "indexes", &sub);
+		BSON_APPEND_INT64(doc, "files", r->files);
+		BSON_APPEND_INT64(doc, "chunks", r->chunks);
+		BSON_APPEND_DOCUMENT_BEGIN(doc, "indexes", &sub);
 		index_json(&sub, "files", r->files_index);
 		index_json(&sub, "chunks", r->chunks_index);
-		bson_append_document_end(&doc, &sub);
-		BSON_APPEND_DOCUMENT_BEGIN(&doc, "importLock", &sub);
+		bson_append_document_end(doc, &sub);
+		BSON_APPEND_DOCUMENT_BEGIN(doc, "importLock", &sub);
 		BSON_APPEND_UTF8(&sub, "state", gfs_doctor_lock_name(r->lock));
 		if (r->lock != GFS_LOCK_FREE) {
 			char date[32];
@@ -71,20 +76,17 @@ print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bo
 			BSON_APPEND_UTF8(&sub, "owner", r->lock_owner);
 			BSON_APPEND_UTF8(&sub, "expires", date);
 		}
-		bson_append_document_end(&doc, &sub);
-		BSON_APPEND_DOCUMENT_BEGIN(&doc, "orphans", &sub);
+		bson_append_document_end(doc, &sub);
+		BSON_APPEND_DOCUMENT_BEGIN(doc, "orphans", &sub);
 		BSON_APPEND_UTF8(&sub, "method", gfs_doctor_sampling_name(r->sampling));
 		BSON_APPEND_INT64(&sub, "sampled", r->sampled);
 		BSON_APPEND_INT64(&sub, "found", r->sampled_orphans);
 		BSON_APPEND_INT64(&sub, "uploading", r->sampled_uploading);
 		BSON_APPEND_INT64(&sub, "estimate", r->orphan_estimate);
-		bson_append_document_end(&doc, &sub);
-		BSON_APPEND_INT64(&doc, "problems", r->problems);
+		bson_append_document_end(doc, &sub);
+		BSON_APPEND_INT64(doc, "problems", r->problems);
 	}
-	if (error)
-		BSON_APPEND_UTF8(&doc, "error", error);
-	print_json(stdout, &doc);
-	bson_destroy(&doc);
+	json_summary_end(stdout, &sum, gfs_mono_seconds() - started, error);
 }
 
 /*
@@ -163,6 +165,7 @@ print_text(const gfs_doctor_report *r)
 int
 cmd_doctor(int argc, char **argv)
 {
+	started = gfs_mono_seconds();
 	struct doctor_opts o = {.sample = GFS_DOCTOR_DEFAULT_SAMPLE};
 	int i = parse_options(argc, argv, "", doctor_options, on_opt, &o);
 	if (i < 0)

@@ -2,20 +2,20 @@
 wrong indexes, orphan chunks, the import lock, a backend that is down.
 Every state is made, and checked, through pymongo."""
 import datetime
-import json
 import os
 import socket
 
 import bson
 import pytest
 
+import jsonvocab
 from conftest import free_port
 
 
 def doctor(gfs, *args, **kw):
     r = gfs.run("doctor", "--json", *args, **kw)
     assert len(r.text.strip().splitlines()) == 1, r
-    return r, json.loads(r.out)
+    return r, jsonvocab.summary(r.text, "doctor")
 
 
 def put_files(bucket, n, size=10):
@@ -109,8 +109,8 @@ def test_orphan_chunks_are_counted_exactly_in_a_small_bucket(gfs, bucket, db):
     # verify agrees on what they are.
     v = gfs.run("verify", "--json")
     assert v.rc == 1
-    assert sum(json.loads(l).get("count", 0) for l in v.text.splitlines()
-               if json.loads(l).get("problem") == "ORPHAN-CHUNKS") == 4
+    assert sum(e.get("count", 0) for e in jsonvocab.events(v.text, "verify")
+               if e.get("kind") == "ORPHAN-CHUNKS") == 4
 
 
 def test_orphan_estimate_from_a_bounded_sample(gfs, bucket, db):

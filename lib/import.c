@@ -235,18 +235,26 @@ struct gfs_import {
 	struct queue q;
 	gfs_lock *lock;
 	double started;
+	bool content_decides;     /* gfs_import_paths: the file being queued was seen written */
 };
 
-/* Calls the event callback; the caller holds imp->mu. */
+/* Calls the event callback, with the bytes stored or -1; the caller holds imp->mu. */
 static void
-emit_locked(gfs_import *imp, enum gfs_import_event_kind kind, const char *path, const char *name,
-            const char *reason)
+emit_bytes_locked(gfs_import *imp, enum gfs_import_event_kind kind, const char *path,
+                  const char *name, const char *reason, int64_t bytes)
 {
 	if (!imp->o.on_event)
 		return;
 	imp->st.seconds = gfs_mono_seconds() - imp->started;
-	gfs_import_event ev = {kind, imp->o.dry_run, path, name, reason, &imp->st};
+	gfs_import_event ev = {kind, imp->o.dry_run, path, name, reason, &imp->st, bytes};
 	imp->o.on_event(&ev, imp->o.ctx);
+}
+
+static void
+emit_locked(gfs_import *imp, enum gfs_import_event_kind kind, const char *path, const char *name,
+            const char *reason)
+{
+	emit_bytes_locked(imp, kind, path, name, reason, -1);
 }
 
 static void
@@ -859,12 +867,12 @@ add_existing(gfs_import *imp, const bson_t *doc)
 		e->has_mtime = false, e->racy = false, e->sha[0] = '\0';
 }
 
-static bool
-load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
+/* What the state query reads of each files document. */
+static void
+state_projection(bson_t *opts)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	gfs_prefix_filter(&filter, imp->prefix);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	bson_t proj;
+	BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
 	BSON_APPEND_INT32(&proj, "filename", 1);
 	BSON_APPEND_INT32(&proj, "length", 1);
 	BSON_APPEND_INT32(&proj, "uploadDate", 1);
@@ -872,19 +880,51 @@ load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
 	BSON_APPEND_INT32(&proj, "metadata.mtime", 1);
 	BSON_APPEND_INT32(&proj, "metadata.mtimeRacy", 1);
 	BSON_APPEND_INT32(&proj, "metadata.sha256", 1);
-	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT32(&opts, "batchSize", 5000);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	bson_append_document_end(opts, &proj);
+	BSON_APPEND_INT32(opts, "batchSize", 5000);
+}
+
+static bool
+load_matching(gfs_import *imp, gfs_session *s, const bson_t *filter, const char *what,
+              gfs_error *err)
+{
+	bson_t opts = BSON_INITIALIZER;
+	state_projection(&opts);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, &opts, NULL);
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc))
 		add_existing(imp, doc);
 	bson_error_t berr;
 	bool ok = !mongoc_cursor_error(cur, &berr);
 	if (!ok)
-		gfs_error_from_bson(err, &berr, "read the files under the prefix");
+		gfs_error_from_bson(err, &berr, what);
 	mongoc_cursor_destroy(cur);
-	bson_destroy(&filter);
 	bson_destroy(&opts);
+	return ok;
+}
+
+static bool
+load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	gfs_prefix_filter(&filter, imp->prefix);
+	bool ok = load_matching(imp, s, &filter, "read the files under the prefix", err);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/*
+ * The state of one name, by equality: the GridFS index serves it on
+ * MongoDB, and FerretDB pushes down only equality (an $in of names reads
+ * the whole files collection there, hundreds of ms at a few thousand files).
+ */
+static bool
+load_name(gfs_import *imp, gfs_session *s, const char *name, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	bool ok = load_matching(imp, s, &filter, "read the state of a changed file", err);
+	bson_destroy(&filter);
 	return ok;
 }
 
@@ -1073,8 +1113,8 @@ account_pending(struct worker *w)
 			else
 				imp->st.uploaded++;
 			imp->st.bytes += (uint64_t)u->length;
-			emit_locked(imp, u->job->replacing ? GFS_IMPORT_REPLACED : GFS_IMPORT_UPLOADED,
-			            u->job->rel, u->job->name, NULL);
+			emit_bytes_locked(imp, u->job->replacing ? GFS_IMPORT_REPLACED : GFS_IMPORT_UPLOADED,
+			                  u->job->rel, u->job->name, NULL, u->length);
 		}
 		upload_free(u);
 	}
@@ -1592,8 +1632,9 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	j->escaped = escaped;
 	j->st = *e->st;
 	j->replacing = ent->existing;
+	bool checksum = imp->o.checksum || imp->content_decides;
 	bool same_state = ent->existing && unchanged(ent, e->st);
-	if (same_state && !ent->racy && !imp->o.checksum) {
+	if (same_state && !ent->racy && !checksum) {
 		skip_unchanged(imp, j);
 		job_free(j);
 		return true;
@@ -1605,7 +1646,7 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	}
 	/* A racy state is not trusted: the content decides, and settles it when the same. */
 	bool recheck = same_state && ent->racy;
-	if (ent->existing && (imp->o.checksum || recheck) && ent->sha[0] &&
+	if (ent->existing && (checksum || recheck) && ent->sha[0] &&
 	    ent->length == (int64_t)e->st->st_size)
 		memcpy(j->old_sha, ent->sha, 65);
 	if (recheck && ent->has_oid && !ent->mtime_ms_only) {
@@ -1910,6 +1951,99 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 	gfs_lock_release(imp->lock);
 	imp->lock = NULL;
 	gfs_session_push(s);
+	imp->st.seconds = gfs_mono_seconds() - imp->started;
+	*stats = imp->st;
+	return ok;
+}
+
+/* ---- named paths, for watch ------------------------------------------ */
+
+/* One path of gfs_import_paths, handed to on_walk as the walk would have. */
+static void
+queue_path(gfs_import *imp, const gfs_import_path *p)
+{
+	struct stat st;
+	gfs_walk_entry e = {.kind = GFS_WALK_FILE, .rel = p->rel, .rel_len = strlen(p->rel), .st = &st};
+	int flags = imp->o.walk.follow_symlinks ? 0 : AT_SYMLINK_NOFOLLOW;
+	if (fstatat(imp->root_fd, p->rel, &st, flags) != 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return; /* gone: its removal is news of its own */
+		char reason[300];
+		snprintf(reason, sizeof reason, "cannot look at it: %s", strerror(errno));
+		e.kind = GFS_WALK_ERROR;
+		e.reason = reason;
+		walk_failed(imp, &e, false);
+		return;
+	}
+	if (!S_ISREG(st.st_mode))
+		return; /* a directory, a symlink not followed, a FIFO: nothing to store */
+	imp->content_decides = p->changed;
+	on_walk(&e, imp);
+	imp->content_decides = false;
+}
+
+static char **
+path_names(const gfs_import *imp, const gfs_import_path *paths, size_t n)
+{
+	char **names = calloc(n + 1, sizeof *names);
+	if (!names)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		bool escaped;
+		char *rel_name = gfs_name_from_bytes(paths[i].rel, strlen(paths[i].rel), &escaped);
+		names[i] = gfs_prefix_join(imp->prefix, rel_name);
+		free(rel_name);
+	}
+	return names;
+}
+
+static bool
+take_lock(gfs_import *imp, gfs_error *err)
+{
+	imp->lock = gfs_lock_acquire(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
+	return imp->lock != NULL;
+}
+
+bool
+gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n, gfs_import_stats *stats,
+                 gfs_error *err)
+{
+	imp->started = gfs_mono_seconds();
+	gfs_error_clear(err);
+	/* A worker per file at most: one changed file needs neither threads nor sessions to spare. */
+	if ((size_t)imp->o.jobs > n)
+		imp->o.jobs = n ? (int)n : 1;
+	imp->o.dry_run = false;
+	gfs_session *s = gfs_session_pop(imp->conn);
+	char **names = path_names(imp, paths, n);
+	imp->root_fd = open(imp->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (imp->root_fd < 0)
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", imp->o.dir, strerror(errno));
+	bool ok = imp->root_fd >= 0 && fit_pool(imp, s, err) && fit_fds(imp, err) &&
+	          gfs_ensure_indexes(s, err) && take_lock(imp, err);
+	struct worker *ws = calloc((size_t)imp->o.jobs, sizeof *ws);
+	if (!ws)
+		abort();
+	if (ok && (ok = workers_start(imp, ws, err))) {
+		/* each lookup overlaps the workers' uploads of the paths queued before it */
+		for (size_t i = 0; ok && i < n && !stopping(imp); i++)
+			if ((ok = load_name(imp, s, names[i], err)))
+				queue_path(imp, &paths[i]);
+		queue_close(&imp->q);
+		for (int i = 0; i < imp->o.jobs; i++)
+			pthread_join(ws[i].thread, NULL);
+	}
+	workers_free(ws, imp->o.jobs);
+	if (ok && atomic_load(&imp->fatal)) {
+		*err = imp->fatal_err;
+		ok = false;
+	}
+	gfs_lock_release(imp->lock);
+	imp->lock = NULL;
+	gfs_session_push(s);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
 	imp->st.seconds = gfs_mono_seconds() - imp->started;
 	*stats = imp->st;
 	return ok;

@@ -82,6 +82,7 @@ typedef struct gfs_import_event {
 	const char *name;          /* the GridFS filename, or NULL */
 	const char *reason;        /* for FAILED and NOTICE */
 	const gfs_import_stats *stats;
+	int64_t bytes;             /* UPLOADED, REPLACED: the length stored; else -1 */
 } gfs_import_event;
 
 /* Called from any thread, one call at a time. */
@@ -116,6 +117,29 @@ gfs_import *gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts);
  * files are events and counted in stats->failed, not fatal.
  */
 bool gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err);
+/*
+ * A file that changed, for gfs_import_paths: rel is relative to the
+ * directory; changed says it was seen written or moved in, so that its
+ * content decides whether it is stored, not its size and mtime (cp -p,
+ * rsync -t and tar set an old mtime).
+ */
+typedef struct gfs_import_path {
+	const char *rel;
+	bool changed;
+} gfs_import_path;
+
+/*
+ * Stores the files at the given paths, as gfs_import_run would have found
+ * them, through the same batched, parallel workers (at most one per path):
+ * watch's way to store many settled changes at once. Reads the state of
+ * those names only, walks nothing, removes nothing but the old revisions
+ * of what it stores, and leaves recovery to full runs; it holds the
+ * import lock while it writes (GFS_EBUSY when another holds it). A path
+ * that is gone or is not a regular file is passed over without an event.
+ * Not a dry run. One call per gfs_import.
+ */
+bool gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n,
+                      gfs_import_stats *stats, gfs_error *err);
 /*
  * Asks a running import to stop after the files in flight: safe to call
  * from a signal handler.

@@ -86,6 +86,19 @@ const struct option watch_options[] = {
 /* Full passes for directories that cannot be watched, when --rescan-every does not say. */
 #define UNWATCHED_RESCAN_S 60
 #define DEFAULT_MAX_PENDING 100000
+/*
+ * Files stored in one batch through import's workers, at most: between
+ * batches the loop reads inotify, so that a long burst does not overflow
+ * the kernel's queue while a batch is being written.
+ */
+#define BATCH_MAX 2000
+/*
+ * Fewer files than this go one by one, as put stores them: a batch's
+ * fixed cost (the import lock, a thread, a libmagic handle per worker)
+ * is more than a few files' round trips, and a single change is the
+ * latency that matters.
+ */
+#define BATCH_MIN 8
 
 /* FILE_FOUND: found in a new directory, never seen closed; it may still be written. */
 enum file_change { FILE_NONE, FILE_CHANGED, FILE_FOUND, FILE_REMOVED };
@@ -103,6 +116,7 @@ struct pending {
 	int64_t due_ms;
 	int64_t since_ms;     /* wall clock of the first change not acted on */
 	unsigned attempts;    /* failed local attempts, for the backoff */
+	bool failed;          /* the batch it was in could not store it */
 };
 
 /* A move, or a removal a move must follow, in the order they happened. */
@@ -717,21 +731,6 @@ process_ops(struct watch_cli *w)
 	}
 }
 
-/* True when the path's changes are done with; false when they wait. */
-static bool
-act(struct watch_cli *w, struct pending *p)
-{
-	/* Folders removed go first, so that new files under the same names stay stored. */
-	if (p->dir_removed && w->delete && !remove_path(w, p, p->rel, true))
-		return false;
-	p->dir_removed = false;
-	if (p->file == FILE_CHANGED || p->file == FILE_FOUND)
-		return sync_path(w, p);
-	if (p->file == FILE_REMOVED && w->delete)
-		return remove_path(w, p, p->rel, false);
-	return true;
-}
-
 struct due {
 	struct pending **v;
 	size_t n;
@@ -748,6 +747,99 @@ collect_due(const char *key, void *value, void *ctx)
 		d->v[d->n++] = p;
 }
 
+/*
+ * A file the batch could not store stays, retried with backoff; one that
+ * is gone meanwhile is not a failure: its removal is news of its own.
+ */
+static void
+on_batch_event(const gfs_import_event *ev, void *ctx)
+{
+	struct watch_cli *w = ctx;
+	if (ev->kind == GFS_IMPORT_UPLOADED || ev->kind == GFS_IMPORT_REPLACED) {
+		report(w, ev->kind == GFS_IMPORT_UPLOADED ? "uploaded" : "replaced", ev->name, ev->bytes);
+		return;
+	}
+	if (ev->kind == GFS_IMPORT_NOTICE) {
+		warnx_("%s", ev->reason);
+		return;
+	}
+	struct pending *p = ev->kind == GFS_IMPORT_FAILED && ev->path ? strmap_get(w->pending, ev->path) : NULL;
+	if (!p)
+		return;
+	char *path;
+	if (asprintf(&path, "%s/%s", w->o.dir, p->rel) < 0)
+		abort();
+	struct stat st;
+	bool gone = lstat(path, &st) < 0 && errno == ENOENT;
+	free(path);
+	if (gone)
+		return;
+	p->failed = true;
+	gfs_error err;
+	gfs_error_set(&err, GFS_ELOCAL, "%s", ev->reason ? ev->reason : "failed");
+	action_failed(w, p, p->rel, &err);
+}
+
+/* One at a time, as put does: when another import holds the lock that batches need. */
+static void
+sync_one_by_one(struct watch_cli *w, struct pending **v, size_t n)
+{
+	for (size_t i = 0; i < n && !w->down; i++)
+		if (sync_path(w, v[i]))
+			drop_pending(w, v[i]);
+}
+
+/* Stores the files of v in one batch through import's engine; what fails stays. */
+static void
+sync_batch(struct watch_cli *w, struct pending **v, size_t n)
+{
+	if (n < BATCH_MIN) {
+		sync_one_by_one(w, v, n);
+		return;
+	}
+	gfs_import_path *paths = malloc(n * sizeof *paths);
+	if (!paths)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		paths[i].rel = v[i]->rel;
+		paths[i].changed = v[i]->file == FILE_CHANGED;
+		v[i]->failed = false;
+	}
+	gfs_import_opts io = {
+		.dir = w->o.dir,
+		.prefix = w->o.prefix,
+		.walk = w->o.walk,
+		.content_type = w->o.content_type,
+		.keep_revisions = w->o.keep_revisions,
+		.chunk_size = w->o.chunk_size,
+		.jobs = (int)w->jobs,
+		.on_event = on_batch_event,
+		.ctx = w,
+	};
+	gfs_import *imp = gfs_import_new(w->conn, &io);
+	gfs_import_stats st;
+	gfs_error err;
+	bool ok = gfs_import_paths(imp, paths, n, &st, &err);
+	gfs_import_free(imp);
+	free(paths);
+	if (!ok && err.code == GFS_EBUSY) {
+		sync_one_by_one(w, v, n);
+		return;
+	}
+	if (!ok) {
+		/* all or nothing again: what was stored is found stored by the retry, and not stored twice */
+		if (err.code == GFS_EBACKEND)
+			backend_down(w, &err);
+		else
+			for (size_t i = 0; i < n; i++)
+				action_failed(w, v[i], v[i]->rel, &err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!v[i]->failed)
+			drop_pending(w, v[i]);
+}
+
 static void
 process_pending(struct watch_cli *w, bool all)
 {
@@ -758,15 +850,24 @@ process_pending(struct watch_cli *w, bool all)
 	strmap_each(w->pending, collect_due, &d);
 	/* sorted, so that a folder's removal comes before what is made under it */
 	qsort(d.v, d.n, sizeof *d.v, by_rel);
-	for (size_t i = 0; i < d.n && !w->down; i++) {
+	/* removals first, one by one; the files to store are then stored together */
+	size_t nsync = 0;
+	for (size_t i = 0; i < d.n && !w->down && (all || nsync < BATCH_MAX); i++) {
 		struct pending *p = d.v[i];
 		if (!all && p->file == FILE_FOUND && !unchanged_since_seen(w, p)) {
 			p->due_ms = mono_ms() + found_settle_ms(w); /* still being written */
 			continue;
 		}
-		if (act(w, p))
+		if (p->dir_removed && w->delete && !remove_path(w, p, p->rel, true))
+			continue;
+		p->dir_removed = false;
+		if (p->file == FILE_CHANGED || p->file == FILE_FOUND)
+			d.v[nsync++] = p; /* i >= nsync: the slot is read already */
+		else if (p->file != FILE_REMOVED || !w->delete || remove_path(w, p, p->rel, false))
 			drop_pending(w, p);
 	}
+	if (nsync && !w->down)
+		sync_batch(w, d.v, nsync);
 	free(d.v);
 }
 

@@ -7,7 +7,9 @@
  * nothing is tried but a ping, with backoff; once the backend answers,
  * everything waiting is acted on. A local failure is retried for that
  * path alone, with backoff. The table is bounded: past the bound it is
- * dropped and a full pass (an import) owed instead.
+ * dropped and a full pass (an import) owed instead. The files due
+ * together are stored together, through import's batched, parallel
+ * workers (gfs_import_paths), when there are more than a few.
  *
  * Moves within the tree are renames in GridFS. Their order matters (a
  * name moved away may be made again at once), so they, and the removals
@@ -50,7 +52,7 @@ const char watch_help[] =
     "      --rescan-every S    a full pass every S seconds (default: never)\n"
     "      --unwatched ACTION  a directory inotify cannot watch: rescan (default) or fail\n"
     "      --max-pending N     changes kept waiting before a full pass replaces them\n"
-    "  -j, --jobs N            parallelism of full passes (default 4)\n"
+    "  -j, --jobs N            parallelism of full passes and batches (default 4)\n"
     "      --json              one JSON object per action on stdout\n";
 
 enum {

@@ -914,9 +914,12 @@ load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
 }
 
 /*
- * The state of one name, by equality: the GridFS index serves it on
- * MongoDB, and FerretDB pushes down only equality (an $in of names reads
- * the whole files collection there, hundreds of ms at a few thousand files).
+ * The state of one name, by equality. gfs_import_paths looks names up one
+ * by one, each while the workers store the paths queued before it, so the
+ * round trips cost little on either backend. A query for many names at
+ * once would save them on MongoDB, but FerretDB pushes down only
+ * equality: an $in of names, or a range of them, reads the whole files
+ * collection there, and took seconds a batch at a few thousand files.
  */
 static bool
 load_name(gfs_import *imp, gfs_session *s, const char *name, gfs_error *err)
@@ -2025,7 +2028,6 @@ gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n, gfs_im
 	if (!ws)
 		abort();
 	if (ok && (ok = workers_start(imp, ws, err))) {
-		/* each lookup overlaps the workers' uploads of the paths queued before it */
 		for (size_t i = 0; ok && i < n && !stopping(imp); i++)
 			if ((ok = load_name(imp, s, names[i], err)))
 				queue_path(imp, &paths[i]);

@@ -1,5 +1,6 @@
 """watch: changes in a directory reach GridFS, checked with pymongo. Synchronisation is on the
 JSON events the command prints (one per action), never on sleeps."""
+import datetime
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 import jsonvocab
 from conftest import BIN, STORAGE, Backend, Gridfsctl, free_port
+from test_serve import Server
 
 DEADLINE = 30
 
@@ -268,6 +270,32 @@ def test_directories_made_while_events_were_lost_are_watched(gfs, bucket, db, tr
         assert w.stop() == 0
 
 
+def test_root_replaced_while_events_were_lost_is_watched(gfs, bucket, db, tree, tmp_path):
+    """The old root's moving away was lost with the overflow: the pass after it watches the
+    directory now at the path."""
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        limit = int(f.read())
+    w = Watcher(gfs, tree, "--exclude", "*.tmp")
+    try:
+        w.wait_for("ready")
+        w.proc.send_signal(signal.SIGSTOP)
+        wait_stopped(w.proc.pid)
+        for i in range(limit + 100):
+            (tree / f"{i % 2}.tmp").write_bytes(b"x")
+        os.rename(tree, tmp_path / "old-root")
+        (tree / "sub").mkdir(parents=True)
+        (tree / "sub" / "f.jpg").write_bytes(b"f")
+        w.proc.send_signal(signal.SIGCONT)
+        w.wait_for("synced")
+        assert bucket.open_download_stream_by_name("sub/f.jpg").read() == b"f"
+        (tree / "sub" / "g.jpg").write_bytes(b"g")
+        (tree / "top.jpg").write_bytes(b"t")
+        got = {e["name"] for e in w.next_events(2) if e["event"] == "uploaded"}
+        assert got == {"sub/g.jpg", "top.jpg"}
+    finally:
+        assert w.stop() == 0
+
+
 @pytest.mark.parametrize("how", ["deleted", "moved away"])
 def test_watched_directory_gone_is_fatal(gfs, tree, tmp_path, how):
     w = Watcher(gfs, tree)
@@ -338,6 +366,47 @@ def wait_exact(db, bucket, root, deadline=DEADLINE):
         time.sleep(0.05)  # polling pace, not synchronisation: the condition decides
 
 
+def stored_state_bulk(db):
+    """stored_state for large buckets: two reads (files, then chunks) instead of two per file."""
+    docs, dups = {}, set()
+    for doc in db.fs.files.find({}, {"filename": 1, "length": 1}):
+        if doc["filename"] in docs:
+            dups.add(doc["filename"])
+        docs[doc["filename"]] = doc
+    parts = {}
+    for c in db.fs.chunks.find({}, {"files_id": 1, "n": 1, "data": 1}):
+        parts.setdefault(c["files_id"], []).append((c["n"], c["data"]))
+    out = {}
+    for name, doc in docs.items():
+        data = b"".join(d for _, d in sorted(parts.get(doc["_id"], [])))
+        out[name] = hashlib.sha256(data).hexdigest() if len(data) == doc["length"] else None
+    return out, dups
+
+
+def wait_exact_bulk(db, root, deadline=DEADLINE):
+    """wait_exact through stored_state_bulk: for trees of thousands of files."""
+    end = time.monotonic() + deadline
+    want = disk_state(root)
+    while True:
+        got, dups = stored_state_bulk(db)
+        if got == want and not dups:
+            return
+        if time.monotonic() > end:
+            missing = sorted(set(want) - set(got))[:10]
+            extra = sorted(set(got) - set(want))[:10]
+            wrong = sorted(n for n in want if n in got and got[n] != want[n])[:10]
+            raise AssertionError(f"missing {missing} ({len(set(want) - set(got))}) extra {extra} "
+                                 f"wrong {wrong} dups {sorted(dups)[:10]}")
+        time.sleep(0.2)  # polling pace, not synchronisation: the condition decides
+
+
+def wait_stderr(w, text):
+    end = time.monotonic() + DEADLINE
+    while not any(text in line for line in w.stderr):
+        assert w.proc.poll() is None and time.monotonic() < end, f"no '{text}' in {w.stderr}"
+        time.sleep(0.02)  # polling pace: the condition decides
+
+
 @pytest.fixture
 def own_backend(tmp_path):
     """A backend of this test's own, to stop and start."""
@@ -376,6 +445,72 @@ def test_backend_outage_loses_nothing(own_backend, tmp_path, tree):
         client.close()
 
 
+def test_backend_stopped_40_s_during_a_burst(own_backend, tmp_path, tree):
+    """The issue's case: 40 s down, longer than the driver's own wait for a server, with changes
+    written all along; exact within seconds of the backend's return."""
+    gfs = Gridfsctl(own_backend, "outage40", tmp_path)
+    client = own_backend.client()
+    db = client["outage40"]
+    bucket = gridfs.GridFSBucket(db)
+    w = Watcher(gfs, tree, "--delete")
+    try:
+        w.wait_for("ready")
+        own_backend.stop()
+        stopped = time.monotonic()
+        i = 0
+        while time.monotonic() - stopped < 40:
+            (tree / f"f{i}.bin").write_bytes(os.urandom(100 + i))
+            if i % 5 == 4:
+                (tree / f"f{i - 2}.bin").write_bytes(b"rewritten %d" % i)
+                (tree / f"f{i - 4}.bin").unlink()
+            i += 1
+            time.sleep(0.5)  # the burst's pace over the outage, not synchronisation
+        assert i >= 40
+        (tree / "ab" / "old.jpg").unlink()
+        own_backend.start()
+        w.wait_for("backend-up")
+        wait_exact(db, bucket, tree)
+    finally:
+        assert w.stop() == 0
+        client.close()
+
+
+def test_past_the_bound_a_full_pass_replaces_the_changes(own_backend, tmp_path, tree):
+    """More changes wait than --max-pending allows while the backend is down: they give way to
+    one full pass, owed until the backend is back, which ends exact (removals included)."""
+    gfs = Gridfsctl(own_backend, "bound", tmp_path)
+    client = own_backend.client()
+    db = client["bound"]
+    bucket = gridfs.GridFSBucket(db)
+    (tree / "keep").mkdir()
+    (tree / "keep" / "moved.jpg").write_bytes(b"moved later")
+    env = {"GRIDFSCTL_URI": own_backend.uri + "?serverSelectionTimeoutMS=1000"}
+    w = Watcher(gfs, tree, "--delete", "--max-pending", "10", env=env)
+    try:
+        w.wait_for("ready")
+        own_backend.stop()
+        (tree / "first.bin").write_bytes(b"first")
+        w.wait_for("backend-down")
+        for i in range(40):
+            (tree / f"d{i % 4}").mkdir(exist_ok=True)
+            (tree / f"d{i % 4}" / f"{i}.bin").write_bytes(os.urandom(50 + i))
+        (tree / "ab" / "old.jpg").unlink()
+        os.rename(tree / "keep" / "moved.jpg", tree / "d0" / "moved.jpg")
+        (tree / "first.bin").write_bytes(b"first, rewritten")
+        wait_stderr(w, "more than 10 changes wait")
+        w.proc.send_signal(signal.SIGUSR1)
+        status = w.wait_for("status")
+        assert status["backend"] is False and status["pass_owed"] is True
+        assert status["pending"] <= 10
+        own_backend.start()
+        w.wait_for("backend-up")
+        w.wait_for("synced")
+        wait_exact(db, bucket, tree)
+    finally:
+        assert w.stop() == 0
+        client.close()
+
+
 def test_file_moved_over_one_with_same_size_and_mtime(gfs, bucket, db, tree, tmp_path):
     w = Watcher(gfs, tree)
     try:
@@ -392,7 +527,7 @@ def test_file_moved_over_one_with_same_size_and_mtime(gfs, bucket, db, tree, tmp
         assert w.stop() == 0
 
 
-def test_folder_rename_writes_no_chunk(gfs, bucket, db, tree):
+def test_folder_rename_writes_no_chunk(gfs, bucket, db, tree, tmp_path):
     big = tree / "big"
     big.mkdir()
     for i in range(1000):
@@ -408,6 +543,14 @@ def test_folder_rename_writes_no_chunk(gfs, bucket, db, tree):
         assert db.fs.files.count_documents({"filename": {"$regex": "^big/"}}) == 0
         assert db.fs.files.count_documents({"filename": {"$regex": "^renamed/"}}) == 1000
         assert bucket.open_download_stream_by_name("renamed/999.txt").read() == b"999"
+        server = Server(gfs, tmp_path)
+        try:
+            for i in (0, 500, 999):
+                status, _, body = server.get(f"/renamed/{i}.txt")
+                assert (status, body) == (200, b"%d" % i)
+            assert server.get("/big/999.txt")[0] == 404
+        finally:
+            server.stop()
     finally:
         assert w.stop() == 0
 
@@ -440,20 +583,62 @@ def test_bursts_of_everyday_changes_end_exact(gfs, bucket, db, tree):
 def test_kill_9_mid_burst_then_restart_is_exact(gfs, bucket, db, tree):
     w = Watcher(gfs, tree, "--delete")
     w.wait_for("ready")
-    for i in range(100):
-        (tree / f"{i}.bin").write_bytes(os.urandom(2000))
-        if i == 50:
-            w.wait_for("uploaded")
+    for i in range(2000):
+        (tree / f"d{i % 10}").mkdir(exist_ok=True)
+        (tree / f"d{i % 10}" / f"{i}.bin").write_bytes(os.urandom(2000))
+        if i == 1000:
+            w.wait_for("uploaded")  # batches are being written: the kill lands mid-burst
             (tree / "ab" / "old.jpg").unlink()
     w.proc.kill()
     w.proc.wait()
-    for i in range(100, 120):
+    for i in range(2000, 2020):
         (tree / f"{i}.bin").write_bytes(os.urandom(2000))
-    os.rename(tree / "0.bin", tree / "zero.bin")
+    os.rename(tree / "d0" / "0.bin", tree / "zero.bin")
     w = Watcher(gfs, tree, "--delete")
     try:
         w.wait_for("ready")
-        wait_exact(db, bucket, tree, deadline=1)
+        wait_exact_bulk(db, tree, deadline=1)  # exact when ready: the first pass made it so
+    finally:
+        assert w.stop() == 0
+
+
+def test_burst_stored_while_another_import_holds_the_lock(gfs, bucket, db, tree):
+    """A burst goes in batches through import's workers, which need the import lock: while
+    another import holds it, the files go one by one and are stored all the same."""
+    w = Watcher(gfs, tree)
+    try:
+        w.wait_for("ready")
+        held = {"_id": "import", "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
+                "bootId": "boot", "pid": 4242, "startTime": 1,
+                "expires": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)}
+        db["fs.gridfsctl_locks"].insert_one(held)
+        sizes = {f"b/{i}.bin": 10 + i for i in range(30)}
+        (tree / "b").mkdir()
+        for name, size in sizes.items():
+            (tree / name).write_bytes(os.urandom(size))
+        got = {e["name"]: e["bytes"] for e in w.next_events(30) if e["event"] == "uploaded"}
+        assert got == sizes
+        wait_exact(db, bucket, tree)
+        assert db["fs.gridfsctl_locks"].find_one({"_id": "import"})["owner"] == held["owner"]
+    finally:
+        assert w.stop() == 0
+
+
+def test_ten_thousand_files_copied_in_at_once(gfs, db, tree, tmp_path):
+    staging = tmp_path / "staging"
+    for i in range(10000):
+        d = staging / f"s{i // 1000}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i}.jpg").write_bytes(os.urandom(100 + i % 900))
+    w = Watcher(gfs, tree, "--delete")
+    try:
+        w.wait_for("ready")
+        subprocess.run(["cp", "-r", str(staging), str(tree / "burst")], check=True)
+        end = time.monotonic() + 600
+        while db.fs.files.count_documents({}) < 10001:
+            assert w.proc.poll() is None and time.monotonic() < end, w.stderr[-5:]
+            time.sleep(0.2)  # polling pace: the count decides
+        wait_exact_bulk(db, tree)
     finally:
         assert w.stop() == 0
 

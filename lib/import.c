@@ -22,8 +22,6 @@
 #define QUEUE_PER_JOB 64
 /* Files whose documents wait for one flush, at most: bounds memory with many tiny files. */
 #define MAX_PENDING 2000
-/* The same for gfs_import_paths, whose files come at the pace of one lookup each. */
-#define PATHS_FLUSH_FILES 100
 /* Names or ids per $in query. */
 #define IN_BATCH 500
 /* Chunks per bulk insert, at most: with a tiny --chunk-size, bytes alone allow millions. */
@@ -238,7 +236,6 @@ struct gfs_import {
 	gfs_lock *lock;
 	double started;
 	bool content_decides;     /* gfs_import_paths: the file being queued was seen written */
-	size_t flush_files;       /* a worker flushes once this many files wait */
 };
 
 /* Calls the event callback, with the bytes stored or -1; the caller holds imp->mu. */
@@ -345,7 +342,6 @@ gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts)
 	pthread_cond_init(&imp->q.not_empty, NULL);
 	pthread_cond_init(&imp->q.not_full, NULL);
 	imp->q.cap = (size_t)imp->o.jobs * QUEUE_PER_JOB;
-	imp->flush_files = MAX_PENDING;
 	atomic_init(&imp->cancel, false);
 	atomic_init(&imp->fatal, false);
 	return imp;
@@ -1165,7 +1161,7 @@ batch_full(const struct worker *w)
 static bool
 flush_if_full(struct worker *w)
 {
-	if (!batch_full(w) && w->npending < w->imp->flush_files)
+	if (!batch_full(w) && w->npending < MAX_PENDING)
 		return true;
 	return flush(w);
 }
@@ -2021,11 +2017,6 @@ gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n, gfs_im
 	if ((size_t)imp->o.jobs > n)
 		imp->o.jobs = n ? (int)n : 1;
 	imp->o.dry_run = false;
-	/*
-	 * The names are looked up while the workers store: flushing often keeps
-	 * the backend writing meanwhile, instead of all at the end.
-	 */
-	imp->flush_files = PATHS_FLUSH_FILES;
 	gfs_session *s = gfs_session_pop(imp->conn);
 	char **names = path_names(imp, paths, n);
 	imp->root_fd = open(imp->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -35,7 +35,7 @@ static const struct {
 	const char *cmd, *option, *values;
 } enum_values[] = {
 	{"mirror", "read", "auto scan each"},
-	{"verify", "strategy", "scan batched"},
+	{"verify", "strategy", "auto scan batched each"},
 };
 
 /* The argument kind a --help metavar stands for; any other is a free string. */

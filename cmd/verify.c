@@ -33,6 +33,7 @@ enum {
 	OPT_THREADS,
 	OPT_STRATEGY,
 	OPT_GRACE,
+	OPT_JOBS = 'j',
 };
 
 /* Orphan chunks younger than this may belong to an upload in progress. */
@@ -54,8 +55,11 @@ const char verify_help[] =
     "  --json              one JSON object per problem and repair, then a summary object\n"
     "  --sample N%         check a random N percent of the files\n"
     "  --threads N         hashing threads (default: from the CPU count)\n"
-    "  --strategy S        scan (one sorted pass over all chunks) or batched (chunks by\n"
-    "                      files_id batches); default scan without --prefix/--sample\n";
+    "  --strategy S        how chunks are read: auto (default: scan for the whole bucket,\n"
+    "                      else what the server serves from an index), scan (one sorted\n"
+    "                      pass over all chunks), batched (files_id $in batches) or each\n"
+    "                      (a query per file, --jobs at once)\n"
+    "  -j, --jobs N        connections reading at once with the each strategy (default 4)\n";
 
 const struct option verify_options[] = {
 	{"prefix", required_argument, NULL, OPT_PREFIX},
@@ -68,6 +72,7 @@ const struct option verify_options[] = {
 	{"threads", required_argument, NULL, OPT_THREADS},
 	{"strategy", required_argument, NULL, OPT_STRATEGY},
 	{"grace", required_argument, NULL, OPT_GRACE},
+	{"jobs", required_argument, NULL, OPT_JOBS},
 	{NULL, 0, NULL, 0},
 };
 
@@ -80,7 +85,8 @@ struct vopts {
 	double sample;
 	long threads;
 	long grace;
-	enum gfs_verify_strategy strategy;
+	long jobs;
+	enum gfs_read_strategy strategy;
 };
 
 /* What the comparison with disk and the repairs need to know of a checked file. */
@@ -170,12 +176,14 @@ on_opt(int opt, const char *arg, void *ctx)
 		}
 		return 0;
 	case OPT_STRATEGY:
-		if (strcmp(arg, "scan") == 0)
-			o->strategy = GFS_VERIFY_SCAN;
-		else if (strcmp(arg, "batched") == 0)
-			o->strategy = GFS_VERIFY_BATCHED;
-		else {
-			usage_error("--strategy is scan or batched, not '%s'", arg);
+		if (!gfs_read_strategy_parse(arg, &o->strategy)) {
+			usage_error("--strategy is auto, scan, batched or each, not '%s'", arg);
+			return -1;
+		}
+		return 0;
+	case OPT_JOBS:
+		if (!parse_int(arg, 1, 32, &o->jobs)) {
+			usage_error("--jobs wants a number from 1 to 32, not '%s'", arg);
 			return -1;
 		}
 		return 0;
@@ -815,6 +823,7 @@ summary(struct run *r, double secs, bool interrupted)
 			BSON_APPEND_INT64(&kinds, "DIFFERS", (int64_t)r->differ);
 		bson_append_document_end(doc, &kinds);
 		BSON_APPEND_BOOL(doc, "orphansChecked", r->st.orphans_checked);
+		BSON_APPEND_UTF8(doc, "strategy", gfs_read_strategy_name(r->st.strategy));
 		BSON_APPEND_INT64(doc, "inProgress", (int64_t)r->st.in_progress);
 		if (r->o->against) {
 			BSON_APPEND_INT64(doc, "same", (int64_t)r->same);
@@ -889,8 +898,8 @@ free_run(struct run *r)
 int
 cmd_verify(int argc, char **argv)
 {
-	struct vopts o = {.strategy = GFS_VERIFY_AUTO, .grace = DEFAULT_GRACE_S};
-	int first = parse_options(argc, argv, "p:n", verify_options, on_opt, &o);
+	struct vopts o = {.strategy = GFS_READ_AUTO, .grace = DEFAULT_GRACE_S};
+	int first = parse_options(argc, argv, "p:nj:", verify_options, on_opt, &o);
 	if (first < 0)
 		return EXIT_USAGE;
 	if (first < argc) {
@@ -966,6 +975,7 @@ cmd_verify(int argc, char **argv)
 		.seed = (uint64_t)time(NULL) ^ (uint64_t)getpid(),
 		.threads = (int)o.threads,
 		.strategy = o.strategy,
+		.jobs = (int)o.jobs,
 		.on_problem = on_problem,
 		.on_file = on_file,
 		.on_progress = on_progress,

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fetch.h"
 #include "import.h"
 #include "lock.h"
 #include "verify.h"
@@ -29,9 +30,7 @@
 #define QUEUE_BYTES (16 * 1024 * 1024)
 /* ...and items, so that tiny chunks cannot pile up without bound either. */
 #define QUEUE_ITEMS 8192
-#define DEFAULT_IDS_PER_BATCH 1000
-/* A selection of fewer than 1/BATCHED_BELOW of all files is fetched in batches. */
-#define BATCHED_BELOW 4
+#define DEFAULT_JOBS 4
 #define MAX_THREADS 16
 
 const char *
@@ -321,7 +320,9 @@ struct hasher {
 struct verify {
 	const gfs_verify_opts *o;
 	gfs_verify_stats *st;
+	gfs_conn *conn;
 	gfs_session *s;
+	gfs_read_caps caps;
 	struct table t;
 	struct hasher *h;
 	int nh;
@@ -879,6 +880,35 @@ chunk(struct verify *v, struct group *g, const bson_t *doc)
 		note_extra_id(g->sl, doc);
 }
 
+/* One chunk of a pass: it joins the group of chunks with its files_id, or starts one. */
+static void
+feed(struct verify *v, struct group *g, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, "files_id")) {
+		/* Not a chunk of anything: count it as an orphan group of its own. */
+		gfs_verify_problem p;
+		problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
+		p.count = 1;
+		snprintf(p.detail, sizeof p.detail, "a chunk without files_id");
+		if (v->st->orphans_checked)
+			report(v, &p);
+		return;
+	}
+	const bson_value_t *fid = bson_iter_value(&it);
+	bson_t key;
+	id_key(fid, &key);
+	uint64_t h = key_hash(&key);
+	if (g->active && g->hash == h && key_eq(&g->key, &key)) {
+		bson_destroy(&key);
+	} else {
+		group_end(v, g, true);
+		group_begin(v, g, fid, &key, h);
+	}
+	chunk(v, g, doc);
+	drain(v, false);
+}
+
 /* Streams one cursor of chunks sorted by files_id, n. */
 static bool
 stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
@@ -902,29 +932,7 @@ stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
 			ok = false;
 			break;
 		}
-		bson_iter_t it;
-		if (!bson_iter_init_find(&it, doc, "files_id")) {
-			/* Not a chunk of anything: count it as an orphan group of its own. */
-			gfs_verify_problem p;
-			problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
-			p.count = 1;
-			snprintf(p.detail, sizeof p.detail, "a chunk without files_id");
-			if (v->st->orphans_checked)
-				report(v, &p);
-			continue;
-		}
-		const bson_value_t *fid = bson_iter_value(&it);
-		bson_t key;
-		id_key(fid, &key);
-		uint64_t h = key_hash(&key);
-		if (g.active && g.hash == h && key_eq(&g.key, &key)) {
-			bson_destroy(&key);
-		} else {
-			group_end(v, &g, true);
-			group_begin(v, &g, fid, &key, h);
-		}
-		chunk(v, &g, doc);
-		drain(v, false);
+		feed(v, &g, doc);
 	}
 	bson_error_t berr;
 	if (ok && mongoc_cursor_error(cur, &berr)) {
@@ -969,43 +977,93 @@ add_bad(struct verify *v, const bson_t *doc, const gfs_error *perr)
 		vfile_free(vf);
 }
 
+/* One files document into the table (or, malformed, as BAD-DOC), when it is in the sample. */
+static void
+add_doc(struct verify *v, const bson_t *doc, double sample, int32_t *max_chunk)
+{
+	gfs_error perr;
+	struct vfile *vf = gfs_xcalloc(1, sizeof *vf);
+	if (!gfs_file_parse(doc, &vf->f, &perr)) {
+		free(vf);
+		add_bad(v, doc, &perr);
+		return;
+	}
+	bson_value_copy(&vf->f.id, &vf->id);
+	id_key(&vf->id, &vf->key);
+	vf->hash = key_hash(&vf->key);
+	/* $sample may return a document twice: the table keeps one. */
+	if (!gfs_verify_sampled(&vf->id, sample, v->o->seed) || !table_add(&v->t, vf)) {
+		vfile_free(vf);
+		return;
+	}
+	int32_t longest = vf->f.length < vf->f.chunk_size ? (int32_t)vf->f.length : vf->f.chunk_size;
+	if (longest > *max_chunk)
+		*max_chunk = longest;
+	v->st->total_bytes += (uint64_t)vf->f.length;
+}
+
+/*
+ * A sample drawn by the server: aggregate's $sample reads only the
+ * documents it returns (MongoDB picks them with a random cursor when they
+ * are under 5 % of the collection). NULL when the server has no $sample,
+ * or the bucket's size is unknown: then every files document is read and
+ * the sample drawn here.
+ */
+static mongoc_cursor_t *
+sample_cursor(struct verify *v, double fraction)
+{
+	if (!gfs_read_has_sample(v->s))
+		return NULL;
+	bson_error_t berr;
+	int64_t all = mongoc_collection_estimated_document_count(v->s->files, NULL, NULL, NULL, &berr);
+	if (all <= 0)
+		return NULL;
+	double want = fraction * (double)all;
+	int64_t size = (int64_t)want;
+	if ((double)size < want || size == 0)
+		size++;
+	bson_t pipeline = BSON_INITIALIZER, stage, spec, opts = BSON_INITIALIZER;
+	BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
+	BSON_APPEND_DOCUMENT_BEGIN(&stage, "$sample", &spec);
+	BSON_APPEND_INT64(&spec, "size", size);
+	bson_append_document_end(&stage, &spec);
+	bson_append_document_end(&pipeline, &stage);
+	BSON_APPEND_INT32(&opts, "batchSize", 1000);
+	mongoc_cursor_t *cur =
+	    mongoc_collection_aggregate(v->s->files, MONGOC_QUERY_NONE, &pipeline, &opts, NULL);
+	bson_destroy(&pipeline);
+	bson_destroy(&opts);
+	v->st->sampled_by_server = true;
+	return cur;
+}
+
+/*
+ * The selected files documents. A prefix is a range on filename, which the
+ * GridFS index {filename: 1, uploadDate: 1} serves on MongoDB.
+ */
 static bool
 load_files(struct verify *v, int32_t *max_chunk, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
-	gfs_prefix_filter(&filter, v->o->prefix);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "_id", 1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", 1000);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->s->files, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	const bson_t *doc;
 	double sample = v->o->sample > 0 ? v->o->sample : 1.0;
-	*max_chunk = 1;
-	while (mongoc_cursor_next(cur, &doc)) {
-		gfs_error perr;
-		struct vfile *vf = calloc(1, sizeof *vf);
-		if (!vf)
-			abort();
-		if (!gfs_file_parse(doc, &vf->f, &perr)) {
-			free(vf);
-			add_bad(v, doc, &perr);
-			continue;
-		}
-		bson_value_copy(&vf->f.id, &vf->id);
-		id_key(&vf->id, &vf->key);
-		vf->hash = key_hash(&vf->key);
-		if (!gfs_verify_sampled(&vf->id, sample, v->o->seed) || !table_add(&v->t, vf)) {
-			vfile_free(vf);
-			continue;
-		}
-		int32_t longest = vf->f.length < vf->f.chunk_size ? (int32_t)vf->f.length : vf->f.chunk_size;
-		if (longest > *max_chunk)
-			*max_chunk = longest;
-		v->st->total_bytes += (uint64_t)vf->f.length;
+	bool prefix = v->o->prefix && *v->o->prefix;
+	mongoc_cursor_t *cur = sample < 1.0 && !prefix ? sample_cursor(v, sample) : NULL;
+	if (cur) {
+		sample = 1.0;   /* every document returned is in the sample */
+	} else {
+		bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+		gfs_prefix_filter(&filter, v->o->prefix);
+		BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+		BSON_APPEND_INT32(&sort, "_id", 1);
+		bson_append_document_end(&opts, &sort);
+		BSON_APPEND_INT32(&opts, "batchSize", 1000);
+		cur = mongoc_collection_find_with_opts(v->s->files, &filter, &opts, NULL);
+		bson_destroy(&filter);
+		bson_destroy(&opts);
 	}
+	const bson_t *doc;
+	*max_chunk = 1;
+	while (mongoc_cursor_next(cur, &doc))
+		add_doc(v, doc, sample, max_chunk);
 	bson_error_t berr;
 	bool ok = !mongoc_cursor_error(cur, &berr);
 	if (!ok)
@@ -1054,7 +1112,7 @@ unseen_files(struct verify *v)
 static bool
 stream_batched(struct verify *v, int32_t batch, gfs_error *err)
 {
-	size_t per = v->o->ids_per_batch > 0 ? (size_t)v->o->ids_per_batch : DEFAULT_IDS_PER_BATCH;
+	size_t per = v->o->ids_per_batch > 0 ? (size_t)v->o->ids_per_batch : gfs_read_batch_ids(&v->caps);
 	for (size_t i = 0; i < v->t.count; i += per) {
 		bson_t filter = BSON_INITIALIZER, fid, in;
 		BSON_APPEND_DOCUMENT_BEGIN(&filter, "files_id", &fid);
@@ -1079,16 +1137,119 @@ stream_batched(struct verify *v, int32_t batch, gfs_error *err)
 	return true;
 }
 
+/* Chunks of the selected files, a query per file on several connections at once. */
+static bool
+stream_each(struct verify *v, int32_t batch, gfs_error *err)
+{
+	const bson_value_t **ids = gfs_xcalloc(v->t.count + 1, sizeof *ids);
+	size_t n = 0;
+	for (size_t i = 0; i < v->t.count; i++)
+		if (!v->t.list[i]->bad)
+			ids[n++] = &v->t.list[i]->id;
+	gfs_fetch *f = gfs_fetch_start(v->conn, ids, n, v->o->jobs > 0 ? v->o->jobs : DEFAULT_JOBS,
+	                               batch);
+	struct group g;
+	memset(&g, 0, sizeof g);
+	bson_t *doc;
+	size_t file;
+	int rc;
+	bool ok = true;
+	while (ok && (rc = gfs_fetch_next(f, &doc, &file, err)) > 0) {
+		if (v->o->stop && *v->o->stop) {
+			gfs_error_set(err, GFS_ECANCELED, "verify interrupted");
+			ok = false;
+		} else {
+			feed(v, &g, doc);
+		}
+		bson_destroy(doc);
+	}
+	if (ok && rc < 0)
+		ok = false;
+	group_end(v, &g, ok);
+	gfs_fetch_free(f);
+	free(ids);
+	return ok;
+}
+
 /*
- * Fetching by $in batches pays a lookup per file; one sorted scan reads
- * everything once. Batches win only when few of the files are wanted.
+ * A whole-bucket check that read chunks by id has not seen the chunks of no
+ * file yet: the files_ids the chunks collection holds are listed ($group),
+ * and the chunks of each that no files document has are read as a scan
+ * reads them, so that every strategy finds the same orphans.
  */
 static bool
-small_selection(struct verify *v)
+stream_orphans(struct verify *v, int32_t batch, gfs_error *err)
 {
+	bson_t pipeline = BSON_INITIALIZER, stage, spec, opts = BSON_INITIALIZER;
+	BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
+	BSON_APPEND_DOCUMENT_BEGIN(&stage, "$group", &spec);
+	BSON_APPEND_UTF8(&spec, "_id", "$files_id");
+	bson_append_document_end(&stage, &spec);
+	bson_append_document_end(&pipeline, &stage);
+	BSON_APPEND_INT32(&opts, "batchSize", 1000);
+	mongoc_cursor_t *cur =
+	    mongoc_collection_aggregate(v->s->chunks, MONGOC_QUERY_NONE, &pipeline, &opts, NULL);
+	bson_destroy(&pipeline);
+	bson_destroy(&opts);
+	bson_value_t *lost = NULL;
+	size_t n = 0, cap = 0;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		if (!bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		bson_t key;
+		id_key(bson_iter_value(&it), &key);
+		bool known = table_find(&v->t, &key, key_hash(&key)) != NULL;
+		bson_destroy(&key);
+		if (known)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			lost = realloc(lost, cap * sizeof *lost);
+			if (!lost)
+				abort();
+		}
+		bson_value_copy(bson_iter_value(&it), &lost[n++]);
+	}
 	bson_error_t berr;
-	int64_t all = mongoc_collection_estimated_document_count(v->s->files, NULL, NULL, NULL, &berr);
-	return all < 0 || (int64_t)v->t.count * BATCHED_BELOW < all;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "list the chunks' files_ids");
+	mongoc_cursor_destroy(cur);
+	/* A null group stands for chunks without files_id too: {$eq: null} finds both. */
+	for (size_t i = 0; ok && i < n; i++) {
+		bson_t filter = BSON_INITIALIZER;
+		gfs_id_filter(&filter, "files_id", &lost[i]);
+		ok = stream(v, &filter, batch, err);
+		bson_destroy(&filter);
+	}
+	for (size_t i = 0; i < n; i++)
+		bson_value_destroy(&lost[i]);
+	free(lost);
+	return ok;
+}
+
+/*
+ * The whole bucket is read in one sorted scan. A selection is read the
+ * way gfs_read_choose() picks from the server's answer to explain: see
+ * readplan.h and gridfsctl-verify(1).
+ */
+static enum gfs_read_strategy
+choose(struct verify *v, bool partial)
+{
+	enum gfs_read_strategy want = v->o->strategy;
+	if (want == GFS_READ_SCAN || (want == GFS_READ_AUTO && !partial))
+		return GFS_READ_SCAN;
+	gfs_read_caps_probe(v->s, &v->caps);
+	if (want != GFS_READ_AUTO)
+		return want;
+	int64_t total = -1;
+	if (v->t.count > GFS_READ_FEW) {
+		bson_error_t berr;
+		total = mongoc_collection_estimated_document_count(v->s->files, NULL, NULL, NULL, &berr);
+	}
+	return gfs_read_choose(&v->caps, false, v->t.count, total);
 }
 
 bool
@@ -1099,6 +1260,7 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	memset(st, 0, sizeof *st);
 	v.o = o;
 	v.st = st;
+	v.conn = conn;
 	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
 	v.s = gfs_session_pop(conn);
 	v.uploads = gfs_session_bucket_collection(v.s, GFS_UPLOADS_SUFFIX);
@@ -1107,10 +1269,9 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 
 	int32_t max_chunk;
 	bool ok = load_files(&v, &max_chunk, err);
-	st->strategy = o->strategy != GFS_VERIFY_AUTO ? o->strategy
-	             : partial && small_selection(&v) ? GFS_VERIFY_BATCHED : GFS_VERIFY_SCAN;
+	st->strategy = ok ? choose(&v, partial) : GFS_READ_SCAN;
 	/* Under a prefix or sample a chunk outside the selection is not an orphan. */
-	st->orphans_checked = st->strategy == GFS_VERIFY_SCAN && !partial;
+	st->orphans_checked = !partial;
 	int n = o->threads > 0 ? o->threads : default_threads();
 	st->threads = n > MAX_THREADS ? MAX_THREADS : n;
 	if (ok && !hashers_start(&v, st->threads)) {
@@ -1119,12 +1280,15 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	}
 	progress(&v, true);
 	int32_t batch = gfs_chunk_batch_size(max_chunk);
-	if (ok && st->strategy == GFS_VERIFY_SCAN) {
+	if (ok && st->strategy == GFS_READ_SCAN) {
 		bson_t all = BSON_INITIALIZER;
 		ok = stream(&v, &all, batch, err);
 		bson_destroy(&all);
 	} else if (ok) {
-		ok = stream_batched(&v, batch, err);
+		ok = st->strategy == GFS_READ_EACH ? stream_each(&v, batch, err)
+		                                   : stream_batched(&v, batch, err);
+		if (ok && !partial)
+			ok = stream_orphans(&v, batch, err);
 	}
 	if (v.nh) {
 		drain(&v, true);

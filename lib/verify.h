@@ -27,6 +27,7 @@
 #include <signal.h>
 
 #include "gfs.h"
+#include "readplan.h"
 
 enum gfs_verify_kind {
 	GFS_VK_MISSING_CHUNK,   /* a chunk 0..count-1 is absent */
@@ -92,19 +93,15 @@ typedef void (*gfs_verify_problem_fn)(const gfs_verify_problem *p, void *ctx);
 typedef void (*gfs_verify_file_fn)(const gfs_verify_file *v, void *ctx);
 typedef void (*gfs_verify_progress_fn)(uint64_t files, uint64_t bytes, void *ctx);
 
-enum gfs_verify_strategy {
-	GFS_VERIFY_AUTO,     /* scan without a prefix or sample, batched otherwise */
-	GFS_VERIFY_SCAN,     /* one sorted scan of the whole chunks collection */
-	GFS_VERIFY_BATCHED,  /* chunks fetched by files_id $in batches of the selected files */
-};
-
 typedef struct gfs_verify_opts {
 	const char *prefix;          /* NULL or "": the whole bucket */
 	double sample;               /* fraction of files to check, (0, 1]; 0 means 1 */
 	uint64_t seed;               /* for sampling */
 	int threads;                 /* hashing threads; 0: chosen from the CPU count */
-	enum gfs_verify_strategy strategy;
-	int ids_per_batch;           /* GFS_VERIFY_BATCHED: files per $in query; 0: default */
+	/* GFS_READ_AUTO: chosen by gfs_read_choose() from what is selected and the server */
+	enum gfs_read_strategy strategy;
+	int ids_per_batch;           /* GFS_READ_BATCHED: files per $in query; 0: gfs_read_batch_ids() */
+	int jobs;                    /* GFS_READ_EACH: connections reading at once; 0: 4 */
 	gfs_verify_problem_fn on_problem;
 	gfs_verify_file_fn on_file;  /* may be NULL */
 	gfs_verify_progress_fn on_progress;  /* may be NULL; called now and then */
@@ -126,8 +123,9 @@ typedef struct gfs_verify_stats {
 	uint64_t problems;           /* every kind but GFS_VK_IN_PROGRESS */
 	uint64_t in_progress;        /* GFS_VK_IN_PROGRESS groups */
 	uint64_t by_kind[GFS_VK_IN_PROGRESS + 1];
-	bool orphans_checked;        /* a full scan ran, so orphan chunks were looked for */
-	enum gfs_verify_strategy strategy;  /* the one used */
+	bool orphans_checked;        /* the whole bucket was read, so orphan chunks were looked for */
+	enum gfs_read_strategy strategy;  /* the one used */
+	bool sampled_by_server;      /* --sample drew its files with aggregate's $sample */
 	int threads;
 } gfs_verify_stats;
 

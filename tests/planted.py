@@ -294,3 +294,30 @@ def plant_put_in_flight(db, bucket="fs", live=True):
     db[bucket + ".chunks"].insert_many([{"files_id": fid, "n": i, "data": bson.Binary(b"p" * 10)}
                                         for i in range(2)])
     return fid
+
+
+def plant_damage(db, folder="dmg", bucket="fs"):
+    """One file per kind of damage a chunk read can meet, under folder/, plus
+    orphan chunks (old _ids, past verify's --grace) and a chunk without
+    files_id. Returns {label: files _id}; "good" and "empty" are intact."""
+    old = lambda: bson.ObjectId(int(datetime.datetime(2020, 1, 1).timestamp()).to_bytes(4, "big")
+                                + bson.ObjectId().binary[4:])
+    chunks, ids = db[bucket + ".chunks"], {}
+    for i, label in enumerate(["good", "missing", "short", "extra", "dup", "corrupt", "stray-empty"]):
+        body = b"" if label == "stray-empty" else data(2500, 40 + i)
+        ids[label] = plant(db, bson.ObjectId(), f"{folder}/{label}.bin", body, bucket=bucket)
+    fid = ids["missing"]
+    chunks.delete_one({"files_id": fid, "n": 1})
+    chunks.update_one({"files_id": ids["short"], "n": 2}, {"$set": {"data": bson.Binary(b"s" * 10)}})
+    chunks.insert_one({"files_id": ids["extra"], "n": 3, "data": bson.Binary(b"e" * 10)})
+    copy = chunks.find_one({"files_id": ids["dup"], "n": 1}, {"_id": 0})
+    chunks.insert_one(copy)
+    chunks.update_one({"files_id": ids["corrupt"], "n": 0}, {"$set": {"data": bson.Binary(b"\0" * CHUNK)}})
+    chunks.insert_one({"files_id": ids["stray-empty"], "n": 0, "data": bson.Binary(b"stray")})
+    ids["incomplete"] = bson.ObjectId()
+    db[bucket + ".files"].insert_one(file_doc(ids["incomplete"], f"{folder}/incomplete.bin", data(1500)))
+    ids["orphan"] = bson.ObjectId()
+    chunks.insert_many([{"_id": old(), "files_id": ids["orphan"], "n": i, "data": bson.Binary(b"o" * 10)}
+                        for i in range(2)])
+    chunks.insert_one({"_id": old(), "n": 0, "data": bson.Binary(b"nofid")})
+    return ids

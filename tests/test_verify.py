@@ -631,8 +631,9 @@ def test_interrupted_import_leftovers_are_orphans(gfs, db, bucket):
     assert db["fs.chunks"].count_documents({}) == 0
 
 
-def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path):
-    """The backend dies while verify is blocked on a full pipe mid-scan: exit 3, an error, no verdict."""
+@pytest.mark.parametrize("strategy", ["scan", "each"])
+def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path, strategy):
+    """The backend dies while verify is blocked on a full pipe mid-pass: exit 3, an error, no verdict."""
     b = Backend(str(tmp_path / "own-backend"), free_port(), "sqlite")
     os.makedirs(b.datadir)
     b.start()
@@ -641,7 +642,8 @@ def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path):
         planted.plant_long_report(client["lost"])
         client.close()
         env = {"GRIDFSCTL_URI": b.uri + "?serverSelectionTimeoutMS=1000"}
-        proc = gfs.popen("verify", "--json", "--threads", "1", "--db", "lost", db=False, env=env,
+        proc = gfs.popen("verify", "--json", "--threads", "1", "--db", "lost", "--strategy", strategy,
+                         db=False, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         first = proc.stdout.readline()
         assert b'"EXTRA-CHUNK"' in first, first
@@ -682,3 +684,70 @@ def test_interrupted_put_leftovers_are_orphans(gfs, db):
     r = gfs.run("verify")
     assert r.rc == 1 and kinds(r) == ["ORPHAN-CHUNKS"] and str(fid) in r.text, r
     assert "left by an interrupted put" in r.text, r
+
+
+STRATEGIES = ["scan", "batched", "each", "auto"]
+
+
+def findings(res):
+    """The problems a JSON run reported, in an order of their own, and its summary."""
+    objs = json_lines(res)
+    probs = sorted((o.get("problem") or o.get("note"), o["name"] or "", o["id"] or "", o.get("n", -1),
+                    o.get("count", -1), o["detail"]) for o in objs[:-1])
+    return probs, objs[-1]
+
+
+@pytest.fixture
+def damaged(db):
+    """Planted damage in two folders, mixed numeric ids and malformed documents."""
+    ids = planted.plant_damage(db, "dmg")
+    planted.plant_damage(db, "other")
+    planted.plant_mixed_numeric(db)
+    planted.plant_bad_docs(db, "dmg/bad.bin")
+    return ids
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_finds_the_same_damage(gfs, damaged, strategy):
+    """Whichever way the chunks are read, the same problems are found, orphans included."""
+    base, base_sum = findings(gfs.run("verify", "--json", "--strategy", "scan"))
+    r = gfs.run("verify", "--json", "--strategy", strategy, "--jobs", "3")
+    assert r.rc == 1, r
+    probs, summary = findings(r)
+    assert probs == base, r
+    assert summary["orphansChecked"] is True and summary["checked"] == base_sum["checked"]
+    assert summary["strategy"] == ("scan" if strategy == "auto" else strategy)
+    kinds_found = {p[0] for p in probs}
+    assert {"MISSING-CHUNK", "WRONG-SIZE", "EXTRA-CHUNK", "CHECKSUM", "INCOMPLETE", "ORPHAN-CHUNKS",
+            "BAD-DOC"} <= kinds_found, probs
+    orphans = [p for p in probs if p[0] == "ORPHAN-CHUNKS"]
+    # two planted groups and two chunks without files_id, one of each per plant_damage()
+    assert len(orphans) == 4 and any(p[2] == str(damaged["orphan"]) for p in orphans), orphans
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_reads_the_same_prefix(gfs, damaged, strategy):
+    """Under a prefix only its files are judged, the same way by every strategy."""
+    base, _ = findings(gfs.run("verify", "--json", "--prefix", "dmg", "--strategy", "scan"))
+    r = gfs.run("verify", "--json", "--prefix", "dmg", "--strategy", strategy)
+    assert r.rc == 1, r
+    probs, summary = findings(r)
+    assert probs == base, r
+    assert all(p[1].startswith("dmg/") for p in probs), probs
+    assert summary["orphansChecked"] is False
+    if strategy != "scan":
+        # only the selected files' chunks were read (scan reads them all)
+        assert summary["chunks"] < 40, summary
+    if strategy == "auto":
+        assert summary["strategy"] in ("batched", "each"), summary
+
+
+def test_sample_reads_only_the_sampled_files(gfs, db, bucket):
+    for i in range(100):
+        put(bucket, f"s/{i:03d}", data(2500, i))     # 3 chunks each
+    r = gfs.run("verify", "--sample", "10%", "--json")
+    assert r.rc == 0, r
+    s = json_lines(r)[-1]
+    assert 0 < s["checked"] < 40 and s["files"] == s["checked"], s
+    assert s["chunks"] == 3 * s["checked"] and s["strategy"] != "scan", s
+

@@ -1,0 +1,153 @@
+/* Choosing a way to read chunks: see readplan.h. */
+#include <string.h>
+
+#include "readplan.h"
+
+/* A selection of under 1/SELECTIVE of the bucket is read file by file (or batch by batch). */
+#define SELECTIVE 4
+
+static const char *const names[] = {
+	[GFS_READ_AUTO] = "auto",
+	[GFS_READ_SCAN] = "scan",
+	[GFS_READ_BATCHED] = "batched",
+	[GFS_READ_EACH] = "each",
+};
+
+const char *
+gfs_read_strategy_name(enum gfs_read_strategy s)
+{
+	return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+bool
+gfs_read_strategy_parse(const char *word, enum gfs_read_strategy *out)
+{
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (strcmp(word, names[i]) == 0) {
+			*out = (enum gfs_read_strategy)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* True when a string anywhere in the document names an index access. */
+static bool
+mentions_index(bson_iter_t *it, int depth)
+{
+	while (bson_iter_next(it)) {
+		if (BSON_ITER_HOLDS_UTF8(it)) {
+			const char *s = bson_iter_utf8(it, NULL);
+			/* MongoDB's IXSCAN (and EXPRESS_IXSCAN); PostgreSQL's and SQLite's plans. */
+			if (strstr(s, "IXSCAN") || strstr(s, "Index Scan") || strstr(s, "USING INDEX") ||
+			    strstr(s, "USING COVERING INDEX"))
+				return true;
+		} else if ((BSON_ITER_HOLDS_DOCUMENT(it) || BSON_ITER_HOLDS_ARRAY(it)) && depth < 32) {
+			bson_iter_t child;
+			if (bson_iter_recurse(it, &child) && mentions_index(&child, depth + 1))
+				return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * 1 when the server's plan for a find with this filter reads an index, 0
+ * when it reads the whole collection, -1 when it did not say.
+ */
+static int
+explain_indexed(gfs_session *s, const bson_t *filter)
+{
+	bson_t cmd = BSON_INITIALIZER, find, sort, reply;
+	BSON_APPEND_DOCUMENT_BEGIN(&cmd, "explain", &find);
+	BSON_APPEND_UTF8(&find, "find", mongoc_collection_get_name(s->chunks));
+	BSON_APPEND_DOCUMENT(&find, "filter", filter);
+	BSON_APPEND_DOCUMENT_BEGIN(&find, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "files_id", 1);
+	BSON_APPEND_INT32(&sort, "n", 1);
+	bson_append_document_end(&find, &sort);
+	bson_append_document_end(&cmd, &find);
+	BSON_APPEND_UTF8(&cmd, "verbosity", "queryPlanner");
+	bson_error_t berr;
+	bool ok = mongoc_collection_command_simple(s->chunks, &cmd, NULL, &reply, &berr);
+	bson_destroy(&cmd);
+	int rc = -1;
+	bson_iter_t it, qp;
+	if (ok) {
+		/*
+		 * A server that filters above its storage says so (FerretDB's
+		 * filterPushdown): then no index of the storage can help.
+		 */
+		if (bson_iter_init_find(&it, &reply, "filterPushdown") && BSON_ITER_HOLDS_BOOL(&it) &&
+		    !bson_iter_bool(&it))
+			rc = 0;
+		else if (bson_iter_init_find(&it, &reply, "queryPlanner") && bson_iter_recurse(&it, &qp))
+			rc = mentions_index(&qp, 0) ? 1 : 0;
+	}
+	bson_destroy(&reply);
+	return rc;
+}
+
+bool
+gfs_read_has_sample(gfs_session *s)
+{
+	bson_t pipeline = BSON_INITIALIZER, stage, spec;
+	BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
+	BSON_APPEND_DOCUMENT_BEGIN(&stage, "$sample", &spec);
+	BSON_APPEND_INT32(&spec, "size", 1);
+	bson_append_document_end(&stage, &spec);
+	bson_append_document_end(&pipeline, &stage);
+	mongoc_cursor_t *cur =
+	    mongoc_collection_aggregate(s->files, MONGOC_QUERY_NONE, &pipeline, NULL, NULL);
+	bson_destroy(&pipeline);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc))
+		;
+	bool ok = !mongoc_cursor_error(cur, NULL);
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
+void
+gfs_read_caps_probe(gfs_session *s, gfs_read_caps *caps)
+{
+	bson_oid_t a, b;
+	bson_oid_init(&a, NULL);
+	bson_oid_init(&b, NULL);
+	bson_t eq = BSON_INITIALIZER, in = BSON_INITIALIZER, op, arr;
+	BSON_APPEND_DOCUMENT_BEGIN(&eq, "files_id", &op);
+	BSON_APPEND_OID(&op, "$eq", &a);
+	bson_append_document_end(&eq, &op);
+	BSON_APPEND_DOCUMENT_BEGIN(&in, "files_id", &op);
+	BSON_APPEND_ARRAY_BEGIN(&op, "$in", &arr);
+	BSON_APPEND_OID(&arr, "0", &a);
+	BSON_APPEND_OID(&arr, "1", &b);
+	bson_append_array_end(&op, &arr);
+	bson_append_document_end(&in, &op);
+	caps->eq_indexed = explain_indexed(s, &eq) != 0;
+	caps->in_indexed = caps->eq_indexed && explain_indexed(s, &in) != 0;
+	bson_destroy(&eq);
+	bson_destroy(&in);
+}
+
+enum gfs_read_strategy
+gfs_read_choose(const gfs_read_caps *caps, bool whole, uint64_t selected, int64_t total)
+{
+	if (whole)
+		return GFS_READ_SCAN;
+	bool few = total < 0 ? selected <= GFS_READ_FEW : selected * SELECTIVE < (uint64_t)total;
+	if (!few)
+		return GFS_READ_SCAN;
+	if (caps->in_indexed)
+		return GFS_READ_BATCHED;
+	if (caps->eq_indexed)
+		return GFS_READ_EACH;
+	/* Every query reads the whole collection: as few queries as can be. */
+	return selected <= GFS_READ_BATCH_UNINDEXED ? GFS_READ_BATCHED : GFS_READ_SCAN;
+}
+
+size_t
+gfs_read_batch_ids(const gfs_read_caps *caps)
+{
+	return caps->in_indexed ? GFS_READ_BATCH_INDEXED : GFS_READ_BATCH_UNINDEXED;
+}

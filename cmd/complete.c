@@ -34,7 +34,7 @@
 static const struct {
 	const char *cmd, *option, *values;
 } enum_values[] = {
-	{"mirror", "read", "auto scan each"},
+	{"mirror", "read", "auto each batched scan"},
 	{"verify", "strategy", "auto scan batched each"},
 };
 

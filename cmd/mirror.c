@@ -34,7 +34,10 @@ const char mirror_help[] =
     "  -j, --jobs N       files read in parallel (default 4)\n"
     "  -c, --checksum     compare content by sha256, not size and mtime\n"
     "      --no-fsync     do not fsync files and directories (faster, not crash-safe)\n"
-    "      --read MODE    each (default: a query per file), scan (one pass over all chunks) or auto\n"
+    "      --read MODE    how chunks are read: auto (default: by what is to be written and\n"
+    "                     what the server serves from an index), each (a query per file,\n"
+    "                     --jobs at once), batched (files_id $in batches) or scan (one\n"
+    "                     sorted pass over all chunks)\n"
     "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
 
 enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OPT_MAX_DELETE,
@@ -60,7 +63,6 @@ const struct option mirror_options[] = {
 
 /* Per-item result, kept so a dry run can list actions in name order. */
 enum { RES_PENDING, RES_SKIP, RES_TODO, RES_WRITE, RES_ATTRS, RES_FAILED };
-enum read_mode { READ_AUTO, READ_SCAN, READ_EACH };
 
 struct mirror {
 	/* options */
@@ -77,7 +79,9 @@ struct mirror {
 	unsigned char *results;
 	size_t *todo;          /* indexes of the files to write */
 	size_t ntodo;
-	enum read_mode read_mode;
+	enum gfs_read_strategy read_mode;
+	enum gfs_read_strategy read_used;   /* what read_mode came to for this run */
+	gfs_read_caps caps;
 	int phase;
 	gfs_mirror_finisher *fin;  /* fsync and rename for the per-file writers */
 
@@ -130,14 +134,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
 	case OPT_JSON: m->json = true; return 0;
 	case OPT_READ:
-		if (strcmp(arg, "auto") == 0)
-			m->read_mode = READ_AUTO;
-		else if (strcmp(arg, "scan") == 0)
-			m->read_mode = READ_SCAN;
-		else if (strcmp(arg, "each") == 0)
-			m->read_mode = READ_EACH;
-		else {
-			usage_error("--read must be auto, scan or each");
+		if (!gfs_read_strategy_parse(arg, &m->read_mode)) {
+			usage_error("--read must be auto, each, batched or scan");
 			return -1;
 		}
 		return 0;
@@ -293,7 +291,9 @@ scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
 {
 	gfs_error err;
 	gfs_error_clear(&err);
-	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, (int)m->jobs, write_done, m, &err) &&
+	size_t per_query = m->read_used == GFS_READ_BATCHED ? gfs_read_batch_ids(&m->caps) : 0;
+	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, per_query, (int)m->jobs, write_done,
+	                     m, &err) &&
 	    !(err.code == GFS_ECANCELED && interrupted())) {
 		atomic_fetch_add(&m->failed, 1);
 		if (err.code == GFS_EBACKEND)
@@ -385,15 +385,19 @@ stopped(struct mirror *m)
 	return interrupted() || atomic_load(&m->backend_down);
 }
 
+/* Whether to write from sorted passes (scan, batched) before the per-file writes. */
 static bool
 want_scan(struct mirror *m)
 {
-	if (m->read_mode != READ_AUTO)
-		return m->read_mode == READ_SCAN;
+	m->read_used = m->read_mode;
+	if (m->read_mode == GFS_READ_EACH || m->read_mode == GFS_READ_SCAN)
+		return m->read_mode == GFS_READ_SCAN;
 	gfs_session *s = gfs_session_pop(m->conn);
-	bool scan = gfs_mirror_prefer_scan(s, m->ntodo);
+	gfs_read_caps_probe(s, &m->caps);
+	if (m->read_mode == GFS_READ_AUTO)
+		m->read_used = gfs_mirror_choose_read(s, &m->caps, m->ntodo);
 	gfs_session_push(s);
-	return scan;
+	return m->read_used != GFS_READ_EACH;
 }
 
 /*
@@ -798,7 +802,7 @@ mirror_run(struct mirror *m)
 int
 cmd_mirror(int argc, char **argv)
 {
-	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = READ_EACH};
+	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = GFS_READ_AUTO};
 	int first = parse_options(argc, argv, "p:nj:c", mirror_options, on_opt, &m);
 	if (first < 0)
 		return EXIT_USAGE;

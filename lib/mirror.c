@@ -1083,15 +1083,15 @@ gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item
 
 /* ---- one pass over all chunks -------------------------------------- */
 
-/* A scan is chosen when at least this fraction (1/N) of all files is to be written. */
-#define SCAN_ABOVE 4
-
-bool
-gfs_mirror_prefer_scan(gfs_session *s, size_t nwrite)
+enum gfs_read_strategy
+gfs_mirror_choose_read(gfs_session *s, const gfs_read_caps *caps, size_t nwrite)
 {
-	bson_error_t berr;
-	int64_t all = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
-	return nwrite > 0 && all > 0 && (int64_t)nwrite * SCAN_ABOVE >= all;
+	int64_t total = -1;
+	if (nwrite > GFS_READ_FEW) {
+		bson_error_t berr;
+		total = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
+	}
+	return gfs_read_choose(caps, false, nwrite, total);
 }
 
 /*
@@ -1419,6 +1419,12 @@ scan_begin_file(struct scan *sc, const bson_value_t *files_id)
 	sc->cur_key = id_key(files_id);
 	sc->cur = strmap_get(sc->map, sc->cur_key);
 	sc->failed = false;
+	/*
+	 * The spec: an empty file has no chunks to read, so a stray one is not
+	 * its content. It is left to the per-file write, as by every reader.
+	 */
+	if (sc->cur && sc->plan->items[sc->cur->idx].file.length == 0)
+		sc->cur = NULL;
 	if (!sc->cur)
 		return;
 	if (sc->cur->seen) {
@@ -1530,10 +1536,64 @@ scan_batch_size(const gfs_mirror_plan *plan, const size_t *idx, size_t n)
 	return gfs_chunk_batch_size(max);
 }
 
+/* Runs one cursor of chunks sorted by files_id and n through the scan. */
+static bool
+scan_query(struct scan *sc, gfs_session *s, const bson_t *filter, int32_t batch, gfs_error *err)
+{
+	bson_t opts = BSON_INITIALIZER, sort;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "files_id", 1);
+	BSON_APPEND_INT32(&sort, "n", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_INT32(&opts, "batchSize", batch);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, filter, &opts, NULL);
+	bson_destroy(&opts);
+	bool ok = true;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (sc->d->opts->stop && atomic_load(sc->d->opts->stop)) {
+			gfs_error_set(err, GFS_ECANCELED, "interrupted");
+			ok = false;
+			break;
+		}
+		scan_chunk(sc, doc);
+	}
+	bson_error_t berr;
+	if (ok && mongoc_cursor_error(cur, &berr)) {
+		gfs_error_from_bson(err, &berr, "read chunks");
+		ok = false;
+	}
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
+/* The $in query for the non-empty files among idx[from..from+count). */
+static size_t
+batch_filter(bson_t *filter, const gfs_mirror_plan *plan, const size_t *idx, size_t from,
+             size_t count, size_t n)
+{
+	bson_t fid, in;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, "files_id", &fid);
+	BSON_APPEND_ARRAY_BEGIN(&fid, "$in", &in);
+	size_t k = 0;
+	for (size_t i = from; i < from + count && i < n; i++) {
+		const gfs_file *f = &plan->items[idx[i]].file;
+		if (f->length == 0)
+			continue;
+		char key[16];
+		const char *kp;
+		bson_uint32_to_string((uint32_t)k++, &kp, key, sizeof key);
+		bson_append_value(&in, kp, -1, &f->id);
+	}
+	bson_append_array_end(&fid, &in);
+	bson_append_document_end(filter, &fid);
+	return k;
+}
+
 bool
 gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
-                const size_t *idx, size_t n, int finishers, gfs_mirror_done_fn done, void *ctx,
-                gfs_error *err)
+                const size_t *idx, size_t n, size_t per_query, int finishers,
+                gfs_mirror_done_fn done, void *ctx, gfs_error *err)
 {
 	struct scan_entry *entries = calloc(n ? n : 1, sizeof *entries);
 	if (!entries)
@@ -1547,32 +1607,19 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 		entries[i].idx = idx[i];
 		strmap_put(sc.map, entries[i].key, &entries[i]);
 	}
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "files_id", 1);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", scan_batch_size(plan, idx, n));
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-
+	int32_t batch = scan_batch_size(plan, idx, n);
 	bool ok = true;
-	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
-		if (d->opts->stop && atomic_load(d->opts->stop)) {
-			gfs_error_set(err, GFS_ECANCELED, "interrupted");
-			ok = false;
-			break;
-		}
-		scan_chunk(&sc, doc);
+	if (per_query == 0) {
+		bson_t all = BSON_INITIALIZER;
+		ok = scan_query(&sc, s, &all, batch, err);
+		bson_destroy(&all);
 	}
-	bson_error_t berr;
-	if (ok && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "read chunks");
-		ok = false;
+	for (size_t i = 0; per_query > 0 && ok && i < n; i += per_query) {
+		bson_t filter = BSON_INITIALIZER;
+		if (batch_filter(&filter, plan, idx, i, per_query, n) > 0)
+			ok = scan_query(&sc, s, &filter, batch, err);
+		bson_destroy(&filter);
 	}
-	mongoc_cursor_destroy(cur);
 	if (ok)
 		scan_end_file(&sc);
 	else if (sc.cur && !sc.failed)

@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include "gfs.h"
+#include "readplan.h"
 
 struct gfs_backup;
 
@@ -159,20 +160,23 @@ bool gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror
                       enum gfs_mirror_action action, gfs_error *err);
 
 /*
- * Reading many files at once. Fetching each file's chunks is one query per
- * file; when most of the bucket is to be written, one cursor over all chunks
- * sorted by files_id and n reads everything in a single pass instead (and
- * reads the chunks of files it does not want, which is why it only pays when
- * most are wanted). gfs_mirror_prefer_scan() makes that call.
+ * Reading many files at once (readplan.h has what each way costs): each
+ * file's chunks by a query of its own (gfs_mirror_apply, on several
+ * threads); or from sorted passes, one over all chunks when most of the
+ * bucket is to be written, or $in batches of the wanted files' ids
+ * (gfs_mirror_scan). gfs_mirror_choose_read() picks one for nwrite files
+ * on a server with these caps; it counts the bucket's files only when
+ * nwrite is above GFS_READ_FEW.
  */
-bool gfs_mirror_prefer_scan(gfs_session *s, size_t nwrite);
+enum gfs_read_strategy gfs_mirror_choose_read(gfs_session *s, const gfs_read_caps *caps,
+                                              size_t nwrite);
 
 /* Told about each file the scan finished: err is NULL when it was written. */
 typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
 
 /*
- * Writes the plan items idx[0..n) from one sorted pass over the chunks,
- * with the same checks as gfs_read() and the same temporary-file-and-rename
+ * Writes the plan items idx[0..n) from one sorted pass over all chunks
+ * (per_query 0) or from $in queries of per_query ids each, with the same checks as gfs_read() and the same temporary-file-and-rename
  * as gfs_mirror_apply(). Items the pass saw no chunk of (empty files, files
  * whose chunks are all gone) are not reported: the caller writes those one
  * by one, which also reports what is missing. With fsync, finishers
@@ -182,8 +186,8 @@ typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
  * reported.
  */
 bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
-                     const size_t *idx, size_t n, int finishers, gfs_mirror_done_fn done,
-                     void *ctx, gfs_error *err);
+                     const size_t *idx, size_t n, size_t per_query, int finishers,
+                     gfs_mirror_done_fn done, void *ctx, gfs_error *err);
 
 /*
  * Finisher threads: they fsync complete temporary files, rename them into

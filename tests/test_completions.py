@@ -83,7 +83,7 @@ def test_bash_option_arguments_by_kind(bash):
     assert bash("import", "-c", "") == ["subdir"]
     assert bash("import", "--jobs", "") == []
     assert bash("import", "-j", "") == []
-    assert sorted(bash("mirror", "--read", "")) == ["auto", "each", "scan"]
+    assert sorted(bash("mirror", "--read", "")) == ["auto", "batched", "each", "scan"]
     assert bash("mirror", "--read=s") == ["scan"]
     assert bash("verify", "--strategy", "b") == ["batched"]
     assert bash("verify", "--against", "") == ["subdir"]
@@ -201,7 +201,7 @@ def test_fish(gfs, bindir, cwd, db):
     assert list(rep) == ["--repair"] and "orphan chunks" in rep["--repair"]
     assert "--output" in out and out["--output"] == "write to F"
     assert set(against) == {"subdir/"}
-    assert set(read) == {"auto", "each", "scan"}
+    assert set(read) == {"auto", "batched", "each", "scan"}
     assert set(sup) == {"status", "restart", "reload", "stop"} == set(sup2)
     assert set(imp) == {"subdir/"}
     assert set(names) == set(planted.SHELL_NAMES)
@@ -269,5 +269,5 @@ def test_zsh(zsh, gfs, db):
     completes_to("gridfsctl supervise rel", "gridfsctl supervise reload")
     completes_to("gridfsctl verify --against ", "gridfsctl verify --against subdir/")
     zsh("gridfsctl mirror --read=")(
-        lambda lines: set(" ".join(below_prompt(lines)).split()) == {"auto", "each", "scan"},
+        lambda lines: set(" ".join(below_prompt(lines)).split()) == {"auto", "batched", "each", "scan"},
         "the --read values")

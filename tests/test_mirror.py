@@ -19,6 +19,7 @@ import time
 import pytest
 from bson import Binary, Int64
 
+import planted
 from conftest import sha256
 
 import jsonvocab
@@ -120,7 +121,8 @@ def no_temp_files(root):
 # ---- round trips ------------------------------------------------------------
 
 
-READS = ["scan", "each"]  # one sorted pass over all chunks, or a query per file
+# one sorted pass over all chunks, files_id $in batches, or a query per file
+READS = ["scan", "batched", "each"]
 
 
 @pytest.mark.parametrize("read", READS + ["auto"])
@@ -839,3 +841,24 @@ def test_names_deeper_than_the_sweep_are_refused_not_written(gfs, db, bucket, tm
         # A tree 1,500 deep (what a mirror without the limit writes) is too
         # deep for the recursion of pytest's own clean-up; rm(1) is not.
         subprocess.run(["rm", "-rf", str(dst)], check=True)
+
+
+@pytest.mark.parametrize("read", READS + ["auto"])
+def test_every_read_writes_the_same_files(gfs, db, tmp_path, read):
+    """Planted damage: whichever way chunks are read, the same files are written and the same refused."""
+    planted.plant_damage(db, "dmg")
+    planted.plant_damage(db, "other")
+    runs = {}
+    for mode in ("each", read):
+        dst = tmp_path / mode
+        r = gfs.run("mirror", dst, "--prefix", "dmg", "--json", "--read", mode)
+        assert r.rc == 1, r
+        failed = sorted(l.split(":")[1].strip() for l in r.err.splitlines() if "dmg/" in l)
+        runs[mode] = (sorted(os.listdir(dst)), failed, summary(r)["written"], summary(r)["failed"])
+        no_temp_files(dst)
+    assert runs[read] == runs["each"], runs
+    # a reader refuses a duplicate chunk too; an empty file's stray chunk is never read
+    assert runs[read][0] == ["good.bin", "stray-empty.bin"], runs
+    assert (tmp_path / read / "stray-empty.bin").read_bytes() == b""
+    assert runs[read][1] == ["dmg/" + n + ".bin" for n in
+                             ("corrupt", "dup", "extra", "incomplete", "missing", "short")], runs

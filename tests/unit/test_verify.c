@@ -267,6 +267,64 @@ test_id_filter_uses_eq(void **state)
 	bson_destroy(inner);
 }
 
+/* The whole bucket is one scan, whatever the server. */
+static void
+test_choose_whole_bucket_scans(void **state)
+{
+	(void)state;
+	gfs_read_caps none = {0}, all = {.eq_indexed = true, .in_indexed = true};
+	assert_int_equal(gfs_read_choose(&all, true, 10, 10), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&none, true, 10, -1), GFS_READ_SCAN);
+}
+
+/* A selection: batches where $in is indexed, a query per file where only equality is. */
+static void
+test_choose_selection_by_server(void **state)
+{
+	(void)state;
+	gfs_read_caps mongo = {.eq_indexed = true, .in_indexed = true};
+	gfs_read_caps eq_only = {.eq_indexed = true};
+	gfs_read_caps none = {0};
+	assert_int_equal(gfs_read_choose(&mongo, false, 200, -1), GFS_READ_BATCHED);
+	assert_int_equal(gfs_read_choose(&eq_only, false, 200, -1), GFS_READ_EACH);
+	/* nothing indexed: one $in pass reads the collection once */
+	assert_int_equal(gfs_read_choose(&none, false, 200, -1), GFS_READ_BATCHED);
+	assert_int_equal(gfs_read_choose(&none, false, 3000, 52000), GFS_READ_BATCHED);
+	assert_int_equal(gfs_read_choose(&none, false, GFS_READ_BATCH_UNINDEXED + 1, 52000),
+	                 GFS_READ_SCAN);
+	assert_int_equal(gfs_read_batch_ids(&mongo), GFS_READ_BATCH_INDEXED);
+	assert_int_equal(gfs_read_batch_ids(&none), GFS_READ_BATCH_UNINDEXED);
+}
+
+/* A quarter of the bucket or more is one scan; more than GFS_READ_FEW uncounted is too. */
+static void
+test_choose_large_selection_scans(void **state)
+{
+	(void)state;
+	gfs_read_caps eq_only = {.eq_indexed = true};
+	assert_int_equal(gfs_read_choose(&eq_only, false, 1299, 5200), GFS_READ_EACH);
+	assert_int_equal(gfs_read_choose(&eq_only, false, 1300, 5200), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&eq_only, false, 3, 10), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&eq_only, false, GFS_READ_FEW, -1), GFS_READ_EACH);
+	assert_int_equal(gfs_read_choose(&eq_only, false, GFS_READ_FEW + 1, -1), GFS_READ_SCAN);
+}
+
+static void
+test_strategy_words(void **state)
+{
+	(void)state;
+	const char *words[] = {"auto", "scan", "batched", "each"};
+	for (size_t i = 0; i < 4; i++) {
+		enum gfs_read_strategy st;
+		assert_true(gfs_read_strategy_parse(words[i], &st));
+		assert_string_equal(gfs_read_strategy_name(st), words[i]);
+	}
+	enum gfs_read_strategy st = GFS_READ_SCAN;
+	assert_false(gfs_read_strategy_parse("fast", &st));
+	assert_false(gfs_read_strategy_parse("", &st));
+	assert_int_equal(st, GFS_READ_SCAN);
+}
+
 int
 main(void)
 {
@@ -281,6 +339,10 @@ main(void)
 		cmocka_unit_test(test_numeric_ids_match_by_value),
 		cmocka_unit_test(test_integrity_rule),
 		cmocka_unit_test(test_id_filter_uses_eq),
+		cmocka_unit_test(test_choose_whole_bucket_scans),
+		cmocka_unit_test(test_choose_selection_by_server),
+		cmocka_unit_test(test_choose_large_selection_scans),
+		cmocka_unit_test(test_strategy_words),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

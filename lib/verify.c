@@ -2,7 +2,9 @@
  * verify: one pass over the chunks of a bucket, hashing in parallel.
  *
  * The calling thread reads: it loads the selected files documents into a
- * table keyed by _id, then streams chunk documents sorted by files_id and n.
+ * table keyed by _id, then streams chunk documents sorted by files_id and n
+ * (from one cursor, several, or per-file queries that lib/fetch.c runs on
+ * other connections and hands back in order).
  * Every chunk is checked for number and size on the reader; its data is
  * copied into the queue of the hashing thread that owns that file (a file
  * stays with one thread, so its chunks are hashed in order). When a file's

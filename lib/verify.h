@@ -1,12 +1,15 @@
 /*
- * verify: check every files document of a bucket (or of a prefix) against
- * its chunks in one pass, hashing in parallel with reading.
+ * verify: check every files document of a bucket (or of a prefix, or a
+ * sample) against its chunks, hashing in parallel with reading.
  *
  * The chunks are streamed sorted by {files_id: 1, n: 1} (the spec's unique
  * index) while the files documents are held in a table keyed by _id, so a
  * file's chunks arrive together and in order and only its hash state is
- * kept while it is in flight. Problems are handed to a callback on the
- * calling thread, each once.
+ * kept while it is in flight. The whole bucket is one sorted scan; a
+ * selection is read by $in batches or a query per file when the server
+ * serves those from an index (readplan.h). Every way feeds the same
+ * checks, so every way finds the same problems. Problems are handed to a
+ * callback on the calling thread, each once.
  *
  * Chunks without a files document are orphans unless an import is writing
  * them: import marks each upload (and each removal) in

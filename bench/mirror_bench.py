@@ -5,8 +5,11 @@ The peer is what users write today: list the newest revision of every name
 under the prefix, then GridFSBucket.download_to_stream() each into its file.
 It sets no mtime or mode and never fsyncs, so gridfsctl is timed both with
 --no-fsync (like for like) and with its default fsync (the real cost of
-crash safety), and with both ways of reading: a query per file (the
-default, --read each) and one sorted pass over all chunks (--read scan). The two output trees are compared with diff -r afterwards.
+crash safety), and with each way of reading: the default (--read auto,
+which picks one sorted pass over all chunks for a first mirror of the
+whole bucket), a query per file (--read each) and the sorted pass forced
+(--read scan). The two output trees are compared with diff -r afterwards.
+bench/verify_bench_select.py measures mirror of a prefix.
 
     flock /tmp/gridfsctl-bench.lock bench/mirror_bench.py [--tree /tmp/posters-52k]
 
@@ -91,7 +94,10 @@ def main():
     fresh(pout)
     results["pymongo loop"] = run_timed([sys.executable, __file__, "--pymongo-loop", uri, db, "posters", pout])
     fresh(gout)
-    results["gridfsctl mirror --no-fsync"] = run_timed(mirror + [gout, "--no-fsync"], env)
+    results["gridfsctl mirror --no-fsync (auto)"] = run_timed(mirror + [gout, "--no-fsync"], env)
+    check_same()
+    fresh(gout)
+    results["gridfsctl mirror --no-fsync --read each"] = run_timed(mirror + [gout, "--no-fsync", "--read", "each"], env)
     check_same()
     fresh(gout)
     results["gridfsctl mirror --no-fsync --read scan"] = run_timed(mirror + [gout, "--no-fsync", "--read", "scan"], env)

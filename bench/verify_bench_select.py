@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--datadir")
     ap.add_argument("--out", default="/tmp/h-selective/bench-out")
     ap.add_argument("--bin", default=os.path.join(ROOT, "gridfsctl"))
+    ap.add_argument("--before", metavar="BIN",
+                    help="also time the prefix and sample runs with this (older) binary")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the forced strategies that read the whole chunks collection")
     a = ap.parse_args()
@@ -65,18 +67,18 @@ def main():
 
     rows = []
 
-    def verify(label, *args):
-        secs, rss, out, cpu = run_timed([a.bin, "verify", "--db", db, "--json", *args], env)
+    def verify(label, *args, binary=None):
+        secs, rss, out, cpu = run_timed([binary or a.bin, "verify", "--db", db, "--json", *args], env)
         s = json.loads(out.decode().strip().splitlines()[-1])
         assert s["problems"] == 0, s
-        rows.append(("verify", label, secs, s["checked"], s["chunks"], s["strategy"], " ".join(args)))
+        rows.append(("verify", label, secs, s["checked"], s["chunks"], s.get("strategy"), " ".join(args)))
         print(rows[-1], file=sys.stderr, flush=True)
 
-    def mirror(label, *args, fresh=True):
+    def mirror(label, *args, fresh=True, binary=None):
         dst = os.path.join(a.out, "m")
         if fresh:
             shutil.rmtree(dst, ignore_errors=True)
-        secs, rss, out, cpu = run_timed([a.bin, "mirror", dst, "--db", db, "--json", *args], env)
+        secs, rss, out, cpu = run_timed([binary or a.bin, "mirror", dst, "--db", db, "--json", *args], env)
         s = json.loads(out.decode().strip().splitlines()[-1])
         assert s["failed"] == 0, s
         rows.append(("mirror", label, secs, s["written"], None, None, " ".join(args)))
@@ -92,6 +94,9 @@ def main():
         if (st == "each" and unindexed_each) or (a.quick and st != "each"):
             continue
         verify(f"prefix 1/256, {st}", "--prefix", PREFIX, "--strategy", st)
+    if a.before:
+        verify("prefix 1/256, before", "--prefix", PREFIX, binary=a.before)
+        verify("sample 1%, before", "--sample", "1%", binary=a.before)
     verify("full (auto), again")
     mirror("full (auto)", "--prefix", "posters")
     mirror("full, unchanged re-run", "--prefix", "posters", fresh=False)
@@ -102,6 +107,8 @@ def main():
         mirror(f"prefix 1/256, {rd}", "--prefix", PREFIX, "--read", rd)
     if not unindexed_each and not a.quick:
         mirror("full, each", "--prefix", "posters", "--read", "each")
+    if a.before:
+        mirror("prefix 1/256, before", "--prefix", PREFIX, binary=a.before)
     mirror("full (auto), again", "--prefix", "posters")
     shutil.rmtree(a.out, ignore_errors=True)
 

@@ -1091,7 +1091,13 @@ gfs_mirror_choose_read(gfs_session *s, const gfs_read_caps *caps, size_t nwrite)
 		bson_error_t berr;
 		total = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
 	}
-	return gfs_read_choose(caps, false, nwrite, total);
+	/*
+	 * Where the scan's sort is not served by an index (FerretDB), the
+	 * server holds the whole chunks collection before its first reply,
+	 * which at 52,000 posters is gigabytes and can outlast the reply
+	 * timeout; a query per file writes the same files as fast there.
+	 */
+	return gfs_read_choose(caps, false, nwrite, total, true);
 }
 
 /*

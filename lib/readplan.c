@@ -75,11 +75,16 @@ explain_indexed(gfs_session *s, const bson_t *filter)
 	bson_iter_t it, qp;
 	if (ok) {
 		/*
-		 * A server that filters above its storage says so (FerretDB's
-		 * filterPushdown): then no index of the storage can help.
+		 * A server that filters (or, with no filter, sorts) above its
+		 * storage says so (FerretDB's filterPushdown, sortPushdown): then
+		 * no index of the storage serves the query.
 		 */
-		if (bson_iter_init_find(&it, &reply, "filterPushdown") && BSON_ITER_HOLDS_BOOL(&it) &&
-		    !bson_iter_bool(&it))
+		bool pushed = !bson_iter_init_find(&it, &reply, "filterPushdown") ||
+		              !BSON_ITER_HOLDS_BOOL(&it) || bson_iter_bool(&it);
+		if (bson_iter_init_find(&it, &reply, "sortPushdown") && BSON_ITER_HOLDS_BOOL(&it) &&
+		    !bson_iter_bool(&it) && bson_empty(filter))
+			pushed = false;
+		if (!pushed)
 			rc = 0;
 		else if (bson_iter_init_find(&it, &reply, "queryPlanner") && bson_iter_recurse(&it, &qp))
 			rc = mentions_index(&qp, 0) ? 1 : 0;
@@ -126,18 +131,22 @@ gfs_read_caps_probe(gfs_session *s, gfs_read_caps *caps)
 	bson_append_document_end(&in, &op);
 	caps->eq_indexed = explain_indexed(s, &eq) != 0;
 	caps->in_indexed = caps->eq_indexed && explain_indexed(s, &in) != 0;
+	bson_t all = BSON_INITIALIZER;
+	caps->sort_indexed = explain_indexed(s, &all) != 0;
+	bson_destroy(&all);
 	bson_destroy(&eq);
 	bson_destroy(&in);
 }
 
 enum gfs_read_strategy
-gfs_read_choose(const gfs_read_caps *caps, bool whole, uint64_t selected, int64_t total)
+gfs_read_choose(const gfs_read_caps *caps, bool whole, uint64_t selected, int64_t total,
+                bool bounded)
 {
 	if (whole)
 		return GFS_READ_SCAN;
 	bool few = total < 0 ? selected <= GFS_READ_FEW : selected * SELECTIVE < (uint64_t)total;
 	if (!few)
-		return GFS_READ_SCAN;
+		return bounded && !caps->sort_indexed && caps->eq_indexed ? GFS_READ_EACH : GFS_READ_SCAN;
 	if (caps->in_indexed)
 		return GFS_READ_BATCHED;
 	if (caps->eq_indexed)

@@ -43,6 +43,13 @@ bool gfs_read_strategy_parse(const char *word, enum gfs_read_strategy *out);
 typedef struct gfs_read_caps {
 	bool eq_indexed;      /* {files_id: {$eq: id}} is served by an index */
 	bool in_indexed;      /* {files_id: {$in: [...]}} is served by an index */
+	/*
+	 * find({}) sorted by {files_id: 1, n: 1} walks an index. When it does
+	 * not, the server sorts the whole chunks collection before its first
+	 * reply: memory of the bucket's size, and a wait that can pass a
+	 * reply timeout.
+	 */
+	bool sort_indexed;
 } gfs_read_caps;
 
 /*
@@ -72,10 +79,13 @@ bool gfs_read_has_sample(gfs_session *s);
 /*
  * The strategy for reading `selected` files out of `total` in the bucket
  * (-1: not counted, see GFS_READ_FEW). whole: every file is selected (and
- * orphan chunks are looked for), which only a scan does in one pass.
+ * orphan chunks are looked for), which only a scan does in one pass. A
+ * large selection is one scan too; with bounded, not when the server
+ * would sort the whole collection first (!sort_indexed) and can serve a
+ * query per file instead: then each.
  */
 enum gfs_read_strategy gfs_read_choose(const gfs_read_caps *caps, bool whole, uint64_t selected,
-                                       int64_t total);
+                                       int64_t total, bool bounded);
 
 /* The ids per $in query for a batched read on a server with these caps. */
 size_t gfs_read_batch_ids(const gfs_read_caps *caps);

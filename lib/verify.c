@@ -1251,7 +1251,8 @@ choose(struct verify *v, bool partial)
 		bson_error_t berr;
 		total = mongoc_collection_estimated_document_count(v->s->files, NULL, NULL, NULL, &berr);
 	}
-	return gfs_read_choose(&v->caps, false, v->t.count, total);
+	/* A large selection costs what the whole bucket costs: one scan, as for the whole. */
+	return gfs_read_choose(&v->caps, false, v->t.count, total, false);
 }
 
 bool

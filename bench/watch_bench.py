@@ -50,11 +50,11 @@ class Watch:
     def _count(self):
         for line in self.proc.stdout:
             doc = json.loads(line)
-            ev = doc["event"]
+            ev = doc.get("event", "summary")  # the last line, at exit, is the summary
             self.counts[ev] = self.counts.get(ev, 0) + 1
             if self.burst_target is None:
                 continue
-            if ev in ("uploaded", "replaced") and doc["name"].startswith("burst/"):
+            if ev in ("uploaded", "replaced") and doc["filename"].startswith("burst/"):
                 self.burst_stored += 1
             # each file's event comes once it is readable; a full pass stores them all at once
             if self.burst_stored >= self.burst_target or ev == "synced":

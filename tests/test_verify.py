@@ -692,7 +692,7 @@ STRATEGIES = ["scan", "batched", "each", "auto"]
 def findings(res):
     """The problems a JSON run reported, in an order of their own, and its summary."""
     objs = json_lines(res)
-    probs = sorted((o.get("problem") or o.get("note"), o["name"] or "", o["id"] or "", o.get("n", -1),
+    probs = sorted((o["kind"], o["filename"] or "", o["id"] or "", o.get("n", -1),
                     o.get("count", -1), o["detail"]) for o in objs[:-1])
     return probs, objs[-1]
 

@@ -290,7 +290,7 @@ def test_root_replaced_while_events_were_lost_is_watched(gfs, bucket, db, tree, 
         assert bucket.open_download_stream_by_name("sub/f.jpg").read() == b"f"
         (tree / "sub" / "g.jpg").write_bytes(b"g")
         (tree / "top.jpg").write_bytes(b"t")
-        got = {e["name"] for e in w.next_events(2) if e["event"] == "uploaded"}
+        got = {e["filename"] for e in w.next_events(2) if e["event"] == "uploaded"}
         assert got == {"sub/g.jpg", "top.jpg"}
     finally:
         assert w.stop() == 0
@@ -500,7 +500,7 @@ def test_past_the_bound_a_full_pass_replaces_the_changes(own_backend, tmp_path, 
         wait_stderr(w, "more than 10 changes wait")
         w.proc.send_signal(signal.SIGUSR1)
         status = w.wait_for("status")
-        assert status["backend"] is False and status["pass_owed"] is True
+        assert status["backend"] is False and status["passOwed"] is True
         assert status["pending"] <= 10
         own_backend.start()
         w.wait_for("backend-up")
@@ -616,7 +616,7 @@ def test_burst_stored_while_another_import_holds_the_lock(gfs, bucket, db, tree)
         (tree / "b").mkdir()
         for name, size in sizes.items():
             (tree / name).write_bytes(os.urandom(size))
-        got = {e["name"]: e["bytes"] for e in w.next_events(30) if e["event"] == "uploaded"}
+        got = {e["filename"]: e["bytes"] for e in w.next_events(30) if e["event"] == "uploaded"}
         assert got == sizes
         wait_exact(db, bucket, tree)
         assert db["fs.gridfsctl_locks"].find_one({"_id": "import"})["owner"] == held["owner"]

@@ -265,6 +265,29 @@ gfs_id_filter(bson_t *filter, const char *field, const bson_value_t *id)
 	bson_append_document_end(filter, &eq);
 }
 
+void
+gfs_append_values(bson_t *doc, const char *field, const bson_value_t *values, size_t n)
+{
+	bson_t arr;
+	BSON_APPEND_ARRAY_BEGIN(doc, field, &arr);
+	for (size_t i = 0; i < n; i++) {
+		char buf[16];
+		const char *key;
+		bson_uint32_to_string((uint32_t)i, &key, buf, sizeof buf);
+		BSON_APPEND_VALUE(&arr, key, &values[i]);
+	}
+	bson_append_array_end(doc, &arr);
+}
+
+void
+gfs_in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n)
+{
+	bson_t in;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &in);
+	gfs_append_values(&in, "$in", values, n);
+	bson_append_document_end(filter, &in);
+}
+
 bool
 gfs_id_parse_oid(const char *s, bson_value_t *out)
 {

@@ -164,6 +164,16 @@ bool gfs_id_equal(const bson_value_t *a, const bson_value_t *b);
 bson_value_t gfs_id_canonical(const bson_value_t *id);
 /* Appends {field: {$eq: id}}: an id that is a document never acts as an operator. */
 void gfs_id_filter(bson_t *filter, const char *field, const bson_value_t *id);
+/* Appends field: [values]. */
+void gfs_append_values(bson_t *doc, const char *field, const bson_value_t *values, size_t n);
+/* Appends {field: {$in: [values]}}. */
+void gfs_in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n);
+/*
+ * Removes the documents of coll whose field is among values (none: no
+ * request); *deleted, when not NULL, how many. what names the step in err.
+ */
+bool gfs_delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
+                   int64_t *deleted, const char *what, gfs_error *err);
 /* Parses 24 hex digits into an ObjectId value. */
 bool gfs_id_parse_oid(const char *s, bson_value_t *out);
 

@@ -377,61 +377,6 @@ gfs_import_free(gfs_import *imp)
 
 /* ---- bulk helpers ---------------------------------------------------- */
 
-/* doc.field = [values] */
-static void
-append_array(bson_t *doc, const char *field, const bson_value_t *values, size_t n)
-{
-	bson_t arr;
-	BSON_APPEND_ARRAY_BEGIN(doc, field, &arr);
-	for (size_t i = 0; i < n; i++) {
-		char key[16];
-		const char *k;
-		bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
-		BSON_APPEND_VALUE(&arr, k, &values[i]);
-	}
-	bson_append_array_end(doc, &arr);
-}
-
-/* filter = {field: {$in: [values]}} */
-static void
-in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n)
-{
-	bson_t in;
-	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &in);
-	append_array(&in, "$in", values, n);
-	bson_append_document_end(filter, &in);
-}
-
-/* Like delete_in(), counting the documents removed into *deleted. */
-static bool
-delete_in_count(mongoc_collection_t *coll, const char *field, const bson_value_t *values,
-                size_t n, int64_t *deleted, const char *what, gfs_error *err)
-{
-	*deleted = 0;
-	if (n == 0)
-		return true;
-	bson_t filter = BSON_INITIALIZER, reply;
-	in_filter(&filter, field, values, n);
-	bson_error_t berr;
-	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
-	bson_iter_t it;
-	if (ok && bson_iter_init_find(&it, &reply, "deletedCount"))
-		*deleted = bson_iter_as_int64(&it);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, what);
-	bson_destroy(&reply);
-	bson_destroy(&filter);
-	return ok;
-}
-
-static bool
-delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
-          const char *what, gfs_error *err)
-{
-	int64_t deleted;
-	return delete_in_count(coll, field, values, n, &deleted, what, err);
-}
-
 struct idlist {
 	bson_value_t *v;
 	size_t n, cap;
@@ -614,7 +559,7 @@ find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, 
 	for (size_t i = 0; i < n; i++)
 		ids[i] = m[i].id;
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	in_filter(&filter, "_id", ids, n);
+	gfs_in_filter(&filter, "_id", ids, n);
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
 	BSON_APPEND_INT32(&proj, "_id", 1);
 	bson_append_document_end(&opts, &proj);
@@ -648,7 +593,7 @@ flag_recovered(mongoc_collection_t *uploads, const struct idlist *ids, gfs_error
 	if (ids->n == 0)
 		return true;
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
-	in_filter(&filter, "_id", ids->v, ids->n);
+	gfs_in_filter(&filter, "_id", ids->v, ids->n);
 	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
 	BSON_APPEND_BOOL(&set, GFS_RECOVERED_FIELD, true);
 	bson_append_document_end(&update, &set);
@@ -696,12 +641,12 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 		}
 	}
 	int64_t removed = 0, docs = 0;
-	ok = ok && delete_in_count(s->files, "_id", latedocs.v, latedocs.n, &docs,
+	ok = ok && gfs_delete_in(s->files, "_id", latedocs.v, latedocs.n, &docs,
 	                           "remove late files documents", err) &&
-	     delete_in_count(s->chunks, "files_id", orphans.v, orphans.n, &removed,
+	     gfs_delete_in(s->chunks, "files_id", orphans.v, orphans.n, &removed,
 	                     "remove orphan chunks", err) &&
 	     trim_revisions(s, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
-	     delete_in(uploads, "_id", done.v, done.n, "remove upload markers", err);
+	     gfs_delete_in(uploads, "_id", done.v, done.n, NULL, "remove upload markers", err);
 	/*
 	 * A chunk found means writes of the dead may be landing still: the next
 	 * pass looks again. Else the markers go, and the uploads are remembered
@@ -709,7 +654,7 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	 */
 	if (ok && removed + docs == 0)
 		ok = gfs_recovered_add(s, flagged.v, flagged.n, err) &&
-		     delete_in(uploads, "_id", flagged.v, flagged.n, "remove upload markers", err);
+		     gfs_delete_in(uploads, "_id", flagged.v, flagged.n, NULL, "remove upload markers", err);
 	if (ok) {
 		imp->st.recovered += fresh.n;
 		if (fresh.n == 0)
@@ -1085,8 +1030,10 @@ finish_pending(struct worker *w, gfs_error *err)
 		}
 	}
 	bool ok = trim_revisions(w->s, revs, nrevs, err) &&
-	          delete_in(w->s->chunks, "files_id", failed.v, failed.n, "remove chunks of failed files", err) &&
-	          delete_in(w->uploads, "_id", finished.v, finished.n, "remove upload markers", err);
+	          gfs_delete_in(w->s->chunks, "files_id", failed.v, failed.n, NULL,
+	                        "remove chunks of failed files", err) &&
+	          gfs_delete_in(w->uploads, "_id", finished.v, finished.n, NULL, "remove upload markers",
+	                        err);
 	idlist_free(&failed);
 	idlist_free(&finished);
 	free(revs);

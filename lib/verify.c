@@ -1395,17 +1395,8 @@ bool
 gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *deleted,
                             gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, id, in;
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &id);
-	BSON_APPEND_ARRAY_BEGIN(&id, "$in", &in);
-	for (size_t i = 0; i < n; i++) {
-		char idx[16];
-		const char *key;
-		bson_uint32_to_string((uint32_t)i, &key, idx, sizeof idx);
-		bson_append_value(&in, key, -1, &ids[i]);
-	}
-	bson_append_array_end(&id, &in);
-	bson_append_document_end(&filter, &id);
+	bson_t filter = BSON_INITIALIZER;
+	gfs_in_filter(&filter, "_id", ids, n);
 	bool ok = delete_many(s->chunks, &filter, deleted, "delete extra chunks", err);
 	bson_destroy(&filter);
 	return ok;

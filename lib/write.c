@@ -171,34 +171,21 @@ remove_chunks(gfs_session *s, const bson_value_t *id)
 	return ok;
 }
 
-static void
-append_ids(bson_t *doc, const char *key, const bson_value_t *ids, size_t n)
+bool
+gfs_delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
+              int64_t *deleted, const char *what, gfs_error *err)
 {
-	bson_t arr;
-	BSON_APPEND_ARRAY_BEGIN(doc, key, &arr);
-	for (size_t i = 0; i < n; i++) {
-		char buf[16];
-		const char *k;
-		bson_uint32_to_string((uint32_t)i, &k, buf, sizeof buf);
-		BSON_APPEND_VALUE(&arr, k, &ids[i]);
-	}
-	bson_append_array_end(doc, &arr);
-}
-
-/* Removes the documents whose field is among ids; *count how many (may be NULL). */
-static bool
-delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *ids, size_t n,
-          int64_t *count, const char *what, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, in, reply;
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, field, &in);
-	append_ids(&in, "$in", ids, n);
-	bson_append_document_end(&filter, &in);
+	if (deleted)
+		*deleted = 0;
+	if (n == 0)
+		return true;
+	bson_t filter = BSON_INITIALIZER, reply;
+	gfs_in_filter(&filter, field, values, n);
 	bson_error_t berr;
 	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
 	bson_iter_t it;
-	if (ok && count)
-		*count = bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it) : 0;
+	if (ok && deleted && bson_iter_init_find(&it, &reply, "deletedCount"))
+		*deleted = bson_iter_as_int64(&it);
 	if (!ok)
 		gfs_error_from_bson(err, &berr, what);
 	bson_destroy(&reply);
@@ -210,8 +197,8 @@ delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *ids,
 static bool
 remove_files(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *files, gfs_error *err)
 {
-	return delete_in(s->files, "_id", ids, n, files, "delete files documents", err) &&
-	       delete_in(s->chunks, "files_id", ids, n, NULL, "delete chunks", err);
+	return gfs_delete_in(s->files, "_id", ids, n, files, "delete files documents", err) &&
+	       gfs_delete_in(s->chunks, "files_id", ids, n, NULL, "delete chunks", err);
 }
 
 /* ---- upload markers ---------------------------------------------------- */
@@ -419,7 +406,7 @@ sweep_recovered(gfs_session *s, gfs_error *err)
 	bson_destroy(&all);
 	/* Those past their time are looked at once more, then forgotten. */
 	ok = ok && (n == 0 || remove_files(s, ids, n, NULL, err)) &&
-	     (nold == 0 || delete_in(rec, "_id", old, nold, NULL, "forget recovered uploads", err));
+	     (nold == 0 || gfs_delete_in(rec, "_id", old, nold, NULL, "forget recovered uploads", err));
 	for (size_t i = 0; i < n; i++)
 		bson_value_destroy(&ids[i]);
 	free(ids);
@@ -475,7 +462,7 @@ recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *er
 		ok = remove_dead_chunks(s, id, &late, err) && marker_flag(s, id, err);
 		*removed += ok;
 	} else if (ok) {
-		ok = (!exists || delete_in(s->files, "_id", id, 1, &files, "remove a late files document",
+		ok = (!exists || gfs_delete_in(s->files, "_id", id, 1, &files, "remove a late files document",
 		                           err)) &&
 		     remove_dead_chunks(s, id, &late, err);
 		/* Something landed: writes of the dead may be landing still, so the next pass looks again. */
@@ -690,7 +677,7 @@ delete_batch(gfs_session *s, mongoc_collection_t *uploads, const bson_value_t *i
 	bson_value_t mid = {.value_type = BSON_TYPE_OID};
 	bson_oid_init(&mid.value.v_oid, NULL);
 	BSON_APPEND_VALUE(&doc, "_id", &mid);
-	append_ids(&doc, "deleting", ids, n);
+	gfs_append_values(&doc, "deleting", ids, n);
 	BSON_APPEND_DATE_TIME(&doc, "started", gfs_now_ms());
 	gfs_owner_append(&doc);
 	if (lock)
@@ -704,7 +691,7 @@ delete_batch(gfs_session *s, mongoc_collection_t *uploads, const bson_value_t *i
 	}
 	/* On a failure the marker stays: the removal was decided, and recovery completes it. */
 	return remove_files(s, ids, n, files, err) &&
-	       delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
+	       gfs_delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
 }
 
 bool
@@ -791,7 +778,7 @@ finish_deletion(gfs_session *s, mongoc_collection_t *uploads, const bson_t *doc,
 	bool ok = true;
 	for (size_t i = 0; ok && i < n; i += DELETE_BATCH)
 		ok = remove_files(s, ids + i, n - i < DELETE_BATCH ? n - i : DELETE_BATCH, NULL, err);
-	ok = ok && delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
+	ok = ok && gfs_delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
 	if (ok)
 		*files += n;
 	for (size_t i = 0; i < n; i++)

@@ -132,6 +132,8 @@ void add_glob(const char ***list, size_t *n, const char *arg);
 /* The --max-delete argument of import, mirror and watch; -1 after a usage error. */
 struct gfs_max_delete;
 int max_delete_option(const char *arg, struct gfs_max_delete *out);
+/* False, after a usage error, when --max-delete is given without --delete: a bound on nothing. */
+bool max_delete_fits(const struct gfs_max_delete *md, bool deleting);
 
 /*
  * For put, get and rm: SIGINT and SIGTERM only set stop_signal, which the

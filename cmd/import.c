@@ -347,6 +347,8 @@ cmd_import(int argc, char **argv)
 		goto out;
 	}
 	c.o.dir = argv[first];
+	if (!max_delete_fits(&c.o.max_delete, c.o.delete_missing))
+		goto out;
 	/* Mostly for tests: a lease that runs out in seconds, not a minute. */
 	const char *ttl = getenv("GRIDFSCTL_IMPORT_LOCK_TTL");
 	long v;

@@ -811,6 +811,8 @@ cmd_mirror(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	m.dir = argv[first];
+	if (!max_delete_fits(&m.max_delete, m.del))
+		return EXIT_USAGE;
 	if (m.dir[0] == '\0') {
 		usage_error("DIR must not be empty");
 		return EXIT_USAGE;

@@ -221,3 +221,12 @@ max_delete_option(const char *arg, gfs_max_delete *out)
 	usage_error("--max-delete takes a count of files or a percentage (N or P%%), not '%s'", arg);
 	return -1;
 }
+
+bool
+max_delete_fits(const struct gfs_max_delete *md, bool deleting)
+{
+	if (!md->set || deleting)
+		return true;
+	usage_error("--max-delete bounds --delete, which is not given");
+	return false;
+}

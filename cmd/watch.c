@@ -1348,6 +1348,8 @@ cmd_watch(int argc, char **argv)
 		goto out;
 	}
 	w.o.dir = argv[i];
+	if (!max_delete_fits(&w.max_delete, w.delete))
+		goto out;
 	w.o.walk.include = w.include;
 	w.o.walk.n_include = w.n_include;
 	w.o.walk.exclude = w.exclude;

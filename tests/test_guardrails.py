@@ -30,6 +30,16 @@ def test_max_delete_takes_a_count_or_a_percentage(gfs, tmp_path, verb, bad):
     assert r.rc == 2 and "--max-delete" in r.err, r
 
 
+@pytest.mark.parametrize("verb", ["import", "mirror", "watch"])
+def test_max_delete_without_delete_is_a_usage_error(gfs, db, tmp_path, verb):
+    """A bound on deletions that cannot happen is a mistake in the command line, said before any work."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_bytes(b"a")
+    r = gfs.run(verb, tmp_path / "src", "--max-delete", "3")
+    assert r.rc == 2 and "--max-delete bounds --delete" in r.err, r
+    assert db.fs.files.count_documents({}) == 0
+
+
 # ---- import -------------------------------------------------------------------
 
 def test_import_over_the_limit_deletes_nothing(gfs, db, tmp_path):

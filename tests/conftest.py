@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 
 import gridfs
@@ -28,6 +29,19 @@ SAN_ENV = {
     "LSAN_OPTIONS": "suppressions=" + os.path.join(ROOT, "tests", "lsan.supp") + ":print_suppressions=0",
 }
 SAN_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+def wait_for(cond, deadline_s=60, what="condition", pace=0.02):
+    """Polls cond() until it returns something truthy, which it returns; a
+    deadline, not a sleep (pace only spaces the polls: a costly cond wants more)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(pace)
 
 
 def free_port():

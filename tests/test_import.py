@@ -12,7 +12,7 @@ import pytest
 
 import jsonvocab
 import planted
-from conftest import check_sanitizers, Result, sha256
+from conftest import check_sanitizers, Result, sha256, wait_for
 
 CHUNK = 255 * 1024
 
@@ -28,15 +28,6 @@ def write(path, data, mtime_ns=None):
 def summary(res):
     """The last line of stdout: the JSON summary, every line checked against the vocabulary."""
     return jsonvocab.summary(res.text, "import")
-
-
-def wait_for(cond, timeout=60, what="condition"):
-    """Waits for a real condition with a deadline (the short pause only paces the polling)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def stored(db):
@@ -238,7 +229,7 @@ def test_racily_clean_file_is_checked_again(gfs, db, bucket, tree):
     # Rewritten within the same tick: same size, same mtime, other content.
     write(tree / "racy.txt", b"version 2", mtime_ns=when)
     # The next run must start reading 2 s after the mtime, so that it may settle the state.
-    wait_for(lambda: time.time_ns() > when + 2_500_000_000, timeout=30, what="the mtime to age")
+    wait_for(lambda: time.time_ns() > when + 2_500_000_000, deadline_s=30, what="the mtime to age")
     s = summary(gfs.run("import", tree, "--json"))
     assert (s["replaced"], s["skipped"], s["uploaded"]) == (1, 2, 0), s
     assert bucket.open_download_stream_by_name("racy.txt").read() == b"version 2"

@@ -16,7 +16,7 @@ import pytest
 from bson import ObjectId
 
 import planted
-from conftest import BIN, SAN_MARKERS, Backend
+from conftest import BIN, SAN_MARKERS, Backend, wait_for  # noqa: F401 (wait_for: other suites take it from here)
 
 HTTP_PORTS = range(18300, 18400)
 BACKEND_PORTS = range(27360, 27400)
@@ -36,18 +36,6 @@ def pick_port(ports):
         if port_free(port):
             return port
     raise RuntimeError("no free port in the private range")
-
-
-def wait_for(cond, deadline_s=30, what="condition"):
-    """Polls cond() until it returns something truthy; a deadline, not a sleep."""
-    end = time.monotonic() + deadline_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def sha(data):

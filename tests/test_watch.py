@@ -16,7 +16,7 @@ import gridfs
 import pytest
 
 import jsonvocab
-from conftest import BIN, STORAGE, Backend, Gridfsctl, free_port
+from conftest import BIN, STORAGE, Backend, Gridfsctl, free_port, wait_for
 from test_serve import Server
 
 DEADLINE = 30
@@ -350,20 +350,29 @@ def stored_state(db, bucket):
     return out, dups
 
 
-def wait_exact(db, bucket, root, deadline=DEADLINE):
-    """Polls until the bucket holds exactly the tree (names and content, one revision each)."""
-    end = time.monotonic() + deadline
+def wait_state(read_state, root, deadline, pace):
+    """Polls read_state() until the bucket holds exactly the tree (names and
+    content, one revision each); on time-out, says what differs."""
     want = disk_state(root)
-    while True:
-        got, dups = stored_state(db, bucket)
-        if got == want and not dups:
-            return
-        if time.monotonic() > end:
-            missing = sorted(set(want) - set(got))[:10]
-            extra = sorted(set(got) - set(want))[:10]
-            wrong = sorted(n for n in want if n in got and got[n] != want[n])[:10]
-            raise AssertionError(f"missing {missing} extra {extra} wrong {wrong} dups {sorted(dups)[:10]}")
-        time.sleep(0.05)  # polling pace, not synchronisation: the condition decides
+    seen = {}
+
+    def exact():
+        seen["got"], seen["dups"] = read_state()
+        return seen["got"] == want and not seen["dups"]
+
+    try:
+        wait_for(exact, deadline, "the bucket to hold the tree", pace)
+    except AssertionError:
+        got, dups = seen["got"], seen["dups"]
+        missing = sorted(set(want) - set(got))
+        extra = sorted(set(got) - set(want))[:10]
+        wrong = sorted(n for n in want if n in got and got[n] != want[n])[:10]
+        raise AssertionError(f"missing {missing[:10]} ({len(missing)}) extra {extra} wrong {wrong} "
+                             f"dups {sorted(dups)[:10]}") from None
+
+
+def wait_exact(db, bucket, root, deadline=DEADLINE):
+    wait_state(lambda: stored_state(db, bucket), root, deadline, 0.05)
 
 
 def stored_state_bulk(db):
@@ -385,19 +394,7 @@ def stored_state_bulk(db):
 
 def wait_exact_bulk(db, root, deadline=DEADLINE):
     """wait_exact through stored_state_bulk: for trees of thousands of files."""
-    end = time.monotonic() + deadline
-    want = disk_state(root)
-    while True:
-        got, dups = stored_state_bulk(db)
-        if got == want and not dups:
-            return
-        if time.monotonic() > end:
-            missing = sorted(set(want) - set(got))[:10]
-            extra = sorted(set(got) - set(want))[:10]
-            wrong = sorted(n for n in want if n in got and got[n] != want[n])[:10]
-            raise AssertionError(f"missing {missing} ({len(set(want) - set(got))}) extra {extra} "
-                                 f"wrong {wrong} dups {sorted(dups)[:10]}")
-        time.sleep(0.2)  # polling pace, not synchronisation: the condition decides
+    wait_state(lambda: stored_state_bulk(db), root, deadline, 0.2)
 
 
 def wait_stderr(w, text):

@@ -739,6 +739,26 @@ exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, cha
 }
 
 /*
+ * A put, rm or watch removing fid right now: its deletion marker names no
+ * lock (import's say "lock": "import"), names its owner, and the owner is
+ * not known gone.
+ */
+static bool
+removal_owner_alive(struct verify *v, const bson_value_t *fid)
+{
+	bson_t filter = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "deleting", fid);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->uploads, &filter, NULL, NULL);
+	bson_destroy(&filter);
+	const bson_t *doc;
+	bson_iter_t it;
+	bool alive = mongoc_cursor_next(cur, &doc) && !bson_iter_init_find(&it, doc, "lock") &&
+	             bson_has_field(doc, "owner") && !gfs_owner_gone(doc);
+	mongoc_cursor_destroy(cur);
+	return alive;
+}
+
+/*
  * Chunks with no files document in the table: in progress (p->kind set to
  * GFS_VK_IN_PROGRESS) or orphans, with why in p->detail's tail. The marker
  * is looked for before the files document, and whether the chunks are still
@@ -764,6 +784,9 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 	int live = 0;
 	if ((up > 0 || del > 0) && (lock || !v->o->own_import_lock))
 		live = gfs_lock_held(v->s, lock ? lock : GFS_IMPORT_LOCK, &err);
+	bool remover = live == 0 && del > 0 && removal_owner_alive(v, fid);
+	if (remover)
+		live = 1;
 	int file = exists(v->s->files, "_id", fid, NULL, &err);
 	int still = file == 0 && live == 0 ? exists(v->s->chunks, "files_id", fid, NULL, &err) : 1;
 	v->lookups_failed = up < 0 || del < 0 || live < 0 || file < 0 || still < 0;
@@ -772,7 +795,7 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 		snprintf(tail, room, ": its files document was written while verify ran");
 	} else if (live > 0) {
 		p->kind = GFS_VK_IN_PROGRESS;
-		snprintf(tail, room, ": %s is %s it", lock ? "a put" : "an import",
+		snprintf(tail, room, ": %s is %s it", remover ? "a live writer" : lock ? "a put" : "an import",
 		         up > 0 ? "uploading" : "removing");
 	} else if (still == 0) {
 		p->kind = GFS_VK_IN_PROGRESS;

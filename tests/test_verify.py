@@ -751,3 +751,15 @@ def test_sample_reads_only_the_sampled_files(gfs, db, bucket):
     assert 0 < s["checked"] < 40 and s["files"] == s["checked"], s
     assert s["chunks"] == 3 * s["checked"] and s["strategy"] != "scan", s
 
+
+
+def test_chunks_a_live_writer_is_removing_are_in_progress(gfs, db):
+    """A put, rm or watch trim removes the files document, then the chunks: between
+    the two its deletion marker (no lock, its owner named, not known gone) says so."""
+    fid = bson.ObjectId()
+    db["fs.gridfsctl_uploads"].insert_one({
+        "_id": bson.ObjectId(), "deleting": [fid], "owner": "elsewhere.example/boot/4545/1",
+        "host": "elsewhere.example", "bootId": "boot", "pid": 4545, "startTime": 1})
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 0, "data": bson.Binary(b"old" * 10)})
+    r = gfs.run("verify")
+    assert r.rc == 0 and kinds(r) == ["IN-PROGRESS"] and "live writer is removing it" in r.text, r

@@ -1,9 +1,10 @@
-/* Small things every part needs: clocks and number parsing. */
+/* Small things every part needs: clocks, allocation and number parsing. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "util.h"
@@ -13,7 +14,33 @@ gfs_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return gfs_timespec_ms(&ts);
+}
+
+int64_t
+gfs_clock_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return gfs_timespec_ns(&ts);
+}
+
+int64_t
+gfs_timespec_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+int64_t
+gfs_timespec_ms(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000 + ts->tv_nsec / 1000000;
+}
+
+int64_t
+gfs_stat_mtime_ns(const struct stat *st)
+{
+	return gfs_timespec_ns(&st->st_mtim);
 }
 
 void
@@ -36,6 +63,15 @@ gfs_mono_seconds(void)
 }
 
 void *
+gfs_xmalloc(size_t size)
+{
+	void *p = malloc(size ? size : 1);
+	if (!p)
+		abort();
+	return p;
+}
+
+void *
 gfs_xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);
@@ -44,12 +80,33 @@ gfs_xcalloc(size_t n, size_t size)
 	return p;
 }
 
+void *
+gfs_xreallocarray(void *p, size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size)
+		abort();
+	size_t bytes = n * size;
+	void *q = realloc(p, bytes ? bytes : 1);
+	if (!q)
+		abort();
+	return q;
+}
+
 char *
 gfs_xstrdup(const char *s)
 {
 	if (!s)
 		return NULL;
 	char *d = strdup(s);
+	if (!d)
+		abort();
+	return d;
+}
+
+char *
+gfs_xstrndup(const char *s, size_t n)
+{
+	char *d = strndup(s, n);
 	if (!d)
 		abort();
 	return d;

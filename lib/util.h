@@ -1,20 +1,55 @@
-/* Clocks and number parsing, for every part of the library (no driver headers). */
+/* Clocks, allocation and number parsing, for every part of the library (no driver headers). */
 #ifndef GFS_UTIL_H
 #define GFS_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
+struct stat;
+
+/* CLOCK_REALTIME in ms since the epoch. */
 int64_t gfs_now_ms(void);
 /* A monotonic clock in seconds, for durations and deadlines. */
 double gfs_mono_seconds(void);
-#include <stddef.h>
+/* The clock clk (CLOCK_REALTIME, CLOCK_BOOTTIME, ...) in ns. */
+int64_t gfs_clock_ns(clockid_t clk);
+/* ts in ns (int64_t holds +-292 years around the epoch). */
+int64_t gfs_timespec_ns(const struct timespec *ts);
+/* ts in ms, the sub-second part truncated. */
+int64_t gfs_timespec_ms(const struct timespec *ts);
+/* st's mtime in ns since the epoch, as stored in metadata.mtimeNs. */
+int64_t gfs_stat_mtime_ns(const struct stat *st);
 
-/* Allocation that cannot fail: out of memory aborts (nothing here can go on without it). */
+/*
+ * Allocation that cannot fail: out of memory aborts (nothing here can go on
+ * without it), and so does a size that overflows. None returns NULL.
+ */
+/* malloc; 0 bytes allocates 1. */
+void *gfs_xmalloc(size_t size);
+/* calloc; 0 elements or bytes allocates 1. */
 void *gfs_xcalloc(size_t n, size_t size);
+/* realloc of p to n * size bytes (at least 1). */
+void *gfs_xreallocarray(void *p, size_t n, size_t size);
 /* A copy of s, or NULL for NULL. */
 char *gfs_xstrdup(const char *s);
+/* A copy of at most n bytes of s, always terminated. */
+char *gfs_xstrndup(const char *s, size_t n);
+
+/*
+ * Makes room for need elements in the array p of capacity cap (both lvalues;
+ * evaluated more than once): when need > cap, cap doubles (from first when 0,
+ * and at least to need) and p is reallocated with gfs_xreallocarray.
+ */
+#define GFS_GROW(p, need, cap, first) \
+	do { \
+		if ((need) > (cap)) { \
+			size_t gfs_grow_cap_ = (cap) ? (size_t)(cap) * 2 : (size_t)(first); \
+			(cap) = gfs_grow_cap_ < (size_t)(need) ? (size_t)(need) : gfs_grow_cap_; \
+			(p) = gfs_xreallocarray((p), (cap), sizeof *(p)); \
+		} \
+	} while (0)
 
 /* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
 void gfs_deadline_in(struct timespec *ts, int64_t ms);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -275,6 +276,40 @@ test_error_set_keeps_the_reason(void **state)
 	assert_string_equal(err.msg + strlen(err.msg) - strlen(end), end);
 }
 
+static void
+test_grow_doubles_from_first(void **state)
+{
+	(void)state;
+	int *v = NULL;
+	size_t n = 0, cap = 0;
+	for (int i = 0; i < 100; i++) {
+		GFS_GROW(v, n + 1, cap, 8);
+		v[n++] = i;
+	}
+	assert_int_equal(cap, 128);
+	assert_int_equal(v[99], 99);
+	GFS_GROW(v, 1000, cap, 8); /* more than double: exactly what is asked */
+	assert_int_equal(cap, 1000);
+	GFS_GROW(v, 10, cap, 8); /* room already: nothing changes */
+	assert_int_equal(cap, 1000);
+	assert_int_equal(v[99], 99);
+	free(v);
+}
+
+static void
+test_time_conversions(void **state)
+{
+	(void)state;
+	struct timespec ts = {.tv_sec = 1700000000, .tv_nsec = 123456789};
+	assert_true(gfs_timespec_ns(&ts) == 1700000000123456789LL);
+	assert_true(gfs_timespec_ms(&ts) == 1700000000123LL);
+	struct stat st = {0};
+	st.st_mtim = ts;
+	assert_true(gfs_stat_mtime_ns(&st) == 1700000000123456789LL);
+	int64_t a = gfs_clock_ns(CLOCK_MONOTONIC), b = gfs_clock_ns(CLOCK_MONOTONIC);
+	assert_true(a > 0 && b >= a);
+}
+
 int
 main(void)
 {
@@ -295,6 +330,8 @@ main(void)
 		cmocka_unit_test(test_files_doc_layout),
 		cmocka_unit_test(test_shorten_keeps_both_ends),
 		cmocka_unit_test(test_error_set_keeps_the_reason),
+		cmocka_unit_test(test_grow_doubles_from_first),
+		cmocka_unit_test(test_time_conversions),
 	};
 	return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

@@ -258,9 +258,7 @@ get_to_path(gfs_session *s, const gfs_file *f, const struct target *t, bool forc
 static bool
 make_parents(const char *path)
 {
-	char *copy = strdup(path);
-	if (!copy)
-		abort();
+	char *copy = gfs_xstrdup(path);
 	for (char *p = copy; *p; p++) {
 		if (*p != '/' || p == copy)
 			continue;
@@ -293,9 +291,7 @@ open_user_target(const char *path, struct target *t)
 		warn_("%s", path);
 		return EXIT_LOCAL;
 	}
-	char *dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
-	if (!dir)
-		abort();
+	char *dir = slash == path ? gfs_xstrdup("/") : slash ? gfs_xstrndup(path, (size_t)(slash - path)) : gfs_xstrdup(".");
 	t->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	free(dir);
 	if (t->dirfd < 0) {

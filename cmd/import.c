@@ -132,9 +132,7 @@ display_path(const char *dir, const char *rel)
 	}
 	char *r = gfs_name_from_bytes(rel, strlen(rel), &escaped);
 	size_t dl = strlen(d);
-	char *out = malloc(dl + strlen(r) + 2);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(dl + strlen(r) + 2);
 	sprintf(out, "%s%s%s", d, dl && d[dl - 1] == '/' ? "" : "/", r);
 	free(d);
 	free(r);

@@ -344,9 +344,7 @@ run_phase(struct mirror *m, enum phase phase, long n, struct progress *p)
 {
 	m->phase = phase;
 	atomic_store(&m->next, 0);
-	pthread_t *tids = calloc((size_t)n, sizeof *tids);
-	if (!tids)
-		abort();
+	pthread_t *tids = gfs_xcalloc((size_t)n, sizeof *tids);
 	m->running = 0;
 	for (long i = 0; i < n; i++) {
 		pthread_mutex_lock(&m->lock);
@@ -430,9 +428,7 @@ run_workers(struct mirror *m)
 		jobs = m->plan.count ? (long)m->plan.count : 1;
 	struct progress *p = progress_start("mirror", m->plan.count, m->plan.total_bytes);
 	run_phase(m, PHASE_DECIDE, jobs, p);
-	m->todo = calloc(m->plan.count + 1, sizeof *m->todo);
-	if (!m->todo)
-		abort();
+	m->todo = gfs_xcalloc(m->plan.count + 1, sizeof *m->todo);
 	for (size_t i = 0; i < m->plan.count; i++)
 		if (m->results[i] == RES_TODO)
 			m->todo[m->ntodo++] = i;
@@ -561,9 +557,7 @@ make_dirs(const char *path)
 		errno = ENOENT; /* the loop below starts after the first byte */
 		return -1;
 	}
-	char *p = strdup(path);
-	if (!p)
-		abort();
+	char *p = gfs_xstrdup(path);
 	int rc = 0;
 	for (char *s = p + 1; rc == 0; s++) {
 		if (*s != '/' && *s != '\0')
@@ -768,9 +762,7 @@ mirror_run(struct mirror *m)
 		gfs_conn_close(m->conn);
 		return rc;
 	}
-	m->results = calloc(m->plan.count + 1, 1);
-	if (!m->results)
-		abort();
+	m->results = gfs_xcalloc(m->plan.count + 1, 1);
 	mode_t um = umask(0);
 	umask(um);
 	m->opts.checksum = m->checksum;

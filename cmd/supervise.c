@@ -126,9 +126,7 @@ static void
 append_quoted(char **buf, size_t *len, const char *w)
 {
 	size_t need = *len + strlen(w) * 4 + 4;
-	*buf = realloc(*buf, need);
-	if (!*buf)
-		abort();
+	*buf = gfs_xreallocarray(*buf, need, 1);
 	char *p = *buf + *len;
 	if (*len)
 		*p++ = ' ';
@@ -167,9 +165,7 @@ quick_config(struct opts *o, int argc, char **argv, struct sv_config *cfg)
 				*c = '_';
 		name = base;
 	}
-	cfg->progs = calloc(1, sizeof *cfg->progs);
-	if (!cfg->progs)
-		abort();
+	cfg->progs = gfs_xcalloc(1, sizeof *cfg->progs);
 	cfg->nprogs = 1;
 	struct sv_program *p = &cfg->progs[0];
 	sv_program_defaults(p, name);

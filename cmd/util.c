@@ -38,9 +38,7 @@ printable_len(const char *s, size_t len)
 char *
 printable(const char *s, size_t len)
 {
-	char *out = malloc(len * 4 + 1);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(len * 4 + 1);
 	size_t o = 0;
 	for (size_t i = 0; i < len;) {
 		size_t n = printable_len(s + i, len - i);
@@ -170,9 +168,7 @@ parse_rev_option(const char *arg, long *rev)
 void
 add_glob(const char ***list, size_t *n, const char *arg)
 {
-	*list = realloc(*list, (*n + 1) * sizeof **list);
-	if (!*list)
-		abort();
+	*list = gfs_xreallocarray(*list, *n + 1, sizeof **list);
 	(*list)[(*n)++] = arg;
 }
 

@@ -73,9 +73,7 @@ gfs_conn_open(const char *uri_str, const char *db, const char *bucket, gfs_error
 	}
 	mongoc_client_pool_set_error_api(pool, MONGOC_ERROR_API_VERSION_2);
 
-	gfs_conn *c = calloc(1, sizeof *c);
-	if (!c)
-		abort();
+	gfs_conn *c = gfs_xcalloc(1, sizeof *c);
 	c->uri = uri;
 	c->pool = pool;
 	const char *uri_db = mongoc_uri_get_database(uri);
@@ -115,9 +113,7 @@ gfs_conn_bucket(const gfs_conn *c)
 gfs_session *
 gfs_session_pop(gfs_conn *c)
 {
-	gfs_session *s = calloc(1, sizeof *s);
-	if (!s)
-		abort();
+	gfs_session *s = gfs_xcalloc(1, sizeof *s);
 	s->conn = c;
 	s->client = mongoc_client_pool_pop(c->pool);
 	s->files = mongoc_client_get_collection(s->client, c->db, c->files_name);
@@ -195,9 +191,7 @@ secret_add(const char *s, size_t n)
 	while (i < nsecrets && !(strlen(secrets[i]) == n && memcmp(secrets[i], s, n) == 0))
 		i++;
 	if (i == nsecrets && nsecrets < MAX_SECRETS) {
-		char *copy = strndup(s, n);
-		if (!copy)
-			abort();
+		char *copy = gfs_xstrndup(s, n);
 		for (i = nsecrets++; i > 0 && strlen(secrets[i - 1]) < n; i--)
 			secrets[i] = secrets[i - 1];
 		secrets[i] = copy;
@@ -240,9 +234,7 @@ gfs_secrets_from_uri(const char *uri)
 	if (!pw || n == 0)
 		return;
 	secret_add_pieces(pw, n);
-	char *plain = malloc(n + 1);
-	if (!plain)
-		abort();
+	char *plain = gfs_xmalloc(n + 1);
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (pw[i] == '%' && i + 2 < n && hex_value(pw[i + 1]) >= 0 && hex_value(pw[i + 2]) >= 0) {
@@ -264,9 +256,7 @@ redact_one(char *msg, size_t size, const char *secret)
 	char *hit = strstr(msg, secret);
 	if (!hit)
 		return;
-	char *out = malloc(size);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(size);
 	size_t o = 0;
 	const char *p = msg;
 	while (hit && o + 1 < size) {

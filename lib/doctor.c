@@ -180,12 +180,7 @@ sample_add(struct sample *smp, const bson_value_t *id)
 			smp->owners[i].chunks++;
 			return;
 		}
-	if (smp->n == smp->cap) {
-		smp->cap = smp->cap ? smp->cap * 2 : 64;
-		smp->owners = realloc(smp->owners, smp->cap * sizeof *smp->owners);
-		if (!smp->owners)
-			abort();
-	}
+	GFS_GROW(smp->owners, smp->n + 1, smp->cap, 64);
 	bson_value_copy(id, &smp->owners[smp->n].id);
 	smp->owners[smp->n++].chunks = 1;
 }

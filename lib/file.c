@@ -175,9 +175,7 @@ id_hex(const bson_t *wrapped)
 	const uint8_t *p = bson_get_data(wrapped);
 	static const char prefix[] = "(bson ";
 	size_t n = wrapped->len, plen = sizeof prefix - 1;
-	char *out = malloc(plen + 2 * n + 2);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(plen + 2 * n + 2);
 	memcpy(out, prefix, plen);
 	for (size_t i = 0; i < n; i++) {
 		out[plen + 2 * i] = "0123456789abcdef"[p[i] >> 4];
@@ -206,11 +204,9 @@ gfs_id_string(const bson_value_t *id)
 	if (id->value_type != BSON_TYPE_UTF8)
 		json = bson_as_relaxed_extended_json(&tmp, NULL);
 	/* NULL when a string inside is not valid UTF-8. */
-	char *out = json ? strdup(json) : id_hex(&tmp);
+	char *out = json ? gfs_xstrdup(json) : id_hex(&tmp);
 	bson_free(json);
 	bson_destroy(&tmp);
-	if (!out)
-		abort();
 	return out;
 }
 

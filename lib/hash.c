@@ -13,9 +13,7 @@ struct gfs_sha256 {
 gfs_sha256 *
 gfs_sha256_new(void)
 {
-	gfs_sha256 *h = malloc(sizeof *h);
-	if (!h)
-		abort();
+	gfs_sha256 *h = gfs_xmalloc(sizeof *h);
 	h->ctx = EVP_MD_CTX_new();
 	if (!h->ctx || EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1)
 		abort();
@@ -88,9 +86,7 @@ struct gfs_digest {
 gfs_digest *
 gfs_digest_new(const gfs_file *f)
 {
-	gfs_digest *d = calloc(1, sizeof *d);
-	if (!d)
-		abort();
+	gfs_digest *d = gfs_xcalloc(1, sizeof *d);
 	d->sha = gfs_sha256_new();
 	if (gfs_integrity_rule(f) == GFS_CHECK_MD5) {
 		d->md5 = EVP_MD_CTX_new();

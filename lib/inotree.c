@@ -93,9 +93,7 @@ rel_of(const gfs_inotree *t, int wd)
 static void
 rehash(gfs_inotree *t, size_t nbucket)
 {
-	struct watch **b = calloc(nbucket, sizeof *b);
-	if (!b)
-		abort();
+	struct watch **b = gfs_xcalloc(nbucket, sizeof *b);
 	for (size_t i = 0; i < t->nbucket; i++) {
 		struct watch *w, *next;
 		for (w = t->bucket[i]; w; w = next) {
@@ -121,9 +119,7 @@ remember_wd(gfs_inotree *t, int wd, const char *rel)
 		w->gen = t->gen;
 		return;
 	}
-	w = calloc(1, sizeof *w);
-	if (!w)
-		abort();
+	w = gfs_xcalloc(1, sizeof *w);
 	w->wd = wd;
 	w->rel = strdup(rel);
 	w->gen = t->gen;
@@ -169,9 +165,7 @@ struct wd_list {
 static struct wd_list
 select_wds(const gfs_inotree *t, const char *top)
 {
-	struct wd_list l = {.v = malloc((t->n + 1) * sizeof *l.v)};
-	if (!l.v)
-		abort();
+	struct wd_list l = {.v = gfs_xmalloc((t->n + 1) * sizeof *l.v)};
 	for (size_t i = 0; i < t->nbucket; i++) {
 		for (struct watch *w = t->bucket[i]; w; w = w->next) {
 			if (w->wd == t->root_wd)
@@ -209,9 +203,7 @@ static char *
 join(const char *dir, const char *name)
 {
 	size_t a = strlen(dir), b = strlen(name);
-	char *out = malloc(a + b + 2);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(a + b + 2);
 	if (a) {
 		memcpy(out, dir, a);
 		out[a++] = '/';
@@ -306,13 +298,9 @@ gfs_inotree *
 gfs_inotree_open(const char *root, const gfs_walk_opts *sel, gfs_inotree_warn_fn warn_fn,
                  void *warn_ctx, gfs_error *err)
 {
-	gfs_inotree *t = calloc(1, sizeof *t);
-	if (!t)
-		abort();
+	gfs_inotree *t = gfs_xcalloc(1, sizeof *t);
 	t->nbucket = MIN_BUCKETS;
-	t->bucket = calloc(t->nbucket, sizeof *t->bucket);
-	if (!t->bucket)
-		abort();
+	t->bucket = gfs_xcalloc(t->nbucket, sizeof *t->bucket);
 	t->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	if (t->fd < 0) {
 		gfs_error_set(err, GFS_ELOCAL, "inotify: %s", strerror(errno));

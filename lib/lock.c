@@ -375,9 +375,7 @@ gfs_owner_gone(const bson_t *doc)
 gfs_lock *
 gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 {
-	gfs_lock *l = calloc(1, sizeof *l);
-	if (!l)
-		abort();
+	gfs_lock *l = gfs_xcalloc(1, sizeof *l);
 	l->name = strdup(name);
 	l->ttl_s = ttl_s > 0 ? ttl_s : GFS_LOCK_DEFAULT_TTL;
 	l->s = gfs_session_pop(conn);

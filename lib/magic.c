@@ -24,9 +24,7 @@ gfs_magic_open(gfs_error *err)
 		magic_close(cookie);
 		return NULL;
 	}
-	gfs_magic *m = malloc(sizeof *m);
-	if (!m)
-		abort();
+	gfs_magic *m = gfs_xmalloc(sizeof *m);
 	m->cookie = cookie;
 	return m;
 }

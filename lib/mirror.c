@@ -82,9 +82,7 @@ restore_raw(const char *filename, size_t tail_off, const char *raw, size_t raw_l
 		return false;
 	}
 	size_t raw_off = fl - el;
-	char *buf = malloc(fl - tail_off + raw_len + 1);
-	if (!buf)
-		abort();
+	char *buf = gfs_xmalloc(fl - tail_off + raw_len + 1);
 	size_t n = 0;
 	if (tail_off <= raw_off) {
 		memcpy(buf, filename + tail_off, raw_off - tail_off);
@@ -140,9 +138,7 @@ gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw
 		if (!restore_raw(filename, (size_t)(tail - filename), raw, raw_len, &rel, &len, err))
 			return false;
 	} else {
-		rel = strdup(tail);
-		if (!rel)
-			abort();
+		rel = gfs_xstrdup(tail);
 		len = strlen(rel);
 	}
 	if (!gfs_mirror_name_check(rel, len, err)) {
@@ -248,12 +244,7 @@ finish_pending(struct load_ctx *lc)
 		return;
 	}
 	gfs_mirror_plan *p = lc->plan;
-	if (p->count == p->cap) {
-		p->cap = p->cap ? p->cap * 2 : 1024;
-		p->items = realloc(p->items, p->cap * sizeof *p->items);
-		if (!p->items)
-			abort();
-	}
+	GFS_GROW(p->items, p->count + 1, p->cap, 1024);
 	struct gfs_mirror_item *it = &p->items[p->count++];
 	memset(it, 0, sizeof *it);
 	bson_iter_t mi;
@@ -315,9 +306,7 @@ sort_by_rel(gfs_mirror_plan *plan)
 	plan->by_rel = NULL;
 	if (!plan->count)
 		return;
-	plan->by_rel = malloc(plan->count * sizeof *plan->by_rel);
-	if (!plan->by_rel)
-		abort();
+	plan->by_rel = gfs_xmalloc(plan->count * sizeof *plan->by_rel);
 	for (size_t i = 0; i < plan->count; i++)
 		plan->by_rel[i] = &plan->items[i];
 	qsort(plan->by_rel, plan->count, sizeof *plan->by_rel, by_rel_cmp);
@@ -491,9 +480,7 @@ refuse_conflicts(struct load_ctx *lc, gfs_mirror_plan *p)
 {
 	if (p->count < 2)
 		return;
-	struct conflict *c = calloc(p->count, sizeof *c);
-	if (!c)
-		abort();
+	struct conflict *c = gfs_xcalloc(p->count, sizeof *c);
 	if (!find_conflicts(c, p)) {
 		free(c);
 		return;
@@ -536,9 +523,7 @@ struct gfs_mirror_dir {
 gfs_mirror_dir *
 gfs_mirror_dir_new(int rootfd, const struct gfs_mirror_opts *opts)
 {
-	gfs_mirror_dir *d = calloc(1, sizeof *d);
-	if (!d)
-		abort();
+	gfs_mirror_dir *d = gfs_xcalloc(1, sizeof *d);
 	d->rootfd = rootfd;
 	d->opts = opts;
 	d->fd = -1;
@@ -602,9 +587,7 @@ dir_get(gfs_mirror_dir *d, const char *rel, size_t len, bool create, gfs_error *
 	int fd = gfs_safepath_opendir(d->rootfd, rel, len, flags, err);
 	if (fd < 0)
 		return -1;
-	d->rel = malloc(len + 1);
-	if (!d->rel)
-		abort();
+	d->rel = gfs_xmalloc(len + 1);
 	memcpy(d->rel, rel, len);
 	d->rel[len] = '\0';
 	d->len = len;
@@ -715,9 +698,7 @@ hash_local(int pfd, const char *leaf, const struct gfs_mirror_item *it, char hex
 	}
 	gfs_sha256 *h = gfs_sha256_new();
 	static const size_t bufsz = 256 * 1024;
-	uint8_t *buf = malloc(bufsz);
-	if (!buf)
-		abort();
+	uint8_t *buf = gfs_xmalloc(bufsz);
 	ssize_t n;
 	while ((n = read(fd, buf, bufsz)) > 0 || (n < 0 && errno == EINTR))
 		if (n > 0)
@@ -1243,17 +1224,13 @@ fin_free(struct gfs_mirror_finisher *f)
 static struct gfs_mirror_finisher *
 fin_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn done, void *ctx)
 {
-	struct gfs_mirror_finisher *f = calloc(1, sizeof *f);
-	if (!f)
-		abort();
+	struct gfs_mirror_finisher *f = gfs_xcalloc(1, sizeof *f);
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_cond_init(&f->more, NULL);
 	pthread_cond_init(&f->room, NULL);
 	f->cap = (size_t)n * 4;
-	f->q = calloc(f->cap, sizeof *f->q);
-	f->tids = calloc((size_t)n, sizeof *f->tids);
-	if (!f->q || !f->tids)
-		abort();
+	f->q = gfs_xcalloc(f->cap, sizeof *f->q);
+	f->tids = gfs_xcalloc((size_t)n, sizeof *f->tids);
 	f->plan = plan;
 	f->done = done;
 	f->ctx = ctx;
@@ -1601,9 +1578,7 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
                 const size_t *idx, size_t n, size_t per_query, int finishers,
                 gfs_mirror_done_fn done, void *ctx, gfs_error *err)
 {
-	struct scan_entry *entries = calloc(n ? n : 1, sizeof *entries);
-	if (!entries)
-		abort();
+	struct scan_entry *entries = gfs_xcalloc(n, sizeof *entries);
 	struct scan sc = {.d = d, .plan = plan, .map = strmap_new(n), .done = done, .ctx = ctx};
 	sc.t.fd = -1;
 	if (finishers > 0 && d->opts->fsync)
@@ -1865,9 +1840,7 @@ sweep_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd, const
 	struct mount_id root;
 	if (!opts->plan || len > GFS_SAFEPATH_MAX || !mount_of(rootfd, &root))
 		return false;
-	struct sweep *sw = calloc(1, sizeof *sw);
-	if (!sw)
-		abort();
+	struct sweep *sw = gfs_xcalloc(1, sizeof *sw);
 	sw->root = root;
 	sw->plan = opts->plan;
 	sw->del = true;
@@ -1902,9 +1875,7 @@ bool
 gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dry_run,
                  gfs_backup *backup, gfs_mirror_sweep_fn fn, void *ctx)
 {
-	struct sweep *sw = calloc(1, sizeof *sw);
-	if (!sw)
-		abort();
+	struct sweep *sw = gfs_xcalloc(1, sizeof *sw);
 	sw->plan = plan;
 	sw->del = del;
 	sw->dry_run = dry_run;
@@ -1930,9 +1901,7 @@ bool
 gfs_mirror_count_deletes(int rootfd, const gfs_mirror_plan *plan, uint64_t *deletes,
                          uint64_t *kept)
 {
-	struct sweep *sw = calloc(1, sizeof *sw);
-	if (!sw)
-		abort();
+	struct sweep *sw = gfs_xcalloc(1, sizeof *sw);
 	*deletes = 0;
 	sw->plan = plan;
 	sw->del = true;

@@ -13,9 +13,7 @@ gfs_prefix_normalize(const char *prefix)
 		n--;
 	if (n == 0)
 		return strdup("");
-	char *out = malloc(n + 2);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(n + 2);
 	memcpy(out, prefix, n);
 	out[n] = '/';
 	out[n + 1] = '\0';
@@ -97,9 +95,7 @@ char *
 gfs_name_from_bytes(const char *bytes, size_t len, bool *escaped)
 {
 	const unsigned char *s = (const unsigned char *)bytes;
-	char *out = malloc(len * 3 + 1);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(len * 3 + 1);
 	size_t i = 0, o = 0;
 	*escaped = false;
 	while (i < len) {
@@ -135,9 +131,7 @@ gfs_raw_name(const bson_t *files_doc, size_t *len)
 	bson_iter_binary(&meta, &sub, &n, &data);
 	if (memchr(data, 0, n))
 		return NULL;
-	char *out = malloc(n + 1);
-	if (!out)
-		abort();
+	char *out = gfs_xmalloc(n + 1);
 	memcpy(out, data, n);
 	out[n] = '\0';
 	*len = n;

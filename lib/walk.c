@@ -165,9 +165,7 @@ gfs_walk_file_selected(const gfs_walk_opts *o, const char *rel, const char *name
 bool
 gfs_walk_path_selected(const gfs_walk_opts *o, const char *rel)
 {
-	char *copy = strdup(rel);
-	if (!copy)
-		abort();
+	char *copy = gfs_xstrdup(rel);
 	bool ok = true;
 	const char *name = copy;
 	for (char *p = copy; ok && *p; p++) {
@@ -232,9 +230,7 @@ path_push(struct walker *w, const char *name)
 	size_t n = strlen(name);
 	if (w->len + n + 2 > w->cap) {
 		w->cap = (w->len + n + 2) * 2;
-		w->path = realloc(w->path, w->cap);
-		if (!w->path)
-			abort();
+		w->path = gfs_xreallocarray(w->path, w->cap, 1);
 	}
 	if (w->len)
 		w->path[w->len++] = '/';
@@ -254,12 +250,7 @@ is_enclosing(const struct walker *w, const struct stat *st)
 static void
 stack_push(struct walker *w, const struct stat *st)
 {
-	if (w->depth == w->stack_cap) {
-		w->stack_cap = w->stack_cap ? w->stack_cap * 2 : 16;
-		w->stack = realloc(w->stack, w->stack_cap * sizeof *w->stack);
-		if (!w->stack)
-			abort();
-	}
+	GFS_GROW(w->stack, w->depth + 1, w->stack_cap, 16);
 	w->stack[w->depth].dev = st->st_dev;
 	w->stack[w->depth].ino = st->st_ino;
 	w->depth++;
@@ -370,14 +361,8 @@ walk_dir(struct walker *w, int dfd)
 	while ((de = readdir(d)) != NULL) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (count == cap) {
-			cap = cap ? cap * 2 : 64;
-			names = realloc(names, cap * sizeof *names);
-			if (!names)
-				abort();
-		}
-		if (!(names[count++] = strdup(de->d_name)))
-			abort();
+		GFS_GROW(names, count + 1, cap, 64);
+		names[count++] = gfs_xstrdup(de->d_name);
 		errno = 0;
 	}
 	if (errno) {
@@ -414,9 +399,7 @@ gfs_walk(const char *root, const gfs_walk_opts *o, gfs_walk_fn fn, void *ctx, gf
 	}
 	struct walker w = {.o = o, .fn = fn, .ctx = ctx};
 	w.cap = 256;
-	w.path = calloc(1, w.cap);
-	if (!w.path)
-		abort();
+	w.path = gfs_xcalloc(1, w.cap);
 	stack_push(&w, &st);
 	walk_dir(&w, fd);
 	free(w.path);

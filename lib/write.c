@@ -23,9 +23,7 @@ struct gfs_chunk_batch {
 gfs_chunk_batch *
 gfs_chunk_batch_new(size_t max_bytes)
 {
-	gfs_chunk_batch *b = calloc(1, sizeof *b);
-	if (!b)
-		abort();
+	gfs_chunk_batch *b = gfs_xcalloc(1, sizeof *b);
 	b->max_bytes = max_bytes;
 	return b;
 }
@@ -65,12 +63,7 @@ void
 gfs_chunk_batch_add(gfs_chunk_batch *b, const bson_value_t *files_id, int64_t n,
                     const uint8_t *data, size_t len)
 {
-	if (b->count == b->cap) {
-		b->cap = b->cap ? b->cap * 2 : 64;
-		b->docs = realloc(b->docs, b->cap * sizeof *b->docs);
-		if (!b->docs)
-			abort();
-	}
+	GFS_GROW(b->docs, b->count + 1, b->cap, 64);
 	/* The spec types n as int32: a wrapped number would silently corrupt the file. */
 	if (n < 0 || n > INT32_MAX)
 		abort();
@@ -382,9 +375,7 @@ sweep_recovered(gfs_session *s, gfs_error *err)
 	mongoc_collection_t *rec = gfs_session_bucket_collection(s, GFS_RECOVERED_SUFFIX);
 	bson_t all = BSON_INITIALIZER;
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(rec, &all, &opts, NULL);
-	bson_value_t *ids = calloc(RECOVER_MAX, sizeof *ids), *old = calloc(RECOVER_MAX, sizeof *old);
-	if (!ids || !old)
-		abort();
+	bson_value_t *ids = gfs_xcalloc(RECOVER_MAX, sizeof *ids), *old = gfs_xcalloc(RECOVER_MAX, sizeof *old);
 	size_t n = 0, nold = 0;
 	int64_t now = gfs_now_ms();
 	const bson_t *doc;
@@ -490,9 +481,7 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
 	/* Read them all first: recovering removes markers, and the cursor could skip some. */
-	bson_t **docs = calloc(RECOVER_MAX, sizeof *docs);
-	if (!docs)
-		abort();
+	bson_t **docs = gfs_xcalloc(RECOVER_MAX, sizeof *docs);
 	size_t n = 0;
 	const bson_t *doc;
 	while (n < RECOVER_MAX && mongoc_cursor_next(cur, &doc))
@@ -559,9 +548,7 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 		return false;
 	}
 
-	uint8_t *buf = malloc((size_t)cs);
-	if (!buf)
-		abort();
+	uint8_t *buf = gfs_xmalloc((size_t)cs);
 	gfs_chunk_batch *batch = gfs_chunk_batch_new(PUT_BATCH_BYTES);
 	gfs_sha256 *h = gfs_sha256_new();
 	int64_t length = 0, n = 0;
@@ -766,12 +753,7 @@ finish_deletion(gfs_session *s, mongoc_collection_t *uploads, const bson_t *doc,
 	if (bson_iter_init_find(&it, doc, "deleting") && BSON_ITER_HOLDS_ARRAY(&it) &&
 	    bson_iter_recurse(&it, &arr)) {
 		while (bson_iter_next(&arr)) {
-			if (n == cap) {
-				cap = cap ? cap * 2 : 16;
-				ids = realloc(ids, cap * sizeof *ids);
-				if (!ids)
-					abort();
-			}
+			GFS_GROW(ids, n + 1, cap, 16);
 			bson_value_copy(bson_iter_value(&arr), &ids[n++]);
 		}
 	}
@@ -806,12 +788,7 @@ gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error 
 	while (mongoc_cursor_next(cur, &doc)) {
 		if (!deletion_abandoned(doc, held))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 8;
-			docs = realloc(docs, cap * sizeof *docs);
-			if (!docs)
-				abort();
-		}
+		GFS_GROW(docs, n + 1, cap, 8);
 		docs[n++] = bson_copy(doc);
 	}
 	bson_error_t berr;
@@ -871,12 +848,7 @@ old_revision_ids(gfs_session *s, const char *name, int keep, const bson_value_t 
 			kept++;
 			continue;
 		}
-		if (count == cap) {
-			cap = cap ? cap * 2 : 8;
-			ids = realloc(ids, cap * sizeof *ids);
-			if (!ids)
-				abort();
-		}
+		GFS_GROW(ids, count + 1, cap, 8);
 		bson_value_copy(bson_iter_value(&it), &ids[count++]);
 	}
 	bson_error_t berr;

@@ -35,9 +35,7 @@
 static bool
 check_mongodb(const char *url, int timeout_ms, char *msg, size_t len)
 {
-	char *u = malloc(strlen(url) + 128);
-	if (!u)
-		abort();
+	char *u = gfs_xmalloc(strlen(url) + 128);
 	strcpy(u, url);
 	const char *after_scheme = strstr(u, "://") + 3;
 	bool has_q = strchr(after_scheme, '?') != NULL;

@@ -149,9 +149,7 @@ sv_control_request(const char *path, const char *request, int timeout_ms, char *
 		return NULL;
 	}
 	size_t rlen = strlen(request);
-	char *msg = malloc(rlen + 2);
-	if (!msg)
-		abort();
+	char *msg = gfs_xmalloc(rlen + 2);
 	memcpy(msg, request, rlen);
 	msg[rlen] = '\n';
 	bool sent = send(fd, msg, rlen + 1, MSG_NOSIGNAL) == (ssize_t)(rlen + 1);
@@ -163,15 +161,11 @@ sv_control_request(const char *path, const char *request, int timeout_ms, char *
 	}
 	shutdown(fd, SHUT_WR);
 	size_t len = 0, cap = 4096;
-	char *buf = malloc(cap);
-	if (!buf)
-		abort();
+	char *buf = gfs_xmalloc(cap);
 	for (;;) {
 		if (len + 1024 > cap) {
 			cap *= 2;
-			buf = realloc(buf, cap);
-			if (!buf)
-				abort();
+			buf = gfs_xreallocarray(buf, cap, 1);
 		}
 		ssize_t n = read(fd, buf + len, cap - len - 1);
 		if (n < 0 && errno == EINTR)

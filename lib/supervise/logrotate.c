@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../util.h"
 #include "logrotate.h"
 
 /* How long after a failed rotation output goes on into the current file. */
@@ -28,9 +29,7 @@ open_append(const char *path, uint64_t *size)
 static void
 make_parents(const char *path)
 {
-	char *dir = strdup(path);
-	if (!dir)
-		abort();
+	char *dir = gfs_xstrdup(path);
 	for (char *p = dir + 1; (p = strchr(p, '/')) != NULL; p++) {
 		*p = '\0';
 		mkdir(dir, 0750);
@@ -50,12 +49,8 @@ logfile_open(const char *path, uint64_t max, int backups)
 	}
 	if (fd < 0)
 		return NULL;
-	struct logfile *lf = calloc(1, sizeof *lf);
-	if (!lf)
-		abort();
-	lf->path = strdup(path);
-	if (!lf->path)
-		abort();
+	struct logfile *lf = gfs_xcalloc(1, sizeof *lf);
+	lf->path = gfs_xstrdup(path);
 	lf->fd = fd;
 	lf->size = size;
 	lf->max = max;
@@ -67,9 +62,7 @@ static char *
 numbered(const char *path, int n)
 {
 	size_t len = strlen(path) + 16;
-	char *s = malloc(len);
-	if (!s)
-		abort();
+	char *s = gfs_xmalloc(len);
 	snprintf(s, len, "%s.%d", path, n);
 	return s;
 }
@@ -79,10 +72,8 @@ static bool
 shift_files(struct logfile *lf)
 {
 	for (int i = lf->backups - 1; i >= 0; i--) {
-		char *from = i == 0 ? strdup(lf->path) : numbered(lf->path, i);
+		char *from = i == 0 ? gfs_xstrdup(lf->path) : numbered(lf->path, i);
 		char *to = numbered(lf->path, i + 1);
-		if (!from)
-			abort();
 		int rc = rename(from, to);
 		int e = errno;
 		free(from);

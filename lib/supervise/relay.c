@@ -175,9 +175,7 @@ static bool
 relay_room(struct sv *s, struct relay *r, size_t need)
 {
 	if (!r->buf) {
-		r->buf = malloc(r->max + 1);
-		if (!r->buf)
-			abort();
+		r->buf = gfs_xmalloc(r->max + 1);
 	}
 	if (r->dropped == 0 && r->off > 0 && r->max - r->len < need) {
 		/* What the reader took leaves room at the front. */

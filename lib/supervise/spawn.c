@@ -97,27 +97,24 @@ build_env(const struct instance *in, size_t *pid_slot)
 			if (strncmp(c->env[j], environ[i], kl + 1) == 0)
 				overridden = true;
 		if (!overridden)
-			env[k++] = strdup(environ[i]);
+			env[k++] = gfs_xstrdup(environ[i]);
 	}
 	for (size_t j = 0; j < c->nenv; j++)
-		env[k++] = strdup(c->env[j]);
+		env[k++] = gfs_xstrdup(c->env[j]);
 	char tmp[160];
 	snprintf(tmp, sizeof tmp, "GRIDFSCTL_SUPERVISE_NAME=%s", in->name);
-	env[k++] = strdup(tmp);
+	env[k++] = gfs_xstrdup(tmp);
 	snprintf(tmp, sizeof tmp, "GRIDFSCTL_SUPERVISE_INSTANCE=%d", in->index);
-	env[k++] = strdup(tmp);
+	env[k++] = gfs_xstrdup(tmp);
 	*pid_slot = (size_t)-1;
 	if (in->prog->listen_fd >= 0) {
-		env[k++] = strdup("LISTEN_FDS=1");
+		env[k++] = gfs_xstrdup("LISTEN_FDS=1");
 		snprintf(tmp, sizeof tmp, "LISTEN_FDNAMES=%s", c->name);
-		env[k++] = strdup(tmp);
+		env[k++] = gfs_xstrdup(tmp);
 		/* Filled in by the child, which alone knows its pid before exec. */
 		*pid_slot = k;
-		env[k++] = strdup("LISTEN_PID=                    ");
+		env[k++] = gfs_xstrdup("LISTEN_PID=                    ");
 	}
-	for (size_t i = 0; i < k; i++)
-		if (!env[i])
-			abort();
 	return env;
 }
 

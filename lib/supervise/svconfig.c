@@ -49,9 +49,7 @@ seterr(char *err, size_t errlen, const char *fmt, ...)
 static void
 list_append(char ***list, size_t *n, const char *s)
 {
-	char **l = realloc(*list, (*n + 2) * sizeof *l);
-	if (!l)
-		abort();
+	char **l = gfs_xreallocarray(*list, *n + 2, sizeof *l);
 	l[(*n)++] = gfs_xstrdup(s);
 	l[*n] = NULL;
 	*list = l;
@@ -269,12 +267,7 @@ struct strbuf {
 static void
 sb_putc(struct strbuf *b, char c)
 {
-	if (b->len + 2 > b->cap) {
-		b->cap = b->cap ? b->cap * 2 : 32;
-		b->s = realloc(b->s, b->cap);
-		if (!b->s)
-			abort();
-	}
+	GFS_GROW(b->s, b->len + 2, b->cap, 32);
 	b->s[b->len++] = c;
 	b->s[b->len] = '\0';
 }
@@ -483,9 +476,7 @@ static bool
 set_command(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
 {
 	if (p->command) {
-		char *joined = malloc(strlen(p->command) + strlen(v) + 2);
-		if (!joined)
-			abort();
+		char *joined = gfs_xmalloc(strlen(p->command) + strlen(v) + 2);
 		sprintf(joined, "%s %s", p->command, v);
 		free(p->command);
 		p->command = joined;
@@ -695,9 +686,7 @@ seen_line(const struct seen *v, const char *name)
 static void
 seen_add(struct seen *v, const char *name, int line)
 {
-	int *l = realloc(v->lines, (v->n + 1) * sizeof *l);
-	if (!l)
-		abort();
+	int *l = gfs_xreallocarray(v->lines, v->n + 1, sizeof *l);
 	l[v->n] = line;
 	v->lines = l;
 	list_append(&v->names, &v->n, name);
@@ -844,9 +833,7 @@ find_or_add(struct sv_config *c, const char *name, int line)
 	for (size_t i = 0; i < c->nprogs; i++)
 		if (strcmp(c->progs[i].name, name) == 0)
 			return &c->progs[i];
-	struct sv_program *p = realloc(c->progs, (c->nprogs + 1) * sizeof *p);
-	if (!p)
-		abort();
+	struct sv_program *p = gfs_xreallocarray(c->progs, c->nprogs + 1, sizeof *p);
 	c->progs = p;
 	sv_program_defaults(&c->progs[c->nprogs], name);
 	c->progs[c->nprogs].line = line;
@@ -949,9 +936,7 @@ finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 			return false;
 		}
 		if (!p->log && c->logdir) {
-			p->log = malloc(strlen(c->logdir) + strlen(p->name) + 6);
-			if (!p->log)
-				abort();
+			p->log = gfs_xmalloc(strlen(c->logdir) + strlen(p->name) + 6);
 			sprintf(p->log, "%s/%s.log", c->logdir, p->name);
 		}
 	}

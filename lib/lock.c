@@ -37,14 +37,6 @@ struct identity {
 	long long start;   /* process start time, clock ticks after boot */
 };
 
-static int64_t
-boot_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /*
  * Whether the lease may have run out, as others would see it: another
  * process may take the lock over once the expiry passes, and hosts' clocks
@@ -55,7 +47,7 @@ lease_over(gfs_lock *l)
 {
 	int64_t margin = (int64_t)(l->ttl_s / 3 > 0 ? l->ttl_s / 3 : 1) * 1000000000;
 	int64_t until = atomic_load(&l->granted_ns) + (int64_t)l->ttl_s * 1000000000 - margin;
-	return boot_ns() > until;
+	return gfs_clock_ns(CLOCK_BOOTTIME) > until;
 }
 
 static void
@@ -230,7 +222,7 @@ take(gfs_lock *l, gfs_error *err)
 	owner_string(l->owner, sizeof l->owner, &me);
 	/* A few rounds: the holder may release or be taken over between our steps. */
 	for (int round = 0; round < 3; round++) {
-		int64_t sent = boot_ns();
+		int64_t sent = gfs_clock_ns(CLOCK_BOOTTIME);
 		int64_t now = gfs_now_ms();
 		bson_t mine = BSON_INITIALIZER, reply;
 		lock_doc(&mine, l->name, &me, l->owner, now, now + (int64_t)l->ttl_s * 1000);
@@ -278,7 +270,7 @@ take(gfs_lock *l, gfs_error *err)
 static bool
 renew(gfs_lock *l)
 {
-	int64_t sent = boot_ns();
+	int64_t sent = gfs_clock_ns(CLOCK_BOOTTIME);
 	int64_t expires = gfs_now_ms() + (int64_t)l->ttl_s * 1000;
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, reply;
 	BSON_APPEND_UTF8(&filter, "_id", l->name);

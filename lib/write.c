@@ -129,7 +129,7 @@ gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, int64_t
 void
 gfs_metadata_from_stat(bson_t *meta, const struct stat *st)
 {
-	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	int64_t ns = gfs_stat_mtime_ns(st);
 	BSON_APPEND_DATE_TIME(meta, "mtime", ns / 1000000);
 	BSON_APPEND_INT64(meta, "mtimeNs", ns);
 	BSON_APPEND_INT64(meta, "size", (int64_t)st->st_size);

@@ -110,19 +110,11 @@ logfile_rotate(struct logfile *lf)
 	return true;
 }
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* After a failed rotation, none is tried for a while: output goes on into the current file. */
 static bool
 backing_off(const struct logfile *lf)
 {
-	return lf->retry_at > 0 && now_s() < lf->retry_at;
+	return lf->retry_at > 0 && gfs_mono_seconds() < lf->retry_at;
 }
 
 /* On failure the old descriptor stays, so output is not lost. */
@@ -134,7 +126,7 @@ rotate_or_back_off(struct logfile *lf)
 		return true;
 	}
 	int e = errno;
-	lf->retry_at = now_s() + LOGFILE_RETRY_S;
+	lf->retry_at = gfs_mono_seconds() + LOGFILE_RETRY_S;
 	errno = e;
 	return false;
 }

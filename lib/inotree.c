@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "inotree.h"
+#include "util.h"
 
 #define DIR_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | \
                   IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)

@@ -16,7 +16,7 @@
 
 #include <stdbool.h>
 
-#include "gfs.h"
+#include "error.h"
 #include "walk.h"
 
 enum gfs_inotree_kind {

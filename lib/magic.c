@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "magic.h"
+#include "util.h"
 
 /* libmagic needs only the start of a file; more makes text checks slower for nothing. */
 #define MAGIC_SNIFF_BYTES (64 * 1024)

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "gfs.h"
+#include "error.h"
 
 typedef struct gfs_magic gfs_magic;
 

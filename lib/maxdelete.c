@@ -1,6 +1,7 @@
 #include <string.h>
 
 #include "maxdelete.h"
+#include "util.h"
 
 bool
 gfs_max_delete_parse(const char *s, gfs_max_delete *out)

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gfs.h"
+#include "error.h"
 
 typedef struct gfs_max_delete {
 	bool set;           /* false: no limit */

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "gfs.h"
+#include "error.h"
 
 /* Limits of one segment and of the whole relative path, as Linux has them. */
 #define GFS_SAFEPATH_SEG_MAX 255

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "walk.h"
+#include "util.h"
 
 /* ---- globs ----------------------------------------------------------- */
 

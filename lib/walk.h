@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
-#include "gfs.h"
+#include "error.h"
 
 typedef struct gfs_walk_opts {
 	const char *const *include;   /* NULL or n_include patterns */

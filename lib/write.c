@@ -526,36 +526,46 @@ upload_absent(gfs_session *s, const bson_value_t *id)
 	return err.code == GFS_ENOTFOUND;
 }
 
-bool
-gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx, gfs_file *out,
-        gfs_error *err)
-{
-	if (!o->filename) {
-		gfs_error_set(err, GFS_EINVAL, "a filename is required");
-		return false;
-	}
-	int32_t cs = o->chunk_size > 0 ? o->chunk_size : GFS_DEFAULT_CHUNK_SIZE;
+/* One upload in progress: what the steps of gfs_put share. */
+struct put {
+	gfs_session *s;
+	const gfs_put_opts *o;
 	bson_value_t id;
-	if (o->id) {
-		bson_value_copy(o->id, &id);
-	} else {
-		memset(&id, 0, sizeof id);
-		id.value_type = BSON_TYPE_OID;
-		bson_oid_init(&id.value.v_oid, NULL);
-	}
-	if (!gfs_ensure_indexes(s, err)) {
-		bson_value_destroy(&id);
-		return false;
-	}
+	int32_t cs;               /* chunk size */
+	struct put_marker marker;
+	int64_t length;           /* bytes read from the source */
+	bool wrote;               /* chunks were sent, so some may have landed */
+	char sha256[65];
+};
 
-	uint8_t *buf = gfs_xmalloc((size_t)cs);
+/* The caller's id, or a new ObjectId. */
+static void
+put_id(const gfs_put_opts *o, bson_value_t *id)
+{
+	if (o->id) {
+		bson_value_copy(o->id, id);
+		return;
+	}
+	memset(id, 0, sizeof *id);
+	id->value_type = BSON_TYPE_OID;
+	bson_oid_init(&id->value.v_oid, NULL);
+}
+
+/*
+ * Reads src to its end and sends it as chunks in bulk inserts, the marker
+ * recorded before the first; the length and SHA-256 read go into p.
+ */
+static bool
+put_chunks(struct put *p, gfs_source_fn src, void *src_ctx, gfs_error *err)
+{
+	const gfs_put_opts *o = p->o;
+	uint8_t *buf = gfs_xmalloc((size_t)p->cs);
 	gfs_chunk_batch *batch = gfs_chunk_batch_new(PUT_BATCH_BYTES);
 	gfs_sha256 *h = gfs_sha256_new();
-	int64_t length = 0, n = 0;
-	bool ok = true, wrote = false;
-	struct put_marker marker = {0};
+	int64_t n = 0;
+	bool ok = true;
 	for (;;) {
-		ssize_t r = src(buf, (size_t)cs, src_ctx);
+		ssize_t r = src(buf, (size_t)p->cs, src_ctx);
 		if (r < 0) {
 			gfs_error_set(err, GFS_ELOCAL, "%s: read: %s", o->filename, strerror(errno));
 			ok = false;
@@ -566,54 +576,81 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 		if (n > INT32_MAX) {
 			gfs_error_set(err, GFS_EINVAL,
 			              "%s: needs more than 2147483648 chunks of %d bytes, GridFS's limit; "
-			              "use a larger chunk size", o->filename, (int)cs);
+			              "use a larger chunk size", o->filename, (int)p->cs);
 			ok = false;
 			break;
 		}
 		gfs_sha256_update(h, buf, (size_t)r);
-		gfs_chunk_batch_add(batch, &id, n++, buf, (size_t)r);
-		length += r;
+		gfs_chunk_batch_add(batch, &p->id, n++, buf, (size_t)r);
+		p->length += r;
 		if (gfs_chunk_batch_bytes(batch) >= PUT_BATCH_BYTES ||
 		    gfs_chunk_batch_count(batch) >= PUT_BATCH_DOCS) {
-			wrote = true;
-			if (!(ok = flush_marked(batch, s, &id, o, &marker, err)))
+			p->wrote = true;
+			if (!(ok = flush_marked(batch, p->s, &p->id, o, &p->marker, err)))
 				break;
 		}
-		if (r < cs)
+		if (r < p->cs)
 			break;
 	}
 	if (ok && gfs_chunk_batch_count(batch)) {
-		wrote = true;
-		ok = flush_marked(batch, s, &id, o, &marker, err);
+		p->wrote = true;
+		ok = flush_marked(batch, p->s, &p->id, o, &p->marker, err);
 	}
-	char hex[65];
-	gfs_sha256_final(h, hex);
+	gfs_sha256_final(h, p->sha256);
 	gfs_chunk_batch_free(batch);
 	free(buf);
+	return ok;
+}
 
+/*
+ * Inserts the files document, which makes the file visible; out gets it
+ * parsed. o is read only now: a source may fill in content_type as it reads.
+ */
+static bool
+put_files_doc(struct put *p, gfs_file *out, gfs_error *err)
+{
+	const gfs_put_opts *o = p->o;
+	bson_t doc = BSON_INITIALIZER;
+	gfs_files_doc(&doc, &p->id, o->filename, p->length, p->cs, gfs_now_ms(), o->content_type,
+	              p->sha256, o->metadata);
+	bson_error_t berr;
+	bool ok = mongoc_collection_insert_one(p->s->files, &doc, NULL, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "insert files document");
+	else if (out)
+		ok = gfs_file_parse(&doc, out, err);
+	bson_destroy(&doc);
+	return ok;
+}
+
+bool
+gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx, gfs_file *out,
+        gfs_error *err)
+{
+	if (!o->filename) {
+		gfs_error_set(err, GFS_EINVAL, "a filename is required");
+		return false;
+	}
+	struct put p = {.s = s, .o = o};
+	p.cs = o->chunk_size > 0 ? o->chunk_size : GFS_DEFAULT_CHUNK_SIZE;
+	put_id(o, &p.id);
+	if (!gfs_ensure_indexes(s, err)) {
+		bson_value_destroy(&p.id);
+		return false;
+	}
+	bool ok = put_chunks(&p, src, src_ctx, err);
 	/* Past its lease, a recovery may have taken our chunks for a dead put's. */
-	if (ok && gfs_lock_lost(marker.lock)) {
+	if (ok && gfs_lock_lost(p.marker.lock)) {
 		gfs_error_set(err, GFS_EBACKEND, "%s: the upload's lock was lost (backend unreachable "
 		              "for too long); nothing stored", o->filename);
 		ok = false;
 	}
 	/* An empty file sends no chunk, but the trim its caller does next needs the marker too. */
-	if (ok && o->keep_revisions > 0 && !marker.lock)
-		ok = marker_begin(s, &id, o, &marker, err);
-	bool doc_tried = false;
-	if (ok) {
-		bson_t doc = BSON_INITIALIZER;
-		gfs_files_doc(&doc, &id, o->filename, length, cs, gfs_now_ms(), o->content_type, hex,
-		              o->metadata);
-		bson_error_t berr;
-		doc_tried = true;
-		ok = mongoc_collection_insert_one(s->files, &doc, NULL, NULL, &berr);
-		if (!ok)
-			gfs_error_from_bson(err, &berr, "insert files document");
-		else if (out)
-			ok = gfs_file_parse(&doc, out, err);
-		bson_destroy(&doc);
-	}
+	if (ok && o->keep_revisions > 0 && !p.marker.lock)
+		ok = marker_begin(s, &p.id, o, &p.marker, err);
+	bool doc_tried = ok;
+	if (ok)
+		ok = put_files_doc(&p, out, err);
 	/*
 	 * The spec cleans up after an abort only and leaves chunks behind when an
 	 * insert fails, since a write that failed on the wire may have been
@@ -623,14 +660,14 @@ gfs_put(gfs_session *s, const gfs_put_opts *o, gfs_source_fn src, void *src_ctx,
 	 * the files document was sent it may have landed, and then the chunks
 	 * are a complete file: they go only when a lookup shows no such document.
 	 */
-	bool drop = !ok && wrote && !o->id && (!doc_tried || upload_absent(s, &id)) &&
-	            remove_chunks(s, &id);
+	bool drop = !ok && p.wrote && !o->id && (!doc_tried || upload_absent(s, &p.id)) &&
+	            remove_chunks(s, &p.id);
 	/*
 	 * Chunks kept for want of an answer stay marked: the next put's recovery
 	 * looks again. A stored file's marker stays for its caller's trim.
 	 */
-	marker_end(s, &id, &marker, ok ? o->keep_revisions <= 0 : !wrote || drop);
-	bson_value_destroy(&id);
+	marker_end(s, &p.id, &p.marker, ok ? o->keep_revisions <= 0 : !p.wrote || drop);
+	bson_value_destroy(&p.id);
 	return ok;
 }
 

@@ -17,6 +17,7 @@
 #include "lock.h"
 #include "magic.h"
 #include "names.h"
+#include "strmap.h"
 
 /* Files waiting in the queue per worker: enough to keep workers busy, small in memory. */
 #define QUEUE_PER_JOB 64
@@ -37,10 +38,8 @@
 
 /* ---- the table of names: existing files and names seen by the walk --- */
 
+/* A name's state, the value of imp->names; the map holds the name itself. */
 struct entry {
-	struct entry *next;
-	uint64_t hash;
-	char *name;
 	bool existing;        /* a files document has this name */
 	bool seen;            /* the walk produced this name */
 	bool link_dir;        /* a symlink to a directory, not followed: names below it exist */
@@ -55,87 +54,22 @@ struct entry {
 	char sha[65];
 };
 
-struct table {
-	struct entry **slots;
-	size_t nslots, count;
-};
-
-static uint64_t
-hash_name(const char *s)
+/* The entry of name, made empty when there is none. */
+static struct entry *
+entry_get(strmap *names, const char *name)
 {
-	uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ULL;
-	}
-	return h;
+	void **slot = strmap_slot(names, name, strlen(name));
+	if (!*slot)
+		*slot = gfs_xcalloc(1, sizeof(struct entry));
+	return *slot;
 }
 
 static void
-table_grow(struct table *t)
+entry_free(const char *name, void *e, void *ctx)
 {
-	size_t n = t->nslots ? t->nslots * 2 : 1024;
-	struct entry **slots = calloc(n, sizeof *slots);
-	if (!slots)
-		abort();
-	for (size_t i = 0; i < t->nslots; i++) {
-		struct entry *e = t->slots[i], *next;
-		for (; e; e = next) {
-			next = e->next;
-			e->next = slots[e->hash & (n - 1)];
-			slots[e->hash & (n - 1)] = e;
-		}
-	}
-	free(t->slots);
-	t->slots = slots;
-	t->nslots = n;
-}
-
-static struct entry *
-table_find(const struct table *t, const char *name, uint64_t h)
-{
-	if (!t->nslots)
-		return NULL;
-	for (struct entry *e = t->slots[h & (t->nslots - 1)]; e; e = e->next)
-		if (e->hash == h && strcmp(e->name, name) == 0)
-			return e;
-	return NULL;
-}
-
-static struct entry *
-table_get(struct table *t, const char *name, bool *created)
-{
-	uint64_t h = hash_name(name);
-	struct entry *e = table_find(t, name, h);
-	*created = false;
-	if (e)
-		return e;
-	if (t->nslots == 0 || t->count * 4 >= t->nslots * 3)
-		table_grow(t);
-	e = calloc(1, sizeof *e);
-	if (!e || !(e->name = strdup(name)))
-		abort();
-	e->hash = h;
-	e->next = t->slots[h & (t->nslots - 1)];
-	t->slots[h & (t->nslots - 1)] = e;
-	t->count++;
-	*created = true;
-	return e;
-}
-
-static void
-table_free(struct table *t)
-{
-	for (size_t i = 0; i < t->nslots; i++) {
-		struct entry *e = t->slots[i], *next;
-		for (; e; e = next) {
-			next = e->next;
-			free(e->name);
-			free(e);
-		}
-	}
-	free(t->slots);
-	memset(t, 0, sizeof *t);
+	(void)name;
+	(void)ctx;
+	free(e);
 }
 
 /* ---- the queue between the walk and the workers ---------------------- */
@@ -231,7 +165,7 @@ struct gfs_import {
 	pthread_mutex_t mu;       /* guards stats, fatal_err and event calls */
 	gfs_error fatal_err;
 	gfs_import_stats st;
-	struct table table;
+	strmap *names;            /* stored names and names the walk saw: struct entry */
 	struct queue q;
 	gfs_lock *lock;
 	double started;
@@ -337,6 +271,7 @@ gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts)
 	gethostname(host, sizeof host - 1);
 	snprintf(imp->owner, sizeof imp->owner, "%s/%ld", host, (long)getpid());
 	imp->root_fd = -1;
+	imp->names = strmap_new(1024);
 	pthread_mutex_init(&imp->mu, NULL);
 	pthread_mutex_init(&imp->q.mu, NULL);
 	pthread_cond_init(&imp->q.not_empty, NULL);
@@ -363,7 +298,9 @@ gfs_import_free(gfs_import *imp)
 		next = j->next;
 		job_free(j);
 	}
-	table_free(&imp->table);
+	if (imp->names)
+		strmap_each(imp->names, entry_free, NULL);
+	strmap_free(imp->names);
 	pthread_mutex_destroy(&imp->mu);
 	pthread_mutex_destroy(&imp->q.mu);
 	pthread_cond_destroy(&imp->q.not_empty);
@@ -782,8 +719,7 @@ add_existing(gfs_import *imp, const bson_t *doc)
 	bson_iter_t it;
 	if (!bson_iter_init_find(&it, doc, "filename") || !BSON_ITER_HOLDS_UTF8(&it))
 		return;
-	bool created;
-	struct entry *e = table_get(&imp->table, bson_iter_utf8(&it, NULL), &created);
+	struct entry *e = entry_get(imp->names, bson_iter_utf8(&it, NULL));
 	int64_t upload = 0, length = -1;
 	bool has_oid = false;
 	bson_oid_t oid;
@@ -1507,10 +1443,10 @@ walk_failed(gfs_import *imp, const gfs_walk_entry *e, bool incomplete)
 static struct entry *
 mark_seen(gfs_import *imp, const gfs_walk_entry *e)
 {
-	bool escaped, created;
+	bool escaped;
 	char *rel_name = gfs_name_from_bytes(e->rel, e->rel_len, &escaped);
 	char *name = gfs_prefix_join(imp->prefix, rel_name);
-	struct entry *ent = table_get(&imp->table, name, &created);
+	struct entry *ent = entry_get(imp->names, name);
 	ent->seen = true;
 	free(rel_name);
 	free(name);
@@ -1557,13 +1493,11 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 		snprintf(reason, sizeof reason, "name too long (%zu bytes, at most %d)", strlen(name),
 		         GFS_IMPORT_MAX_NAME);
 		file_failed(imp, e->rel, NULL, false, 0, reason);
-		bool created;
-		table_get(&imp->table, name, &created)->seen = true;
+		entry_get(imp->names, name)->seen = true;
 		free(name);
 		return true;
 	}
-	bool created;
-	struct entry *ent = table_get(&imp->table, name, &created);
+	struct entry *ent = entry_get(imp->names, name);
 	if (ent->seen) {
 		snprintf(reason, sizeof reason,
 		         "name collision: another path was already stored as '%s' (non-UTF-8 bytes are "
@@ -1625,8 +1559,8 @@ cmp_str(const void *a, const void *b)
 }
 
 static bool
-delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, char **names, size_t n,
-             gfs_error *err)
+delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, const char **names,
+             size_t n, gfs_error *err)
 {
 	if (!imp->o.dry_run) {
 		if (!lock_held(imp, err))
@@ -1678,45 +1612,51 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, char
 static bool
 under_link(const gfs_import *imp, const char *name)
 {
-	char *copy = strdup(name);
-	if (!copy)
-		abort();
-	bool found = false;
-	for (char *slash = strchr(copy, '/'); !found && slash; slash = strchr(slash + 1, '/')) {
-		*slash = '\0';
-		const struct entry *e = table_find(&imp->table, copy, hash_name(copy));
-		found = e && e->link_dir;
-		*slash = '/';
+	for (const char *slash = strchr(name, '/'); slash; slash = strchr(slash + 1, '/')) {
+		const struct entry *e = strmap_getn(imp->names, name, (size_t)(slash - name));
+		if (e && e->link_dir)
+			return true;
 	}
-	free(copy);
-	return found;
+	return false;
+}
+
+/* Stored names the walk would have taken and did not see, and how many it would have taken. */
+struct missing {
+	const gfs_import *imp;
+	const char **names;
+	size_t n, cap, managed;
+};
+
+static void
+collect_missing(const char *name, void *value, void *ctx)
+{
+	struct missing *m = ctx;
+	const struct entry *e = value;
+	if (!e->existing)
+		return;
+	/* Names the walk would not have taken (excluded, hidden, temporary) are left alone. */
+	const char *rel = gfs_prefix_strip(m->imp->prefix, name);
+	if (!rel || !*rel || !gfs_walk_path_selected(&m->imp->o.walk, rel))
+		return;
+	m->managed++;
+	if (e->seen || under_link(m->imp, name))
+		return;
+	if (m->n == m->cap) {
+		m->cap = m->cap ? m->cap * 2 : 64;
+		m->names = realloc(m->names, m->cap * sizeof *m->names);
+		if (!m->names)
+			abort();
+	}
+	m->names[m->n++] = name;
 }
 
 static bool
 delete_missing(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
-	char **names = NULL;
-	size_t n = 0, cap = 0, managed = 0;
-	for (size_t i = 0; i < imp->table.nslots; i++) {
-		for (struct entry *e = imp->table.slots[i]; e; e = e->next) {
-			if (!e->existing)
-				continue;
-			/* Names the walk would not have taken (excluded, hidden, temporary) are left alone. */
-			const char *rel = gfs_prefix_strip(imp->prefix, e->name);
-			if (!rel || !*rel || !gfs_walk_path_selected(&imp->o.walk, rel))
-				continue;
-			managed++;
-			if (e->seen || under_link(imp, e->name))
-				continue;
-			if (n == cap) {
-				cap = cap ? cap * 2 : 64;
-				names = realloc(names, cap * sizeof *names);
-				if (!names)
-					abort();
-			}
-			names[n++] = e->name;
-		}
-	}
+	struct missing m = {.imp = imp};
+	strmap_each(imp->names, collect_missing, &m);
+	const char **names = m.names;
+	size_t n = m.n, managed = m.managed;
 	/*
 	 * Nothing to import while names are stored is what an unmounted file
 	 * system or a mistyped DIR look like, and --delete would empty the prefix.

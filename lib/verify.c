@@ -26,6 +26,7 @@
 #include "fetch.h"
 #include "import.h"
 #include "lock.h"
+#include "strmap.h"
 #include "verify.h"
 
 /* Bytes of chunk data waiting in one hashing queue before the reader blocks. */
@@ -71,16 +72,6 @@ gfs_verify_parse_percent(const char *s, double *out)
 	return true;
 }
 
-static uint64_t
-fnv1a(const uint8_t *p, size_t len, uint64_t h)
-{
-	for (size_t i = 0; i < len; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ULL;
-	}
-	return h;
-}
-
 /*
  * The bytes that identify an id: its canonical form's BSON element with an
  * empty key, so that ids the server finds equal (Int64 77, Int32 77) share
@@ -101,7 +92,7 @@ gfs_verify_sampled(const bson_value_t *id, double fraction, uint64_t seed)
 		return true;
 	bson_t key;
 	id_key(id, &key);
-	uint64_t h = fnv1a(bson_get_data(&key), key.len, 0xcbf29ce484222325ULL ^ seed);
+	uint64_t h = gfs_fnv1a(bson_get_data(&key), key.len, GFS_FNV1A_BASIS ^ seed);
 	bson_destroy(&key);
 	/* The low bits of FNV are weak; mix before scaling. */
 	h ^= h >> 33;
@@ -183,8 +174,6 @@ gfs_chunk_check_end(gfs_chunk_check *c)
 /* ---- the files table ------------------------------------------------- */
 
 struct vfile {
-	bson_t key;            /* id_key() of _id */
-	uint64_t hash;
 	bson_value_t id;       /* copy, also for BAD-DOC entries */
 	gfs_file f;            /* valid when !bad */
 	bool bad;
@@ -194,17 +183,10 @@ struct vfile {
 };
 
 struct table {
-	struct vfile **slots;  /* open addressing */
-	size_t cap;
+	strmap *ids;           /* id_key() of _id to its vfile */
 	struct vfile **list;   /* in _id order */
 	size_t count, list_cap;
 };
-
-static uint64_t
-key_hash(const bson_t *key)
-{
-	return fnv1a(bson_get_data(key), key->len, 0xcbf29ce484222325ULL);
-}
 
 static bool
 key_eq(const bson_t *a, const bson_t *b)
@@ -212,50 +194,25 @@ key_eq(const bson_t *a, const bson_t *b)
 	return a->len == b->len && memcmp(bson_get_data(a), bson_get_data(b), a->len) == 0;
 }
 
-static void
-table_grow(struct table *t)
-{
-	size_t ncap = t->cap ? t->cap * 2 : 1024;
-	struct vfile **ns = calloc(ncap, sizeof *ns);
-	if (!ns)
-		abort();
-	for (size_t i = 0; i < t->cap; i++) {
-		struct vfile *v = t->slots[i];
-		if (!v)
-			continue;
-		size_t j = v->hash & (ncap - 1);
-		while (ns[j])
-			j = (j + 1) & (ncap - 1);
-		ns[j] = v;
-	}
-	free(t->slots);
-	t->slots = ns;
-	t->cap = ncap;
-}
-
 static struct vfile *
-table_find(const struct table *t, const bson_t *key, uint64_t h)
+table_find(const struct table *t, const bson_t *key)
 {
-	if (!t->cap)
-		return NULL;
-	for (size_t j = h & (t->cap - 1); t->slots[j]; j = (j + 1) & (t->cap - 1))
-		if (t->slots[j]->hash == h && key_eq(&t->slots[j]->key, key))
-			return t->slots[j];
-	return NULL;
+	return t->ids ? strmap_getn(t->ids, bson_get_data(key), key->len) : NULL;
 }
 
 /* Returns false when the id is already there (a duplicate _id cannot happen on MongoDB). */
 static bool
 table_add(struct table *t, struct vfile *v)
 {
-	if ((t->count + 1) * 2 > t->cap)
-		table_grow(t);
-	if (table_find(t, &v->key, v->hash))
+	if (!t->ids)
+		t->ids = strmap_new(1024);
+	bson_t key;
+	id_key(&v->id, &key);
+	void **slot = strmap_slot(t->ids, bson_get_data(&key), key.len);
+	bson_destroy(&key);
+	if (*slot)
 		return false;
-	size_t j = v->hash & (t->cap - 1);
-	while (t->slots[j])
-		j = (j + 1) & (t->cap - 1);
-	t->slots[j] = v;
+	*slot = v;
 	if (t->count == t->list_cap) {
 		t->list_cap = t->list_cap ? t->list_cap * 2 : 1024;
 		t->list = realloc(t->list, t->list_cap * sizeof *t->list);
@@ -269,7 +226,6 @@ table_add(struct table *t, struct vfile *v)
 static void
 vfile_free(struct vfile *v)
 {
-	bson_destroy(&v->key);
 	bson_value_destroy(&v->id);
 	if (!v->bad)
 		gfs_file_free(&v->f);
@@ -283,7 +239,7 @@ table_free(struct table *t)
 	for (size_t i = 0; i < t->count; i++)
 		vfile_free(t->list[i]);
 	free(t->list);
-	free(t->slots);
+	strmap_free(t->ids);
 	memset(t, 0, sizeof *t);
 }
 
@@ -695,8 +651,7 @@ drain(struct verify *v, bool wait)
 /* The group of consecutive chunks with one files_id. */
 struct group {
 	bool active;
-	bson_t key;
-	uint64_t hash;
+	bson_t key;                /* id_key() of files_id */
 	bson_value_t files_id;
 	struct vfile *vf;          /* NULL: orphans (or a file not selected) */
 	bool skip;                 /* a BAD-DOC file, or a file not in the sample */
@@ -839,14 +794,12 @@ group_end(struct verify *v, struct group *g, bool complete)
 }
 
 static void
-group_begin(struct verify *v, struct group *g, const bson_value_t *files_id, bson_t *key,
-            uint64_t h)
+group_begin(struct verify *v, struct group *g, const bson_value_t *files_id, bson_t *key)
 {
 	g->active = true;
 	g->key = *key;             /* takes ownership */
-	g->hash = h;
 	bson_value_copy(files_id, &g->files_id);
-	g->vf = table_find(&v->t, key, h);
+	g->vf = table_find(&v->t, key);
 	if (!g->vf) {
 		/*
 		 * Only a scan of the whole bucket can call chunks orphans: under a
@@ -923,12 +876,11 @@ feed(struct verify *v, struct group *g, const bson_t *doc)
 	const bson_value_t *fid = bson_iter_value(&it);
 	bson_t key;
 	id_key(fid, &key);
-	uint64_t h = key_hash(&key);
-	if (g->active && g->hash == h && key_eq(&g->key, &key)) {
+	if (g->active && key_eq(&g->key, &key)) {
 		bson_destroy(&key);
 	} else {
 		group_end(v, g, true);
-		group_begin(v, g, fid, &key, h);
+		group_begin(v, g, fid, &key);
 	}
 	chunk(v, g, doc);
 	drain(v, false);
@@ -991,8 +943,6 @@ add_bad(struct verify *v, const bson_t *doc, const gfs_error *perr)
 		abort();
 	vf->bad = true;
 	bson_value_copy(bson_iter_value(&it), &vf->id);
-	id_key(&vf->id, &vf->key);
-	vf->hash = key_hash(&vf->key);
 	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
 		vf->bad_name = strdup(bson_iter_utf8(&it, NULL));
 	/* The parser's message names the file; keep only its reason. */
@@ -1014,8 +964,6 @@ add_doc(struct verify *v, const bson_t *doc, double sample, int32_t *max_chunk)
 		return;
 	}
 	bson_value_copy(&vf->f.id, &vf->id);
-	id_key(&vf->id, &vf->key);
-	vf->hash = key_hash(&vf->key);
 	/* $sample may return a document twice: the table keeps one. */
 	if (!gfs_verify_sampled(&vf->id, sample, v->o->seed) || !table_add(&v->t, vf)) {
 		vfile_free(vf);
@@ -1225,7 +1173,7 @@ stream_orphans(struct verify *v, int32_t batch, gfs_error *err)
 			continue;
 		bson_t key;
 		id_key(bson_iter_value(&it), &key);
-		bool known = table_find(&v->t, &key, key_hash(&key)) != NULL;
+		bool known = table_find(&v->t, &key) != NULL;
 		bson_destroy(&key);
 		if (known)
 			continue;

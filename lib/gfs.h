@@ -184,6 +184,13 @@ bool gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn f
 /* A batchSize for chunk cursors that keeps each batch well under 16 MB. */
 int32_t gfs_chunk_batch_size(int32_t chunk_size);
 
+/*
+ * Ends a read through cur, wherever its loop stopped, and destroys it:
+ * false with err (may be NULL) set, prefixed by what, when the cursor
+ * failed. A loop that stopped on its own leaves no cursor error.
+ */
+bool gfs_cursor_done(mongoc_cursor_t *cur, const char *what, gfs_error *err);
+
 /* ---- writing --------------------------------------------------------- */
 
 typedef struct gfs_put_opts {

@@ -15,6 +15,17 @@ gfs_chunk_batch_size(int32_t chunk_size)
 	return n < 1 ? 1 : n > 1000 ? 1000 : n;
 }
 
+bool
+gfs_cursor_done(mongoc_cursor_t *cur, const char *what, gfs_error *err)
+{
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
 struct read_state {
 	const gfs_file *f;
 	const char *name;
@@ -89,12 +100,8 @@ read_chunks(gfs_session *s, struct read_state *st, gfs_digest *d, gfs_data_fn fn
 			ok = false;
 		}
 	}
-	bson_error_t berr;
-	if (ok && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "read chunks");
+	if (!gfs_cursor_done(cur, "read chunks", err))
 		ok = false;
-	}
-	mongoc_cursor_destroy(cur);
 	if (ok && st->next < st->expected) {
 		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", st->name,
 		              (long long)st->next);

@@ -188,18 +188,15 @@ dry_run(gfs_session *s, const struct rm_opts *o, const char *name)
 			human_line(stdout, "would remove %s (id %s, %lld bytes)", fname, id, (long long)len);
 		free(id);
 	}
-	bson_error_t berr;
 	gfs_error err;
 	int rc = EXIT_OK;
-	if (mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(&err, &berr, "find in files collection");
+	if (!gfs_cursor_done(cur, "find in files collection", &err)) {
 		rc = fail(&err);
 	} else if (n == 0 && !o->force) {
 		gfs_error_set(&err, GFS_ENOTFOUND, o->id ? "id %s: no such file" : "%s: no such file",
 		              o->id ? o->id : name);
 		rc = fail(&err);
 	}
-	mongoc_cursor_destroy(cur);
 	bson_destroy(opts);
 	bson_destroy(&filter);
 	report(o, o->id ? o->id : name, n, &ids, rc);

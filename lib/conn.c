@@ -334,12 +334,7 @@ has_index(mongoc_collection_t *coll, const bson_t *keys, bool *found, gfs_error 
 		if (bson_init_static(&key, data, len) && gfs_index_keys_equal(&key, keys))
 			*found = true;
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "listIndexes");
-	mongoc_cursor_destroy(cur);
-	return ok;
+	return gfs_cursor_done(cur, "listIndexes", err);
 }
 
 static bool
@@ -388,16 +383,12 @@ gfs_ensure_indexes(gfs_session *s, gfs_error *err)
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, primary);
 	const bson_t *doc;
 	bool empty = !mongoc_cursor_next(cur, &doc);
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "cannot read the files collection", err);
 	mongoc_read_prefs_destroy(primary);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
-	if (!ok) {
-		gfs_error_from_bson(err, &berr, "cannot read the files collection");
+	if (!ok)
 		return false;
-	}
 	if (empty) {
 		bson_t files_keys = BSON_INITIALIZER, chunk_keys = BSON_INITIALIZER;
 		BSON_APPEND_INT32(&files_keys, "filename", 1);

@@ -118,11 +118,7 @@ check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 		if (bson_iter_init_find(&it, doc, "expires") && BSON_ITER_HOLDS_DATE_TIME(&it))
 			r->lock_expires = bson_iter_date_time(&it);
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read the import lock");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "read the import lock", err);
 	bson_destroy(&filter);
 	mongoc_collection_destroy(locks);
 	r->lock = GFS_LOCK_FREE;
@@ -148,12 +144,8 @@ exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
 	const bson_t *doc;
 	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
-	bson_error_t berr;
-	if (!rc && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "look up a files_id");
+	if (!gfs_cursor_done(cur, "look up a files_id", err))
 		rc = -1;
-	}
-	mongoc_cursor_destroy(cur);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	return rc;

@@ -84,12 +84,8 @@ read_file(struct gfs_fetch *f, gfs_session *s, size_t i)
 	bool open = true;
 	while (open && mongoc_cursor_next(cur, &doc))
 		open = put(f, i, doc);
-	bson_error_t berr;
 	gfs_error err;
-	bool failed = open && mongoc_cursor_error(cur, &berr);
-	if (failed)
-		gfs_error_from_bson(&err, &berr, "read chunks");
-	mongoc_cursor_destroy(cur);
+	bool failed = !gfs_cursor_done(cur, "read chunks", &err);
 	pthread_mutex_lock(&f->mu);
 	f->files[i].done = true;
 	f->files[i].failed = failed;

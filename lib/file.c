@@ -306,12 +306,8 @@ find_one(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts, gf
 	int rc = 0;
 	if (mongoc_cursor_next(cur, &doc))
 		rc = gfs_file_parse(doc, out, err) ? 1 : -1;
-	bson_error_t berr;
-	if (rc == 0 && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "find in files collection");
+	if (!gfs_cursor_done(cur, "find in files collection", err))
 		rc = -1;
-	}
-	mongoc_cursor_destroy(cur);
 	return rc;
 }
 
@@ -385,12 +381,8 @@ gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_error
 	bool found = mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "_id");
 	if (found)
 		bson_value_copy(bson_iter_value(&it), out);
-	bson_error_t berr;
-	if (!found && mongoc_cursor_error(cur, &berr))
-		gfs_error_from_bson(err, &berr, "find in files collection");
-	else if (!found)
+	if (gfs_cursor_done(cur, "find in files collection", err) && !found)
 		gfs_error_set(err, GFS_ENOTFOUND, "%s: no such file", name);
-	mongoc_cursor_destroy(cur);
 	return found;
 }
 
@@ -437,12 +429,7 @@ gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, void *ctx, gfs_erro
 		if (!more)
 			break;
 	}
-	bson_error_t berr;
-	if (mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "list files");
-		ok = false;
-	}
-	mongoc_cursor_destroy(cur);
+	ok = gfs_cursor_done(cur, "list files", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	return ok;

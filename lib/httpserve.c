@@ -789,16 +789,12 @@ stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, struct tee 
 		}
 		(*next)++;
 	}
-	bson_error_t berr;
-	if (ok && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "read chunks");
+	if (!gfs_cursor_done(cur, "read chunks", err))
 		ok = false;
-	}
 	if (ok && *next <= w1) {
 		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name, (long long)*next);
 		ok = false;
 	}
-	mongoc_cursor_destroy(cur);
 	return ok;
 }
 
@@ -2087,11 +2083,7 @@ preload(struct httpserve *srv, gfs_error *err)
 	const bson_t *doc;
 	while (strmap_count(p.want) > 0 && mongoc_cursor_next(cur, &doc))
 		preload_chunk(&p, doc);
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "preload");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "preload", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	gfs_session_push(ses);

@@ -413,11 +413,7 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 		}
 		idlist_add(&old, bson_iter_value(&idit));
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "find old revisions");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "find old revisions", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	ok = ok && gfs_delete_many(s, old.v, old.n, GFS_IMPORT_LOCK, NULL, err);
@@ -474,11 +470,7 @@ load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **ou
 		m[n].flagged = bson_iter_init_find(&it, doc, GFS_RECOVERED_FIELD) && bson_iter_as_bool(&it);
 		n++;
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read upload markers");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "read upload markers", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	*out = m;
@@ -512,11 +504,7 @@ find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, 
 			    bson_oid_equal(&v->value.v_oid, &ids[i].value.v_oid))
 				complete[i] = true;
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "find completed uploads");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "find completed uploads", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	free(ids);
@@ -775,11 +763,7 @@ load_matching(gfs_import *imp, gfs_session *s, const bson_t *filter, const char 
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc))
 		add_existing(imp, doc);
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, what);
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, what, err);
 	bson_destroy(&opts);
 	return ok;
 }
@@ -1587,11 +1571,7 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, cons
 			if (bson_iter_init_find(&it, doc, "_id"))
 				idlist_add(&ids, bson_iter_value(&it));
 		}
-		bson_error_t berr;
-		bool ok = !mongoc_cursor_error(cur, &berr);
-		if (!ok)
-			gfs_error_from_bson(err, &berr, "find files to delete");
-		mongoc_cursor_destroy(cur);
+		bool ok = gfs_cursor_done(cur, "find files to delete", err);
 		bson_destroy(&filter);
 		bson_destroy(&opts);
 		ok = ok && gfs_delete_many(s, ids.v, ids.n, GFS_IMPORT_LOCK, NULL, err);

@@ -244,12 +244,7 @@ scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_e
 			add_meta(by_name, by_id, gfs_meta_from_file(&f));
 		gfs_file_free(&f);
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "index: read the files collection");
-	mongoc_cursor_destroy(cur);
-	return ok;
+	return gfs_cursor_done(cur, "index: read the files collection", err);
 }
 
 bool

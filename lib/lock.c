@@ -206,10 +206,7 @@ find_holder(gfs_lock *l, bson_t *out, gfs_error *err)
 	bool found = mongoc_cursor_next(cur, &doc);
 	if (found)
 		bson_copy_to(doc, out);
-	bson_error_t berr;
-	if (!found && mongoc_cursor_error(cur, &berr))
-		gfs_error_from_bson(err, &berr, "read lock");
-	mongoc_cursor_destroy(cur);
+	gfs_cursor_done(cur, "read lock", err);
 	bson_destroy(&filter);
 	return found;
 }

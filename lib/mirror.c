@@ -1541,13 +1541,7 @@ scan_query(struct scan *sc, gfs_session *s, const bson_t *filter, int32_t batch,
 		}
 		scan_chunk(sc, doc);
 	}
-	bson_error_t berr;
-	if (ok && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "read chunks");
-		ok = false;
-	}
-	mongoc_cursor_destroy(cur);
-	return ok;
+	return gfs_cursor_done(cur, "read chunks", err) && ok;
 }
 
 /* The $in query for the non-empty files among idx[from..from+count). */

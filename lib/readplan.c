@@ -108,9 +108,7 @@ gfs_read_has_sample(gfs_session *s)
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc))
 		;
-	bool ok = !mongoc_cursor_error(cur, NULL);
-	mongoc_cursor_destroy(cur);
-	return ok;
+	return gfs_cursor_done(cur, "$sample", NULL);
 }
 
 void

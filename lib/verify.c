@@ -684,12 +684,8 @@ exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, cha
 	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
 	if (rc && lock && bson_iter_init_find(&it, doc, "lock") && BSON_ITER_HOLDS_UTF8(&it))
 		*lock = gfs_xstrdup(bson_iter_utf8(&it, NULL));
-	bson_error_t berr;
-	if (!rc && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "look up a files_id");
+	if (!gfs_cursor_done(cur, "look up a files_id", err))
 		rc = -1;
-	}
-	mongoc_cursor_destroy(cur);
 	return rc;
 }
 
@@ -911,12 +907,8 @@ stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
 		}
 		feed(v, &g, doc);
 	}
-	bson_error_t berr;
-	if (ok && mongoc_cursor_error(cur, &berr)) {
-		gfs_error_from_bson(err, &berr, "read chunks");
+	if (!gfs_cursor_done(cur, "read chunks", err))
 		ok = false;
-	}
-	mongoc_cursor_destroy(cur);
 	/*
 	 * Always end the group: its slot must reach the hasher to be freed. After
 	 * an interruption or a cursor error it may be only partly read.
@@ -1037,11 +1029,7 @@ load_files(struct verify *v, int32_t *max_chunk, gfs_error *err)
 	*max_chunk = 1;
 	while (mongoc_cursor_next(cur, &doc))
 		add_doc(v, doc, sample, max_chunk);
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read files documents");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "read files documents", err);
 	v->st->files = v->t.count;
 	return ok;
 }
@@ -1185,11 +1173,7 @@ stream_orphans(struct verify *v, int32_t batch, gfs_error *err)
 		}
 		bson_value_copy(bson_iter_value(&it), &lost[n++]);
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "list the chunks' files_ids");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "list the chunks' files_ids", err);
 	/* A null group stands for chunks without files_id too: {$eq: null} finds both. */
 	for (size_t i = 0; ok && i < n; i++) {
 		bson_t filter = BSON_INITIALIZER;

@@ -388,11 +388,7 @@ sweep_recovered(gfs_session *s, gfs_error *err)
 		    bson_iter_date_time(&until) < now)
 			old[nold++] = ids[n - 1];
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read recovered uploads");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "read recovered uploads", err);
 	bson_destroy(&opts);
 	bson_destroy(&all);
 	/* Those past their time are looked at once more, then forgotten. */
@@ -486,11 +482,7 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 	const bson_t *doc;
 	while (n < RECOVER_MAX && mongoc_cursor_next(cur, &doc))
 		docs[n++] = bson_copy(doc);
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read upload markers");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "read upload markers", err);
 	mongoc_collection_destroy(uploads);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
@@ -828,11 +820,7 @@ gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error 
 		GFS_GROW(docs, n + 1, cap, 8);
 		docs[n++] = bson_copy(doc);
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "read deletion markers");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "read deletion markers", err);
 	for (size_t i = 0; i < n; i++) {
 		ok = ok && finish_deletion(s, uploads, docs[i], files, err);
 		bson_destroy(docs[i]);
@@ -888,11 +876,7 @@ old_revision_ids(gfs_session *s, const char *name, int keep, const bson_value_t 
 		GFS_GROW(ids, count + 1, cap, 8);
 		bson_value_copy(bson_iter_value(&it), &ids[count++]);
 	}
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "find old revisions");
-	mongoc_cursor_destroy(cur);
+	bool ok = gfs_cursor_done(cur, "find old revisions", err);
 	*out = ids;
 	*nout = count;
 	return ok;

@@ -253,9 +253,7 @@ stopping(gfs_import *imp)
 gfs_import *
 gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts)
 {
-	gfs_import *imp = calloc(1, sizeof *imp);
-	if (!imp)
-		abort();
+	gfs_import *imp = gfs_xcalloc(1, sizeof *imp);
 	imp->conn = conn;
 	imp->o = *opts;
 	if (imp->o.jobs < 1)
@@ -322,12 +320,7 @@ struct idlist {
 static void
 idlist_add(struct idlist *l, const bson_value_t *v)
 {
-	if (l->n == l->cap) {
-		l->cap = l->cap ? l->cap * 2 : 64;
-		l->v = realloc(l->v, l->cap * sizeof *l->v);
-		if (!l->v)
-			abort();
-	}
+	GFS_GROW(l->v, l->n + 1, l->cap, 64);
 	bson_value_copy(v, &l->v[l->n++]);
 }
 
@@ -454,17 +447,12 @@ load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **ou
 		bson_iter_t it;
 		if (!bson_iter_init_find(&it, doc, "_id"))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 64;
-			m = realloc(m, cap * sizeof *m);
-			if (!m)
-				abort();
-		}
+		GFS_GROW(m, n + 1, cap, 64);
 		bson_value_copy(bson_iter_value(&it), &m[n].id);
 		m[n].name = NULL;
 		m[n].keep = 1;   /* markers without keep: trim as the default would */
 		if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
-			m[n].name = strdup(bson_iter_utf8(&it, NULL));
+			m[n].name = gfs_xstrdup(bson_iter_utf8(&it, NULL));
 		if (bson_iter_init_find(&it, doc, "keep") && BSON_ITER_HOLDS_NUMBER(&it))
 			m[n].keep = (int)bson_iter_as_int64(&it);
 		m[n].flagged = bson_iter_init_find(&it, doc, GFS_RECOVERED_FIELD) && bson_iter_as_bool(&it);
@@ -482,9 +470,7 @@ load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **ou
 static bool
 find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, gfs_error *err)
 {
-	bson_value_t *ids = calloc(n, sizeof *ids);
-	if (!ids)
-		abort();
+	bson_value_t *ids = gfs_xcalloc(n, sizeof *ids);
 	for (size_t i = 0; i < n; i++)
 		ids[i] = m[i].id;
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
@@ -542,11 +528,9 @@ static bool
 recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, struct marker *m,
               size_t n, int64_t *late, gfs_error *err)
 {
-	bool *complete = calloc(n, sizeof *complete);
-	struct newrev *revs = calloc(n, sizeof *revs);
+	bool *complete = gfs_xcalloc(n, sizeof *complete);
+	struct newrev *revs = gfs_xcalloc(n, sizeof *revs);
 	struct idlist orphans = {0}, done = {0}, flagged = {0}, fresh = {0}, latedocs = {0};
-	if (!complete || !revs)
-		abort();
 	bool ok = find_complete(s, m, n, complete, err);
 	size_t nrevs = 0;
 	for (size_t i = 0; ok && i < n; i++) {
@@ -838,9 +822,7 @@ static bool
 insert_markers(struct worker *w, gfs_error *err)
 {
 	gfs_import *imp = w->imp;
-	bson_t **docs = calloc(w->npending, sizeof *docs);
-	if (!docs)
-		abort();
+	bson_t **docs = gfs_xcalloc(w->npending, sizeof *docs);
 	size_t n = 0;
 	int64_t now = gfs_now_ms();
 	for (size_t i = 0; i < w->npending; i++) {
@@ -899,9 +881,7 @@ files_doc(gfs_import *imp, const struct upload *u, int64_t now, bson_t *doc)
 static bool
 insert_files(struct worker *w, gfs_error *err)
 {
-	bson_t **docs = calloc(w->npending, sizeof *docs);
-	if (!docs)
-		abort();
+	bson_t **docs = gfs_xcalloc(w->npending, sizeof *docs);
 	size_t n = 0;
 	int64_t now = gfs_now_ms();
 	for (size_t i = 0; i < w->npending; i++) {
@@ -931,10 +911,8 @@ static bool
 finish_pending(struct worker *w, gfs_error *err)
 {
 	gfs_import *imp = w->imp;
-	struct newrev *revs = calloc(w->npending + 1, sizeof *revs);
+	struct newrev *revs = gfs_xcalloc(w->npending + 1, sizeof *revs);
 	struct idlist failed = {0}, finished = {0};
-	if (!revs)
-		abort();
 	size_t nrevs = 0;
 	for (size_t i = 0; i < w->npending; i++) {
 		struct upload *u = w->pending[i];
@@ -1036,18 +1014,11 @@ flush_if_full(struct worker *w)
 static struct upload *
 upload_new(struct worker *w, struct job *j)
 {
-	struct upload *u = calloc(1, sizeof *u);
-	if (!u)
-		abort();
+	struct upload *u = gfs_xcalloc(1, sizeof *u);
 	u->id.value_type = BSON_TYPE_OID;
 	bson_oid_init(&u->id.value.v_oid, NULL);
 	u->job = j;
-	if (w->npending == w->cap) {
-		w->cap = w->cap ? w->cap * 2 : 64;
-		w->pending = realloc(w->pending, w->cap * sizeof *w->pending);
-		if (!w->pending)
-			abort();
-	}
+	GFS_GROW(w->pending, w->npending + 1, w->cap, 64);
 	w->pending[w->npending++] = u;
 	return u;
 }
@@ -1174,8 +1145,9 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 			break;
 		}
 		if (n == 0 && !u->content_type)
-			u->content_type = strdup(imp->o.content_type ? imp->o.content_type
-			                                             : gfs_magic_type(w->magic, w->buf, (size_t)r));
+			u->content_type = gfs_xstrdup(imp->o.content_type
+			                              ? imp->o.content_type
+			                              : gfs_magic_type(w->magic, w->buf, (size_t)r));
 		if (r == 0)
 			break;
 		/* It grew past what on_walk checked. */
@@ -1298,9 +1270,7 @@ workers_start(gfs_import *imp, struct worker *ws, gfs_error *err)
 		w->uploads = mongoc_client_get_collection(w->s->client, gfs_conn_db(imp->conn),
 		                                          imp->uploads_name);
 		w->batch = gfs_chunk_batch_new(imp->o.batch_bytes);
-		w->buf = malloc((size_t)imp->chunk_size);
-		if (!w->buf)
-			abort();
+		w->buf = gfs_xmalloc((size_t)imp->chunk_size);
 	}
 	/* Signals go to the walking thread, which the caller set up to handle them. */
 	sigset_t all, old;
@@ -1372,9 +1342,7 @@ dry_same_content(gfs_import *imp, const char *rel, const char *sha, bool *same, 
 		return false;
 	}
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	struct worker w = {.imp = imp, .buf = malloc((size_t)imp->chunk_size)};
-	if (!w.buf)
-		abort();
+	struct worker w = {.imp = imp, .buf = gfs_xmalloc((size_t)imp->chunk_size)};
 	char hex[65];
 	bool ok = hash_file(&w, fd, st.st_size, hex) == 1;
 	if (!ok)
@@ -1491,9 +1459,8 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 		return true;
 	}
 	ent->seen = true;
-	struct job *j = calloc(1, sizeof *j);
-	if (!j || !(j->rel = malloc(e->rel_len + 1)))
-		abort();
+	struct job *j = gfs_xcalloc(1, sizeof *j);
+	j->rel = gfs_xmalloc(e->rel_len + 1);
 	memcpy(j->rel, e->rel, e->rel_len + 1);
 	j->rel_len = e->rel_len;
 	j->name = name;
@@ -1621,12 +1588,7 @@ collect_missing(const char *name, void *value, void *ctx)
 	m->managed++;
 	if (e->seen || under_link(m->imp, name))
 		return;
-	if (m->n == m->cap) {
-		m->cap = m->cap ? m->cap * 2 : 64;
-		m->names = realloc(m->names, m->cap * sizeof *m->names);
-		if (!m->names)
-			abort();
-	}
+	GFS_GROW(m->names, m->n + 1, m->cap, 64);
 	m->names[m->n++] = name;
 }
 
@@ -1772,9 +1734,7 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 	struct worker *ws = NULL;
 	int nworkers = 0;
 	if (ok && !imp->o.dry_run) {
-		ws = calloc((size_t)imp->o.jobs, sizeof *ws);
-		if (!ws)
-			abort();
+		ws = gfs_xcalloc((size_t)imp->o.jobs, sizeof *ws);
 		nworkers = imp->o.jobs;
 		ok = workers_start(imp, ws, err);
 		if (!ok)
@@ -1855,9 +1815,7 @@ queue_path(gfs_import *imp, const gfs_import_path *p)
 static char **
 path_names(const gfs_import *imp, const gfs_import_path *paths, size_t n)
 {
-	char **names = calloc(n + 1, sizeof *names);
-	if (!names)
-		abort();
+	char **names = gfs_xcalloc(n + 1, sizeof *names);
 	for (size_t i = 0; i < n; i++) {
 		bool escaped;
 		char *rel_name = gfs_name_from_bytes(paths[i].rel, strlen(paths[i].rel), &escaped);
@@ -1891,9 +1849,7 @@ gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n, gfs_im
 		gfs_error_set(err, GFS_ELOCAL, "%s: %s", imp->o.dir, strerror(errno));
 	bool ok = imp->root_fd >= 0 && fit_pool(imp, s, err) && fit_fds(imp, err) &&
 	          gfs_ensure_indexes(s, err) && take_lock(imp, err);
-	struct worker *ws = calloc((size_t)imp->o.jobs, sizeof *ws);
-	if (!ws)
-		abort();
+	struct worker *ws = gfs_xcalloc((size_t)imp->o.jobs, sizeof *ws);
 	if (ok && (ok = workers_start(imp, ws, err))) {
 		for (size_t i = 0; ok && i < n && !stopping(imp); i++)
 			if ((ok = load_name(imp, s, names[i], err)))

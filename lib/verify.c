@@ -213,12 +213,7 @@ table_add(struct table *t, struct vfile *v)
 	if (*slot)
 		return false;
 	*slot = v;
-	if (t->count == t->list_cap) {
-		t->list_cap = t->list_cap ? t->list_cap * 2 : 1024;
-		t->list = realloc(t->list, t->list_cap * sizeof *t->list);
-		if (!t->list)
-			abort();
-	}
+	GFS_GROW(t->list, t->count + 1, t->list_cap, 1024);
 	t->list[t->count++] = v;
 	return true;
 }
@@ -371,15 +366,11 @@ hasher_main(void *arg)
 static void
 hasher_put(struct hasher *h, struct slot *sl, const uint8_t *data, uint32_t len, bool end)
 {
-	struct item *it = calloc(1, sizeof *it);
-	if (!it)
-		abort();
+	struct item *it = gfs_xcalloc(1, sizeof *it);
 	it->slot = sl;
 	it->end = end;
 	if (data) {
-		it->data = malloc(len ? len : 1);
-		if (!it->data)
-			abort();
+		it->data = gfs_xmalloc(len);
 		memcpy(it->data, data, len);
 		it->len = len;
 	}
@@ -410,9 +401,7 @@ default_threads(void)
 static bool
 hashers_start(struct verify *v, int n)
 {
-	v->h = calloc((size_t)n, sizeof *v->h);
-	if (!v->h)
-		abort();
+	v->h = gfs_xcalloc((size_t)n, sizeof *v->h);
 	for (int i = 0; i < n; i++) {
 		struct hasher *h = &v->h[i];
 		h->v = v;
@@ -585,9 +574,7 @@ verdict(struct verify *v, struct slot *sl)
 static struct slot *
 slot_new(struct vfile *vf)
 {
-	struct slot *sl = calloc(1, sizeof *sl);
-	if (!sl)
-		abort();
+	struct slot *sl = gfs_xcalloc(1, sizeof *sl);
 	sl->vf = vf;
 	gfs_chunk_check_init(&sl->check, vf->f.length, vf->f.chunk_size);
 	sl->sha = EVP_MD_CTX_new();
@@ -930,13 +917,11 @@ add_bad(struct verify *v, const bson_t *doc, const gfs_error *perr)
 		report(v, &p);
 		return;
 	}
-	struct vfile *vf = calloc(1, sizeof *vf);
-	if (!vf)
-		abort();
+	struct vfile *vf = gfs_xcalloc(1, sizeof *vf);
 	vf->bad = true;
 	bson_value_copy(bson_iter_value(&it), &vf->id);
 	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
-		vf->bad_name = strdup(bson_iter_utf8(&it, NULL));
+		vf->bad_name = gfs_xstrdup(bson_iter_utf8(&it, NULL));
 	/* The parser's message names the file; keep only its reason. */
 	const char *reason = strstr(perr->msg, ": ");
 	snprintf(vf->bad_detail, sizeof vf->bad_detail, "%s", reason ? reason + 2 : perr->msg);
@@ -1165,12 +1150,7 @@ stream_orphans(struct verify *v, int32_t batch, gfs_error *err)
 		bson_destroy(&key);
 		if (known)
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 16;
-			lost = realloc(lost, cap * sizeof *lost);
-			if (!lost)
-				abort();
-		}
+		GFS_GROW(lost, n + 1, cap, 16);
 		bson_value_copy(bson_iter_value(&it), &lost[n++]);
 	}
 	bool ok = gfs_cursor_done(cur, "list the chunks' files_ids", err);

@@ -35,34 +35,108 @@ extern struct globals G;
 extern const char *progname;   /* "gridfsctl" */
 extern const char *cmdname;    /* the subcommand being run, for messages */
 
-struct command {
-	const char *name;
-	const char *usage;   /* "NAME [options]" without "gridfsctl" */
-	const char *summary; /* one line */
-	const char *help;    /* the command's options, one per line, for --help */
-	int (*run)(int argc, char **argv);
-	const struct option *long_opts; /* subcommand options, for --help and completions */
-	const char *exits;   /* the exit statuses it returns, for the end of --help */
+/*
+ * A command describes itself (as tmux's cmd_entry, git's OPT_* rows): each
+ * cmd/VERB.c exports cmd_VERB_entry, and its option rows are the one place
+ * an option is written down. The getopt tables, --help, the usage line and
+ * what _options and _complete tell the shell completions are all derived
+ * from them (cmd/options.c, cmd/complete.c), so they cannot disagree.
+ *
+ * A row is an option (name set), a group of rows shared by several verbs
+ * (group set: CMD_OPT_GROUP), a heading in --help (only help set), a
+ * control word taken as an operand (word set, like supervise's "status"),
+ * or the end (all unset).
+ */
+struct cmd_opt {
+	char shortopt;        /* 0: none */
+	const char *name;     /* the long option, without "--" */
+	const char *arg;      /* its argument as --help names it (N, DIR, FILE|-); NULL: a flag */
+	const char *help;     /* one paragraph; --help wraps it, completions shorten it */
+	int id;               /* what opt_fn receives; 0: shortopt */
+	const char *values;   /* the words an enumerated argument takes, space-separated */
+	const char *word;     /* a control word */
+	const struct cmd_opt *group;
+};
+/* A row: CMD_OPT('p', "prefix", "P", "help"), more fields designated: .id = ..., .values = ... */
+#define CMD_OPT(s, l, a, h, ...) {.shortopt = (s), .name = (l), .arg = (a), .help = (h), __VA_ARGS__}
+#define CMD_OPT_WORD(w, a, h) {.word = (w), .arg = (a), .help = (h)}
+#define CMD_OPT_GROUP(rows) {.group = (rows)}
+#define CMD_OPT_HEADING(text) {.help = (text)}
+#define CMD_OPT_END {.name = NULL}
+
+/* An exit status a command returns, and when. */
+struct cmd_exit {
+	int code;             /* -1 ends the list */
+	const char *why;
 };
 
-extern const struct command commands[];
+struct cmd_entry {
+	const char *name;
+	const char *summary;  /* one line */
+	const char *operands; /* after the options in the usage line: "DIR", "NAME|--id OID" */
+	const struct cmd_opt *opts;
+	const struct cmd_exit *exits;
+	int (*run)(int argc, char **argv);
+};
+
+/* Walks rows with the groups spliced in; cmd_opt_next() returns NULL after the last. */
+struct cmd_opt_iter {
+	const struct cmd_opt *outer, *inner;
+};
+void cmd_opt_begin(struct cmd_opt_iter *it, const struct cmd_opt *rows);
+const struct cmd_opt *cmd_opt_next(struct cmd_opt_iter *it);
+/* What opt_fn receives for the row. */
+int cmd_opt_id(const struct cmd_opt *o);
+
+/* Every command, NULL-terminated (cmd/main.c). */
+extern const struct cmd_entry *const commands[];
 /* The command called name, or NULL. */
-const struct command *find_command(const char *name);
-/* The global options' --help lines (cmd/main.c) and table (cmd/options.c). */
-extern const char global_help[];
-extern const struct option global_longopts[];
+const struct cmd_entry *find_command(const char *name);
+/* The global options (cmd/options.c), and those with --version, taken only before a command. */
+extern const struct cmd_opt global_opts[], leading_opts[];
+/*
+ * Derived from the rows (cmd/rows.c): the options part of --help, and a
+ * command's whole --help; the getopt tables, for the command's rows and
+ * then extra (NULL-terminated shorts and longs, caller frees both).
+ */
+void print_opt_rows(FILE *out, const struct cmd_opt *rows);
+void print_command_help(FILE *out, const struct cmd_entry *e);
+void getopt_tables(const struct cmd_opt *rows, const struct cmd_opt *extra, char **shorts,
+                   struct option **longs);
 /* _options, _complete and _names, the verbs the shell completions call (cmd/complete.c). */
 int run_completion_verb(int argc, char **argv);
 
 /*
- * Parses argv for one subcommand: its own options plus the global ones,
+ * The rows of the disk-tree selection import and watch share (prefix,
+ * globs, hidden and temporary files, content type); tree_option() takes
+ * their ids, and returns 1 when id is not one of them.
+ */
+struct tree_select {
+	const char *prefix, *content_type;
+	const char **include, **exclude;
+	size_t n_include, n_exclude;
+	bool hidden, temp;
+};
+extern const struct cmd_opt tree_opts[];
+/*
+ * --prefix of the verbs that read a prefix rather than store under one
+ * (mirror, verify): the same letter, name and argument, the verb's help.
+ */
+#define PREFIX_OPT(help) CMD_OPT('p', "prefix", "P", help)
+int tree_option(int id, const char *arg, struct tree_select *t);
+/* Copies the selection into walk options; the globs stay t's (free_tree_select). */
+struct gfs_walk_opts;
+void tree_select_walk(const struct tree_select *t, struct gfs_walk_opts *w);
+void free_tree_select(struct tree_select *t);
+
+/*
+ * Parses argv for the command e: its own options plus the global ones,
  * which are accepted before or after the subcommand name. Calls on_opt for
  * each option that is the subcommand's own. Handles --help. Returns optind
  * (index of the first operand), or -1 after printing a usage error.
  */
 typedef int (*opt_fn)(int opt, const char *arg, void *ctx);
-int parse_options(int argc, char **argv, const char *shortopts, const struct option *longopts,
-                  opt_fn on_opt, void *ctx);
+int parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, void *ctx);
 
 /*
  * Handles one global option at argv[0] (with its argument in argv[1] or
@@ -72,8 +146,6 @@ int parse_options(int argc, char **argv, const char *shortopts, const struct opt
 int global_option(int argc, char **argv);
 /* Fills in G from $GRIDFSCTL_URI and the config file where argv left it unset. */
 int load_settings(void);
-/* The help text of the running subcommand, for parse_options(). */
-const struct command *current_command(void);
 
 /* err(3)-style messages prefixed "gridfsctl CMD: ". */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -165,23 +237,8 @@ void progress_set_totals(struct progress *p, uint64_t total_items, uint64_t tota
 void progress_done(struct progress *p);
 
 /* The subcommands. */
-int cmd_ls(int argc, char **argv);
-int cmd_get(int argc, char **argv);
-int cmd_put(int argc, char **argv);
-int cmd_rm(int argc, char **argv);
-int cmd_stat(int argc, char **argv);
-int cmd_import(int argc, char **argv);
-int cmd_verify(int argc, char **argv);
-int cmd_mirror(int argc, char **argv);
-int cmd_watch(int argc, char **argv);
-int cmd_serve(int argc, char **argv);
-int cmd_supervise(int argc, char **argv);
-int cmd_doctor(int argc, char **argv);
-
-extern const char ls_help[], get_help[], put_help[], rm_help[], stat_help[], import_help[],
-    verify_help[], mirror_help[], watch_help[], serve_help[], supervise_help[], doctor_help[];
-extern const struct option ls_options[], get_options[], put_options[], rm_options[],
-    stat_options[], import_options[], verify_options[], mirror_options[], watch_options[],
-    serve_options[], supervise_options[], doctor_options[];
+extern const struct cmd_entry cmd_ls_entry, cmd_get_entry, cmd_put_entry, cmd_rm_entry,
+    cmd_stat_entry, cmd_import_entry, cmd_verify_entry, cmd_mirror_entry, cmd_watch_entry,
+    cmd_serve_entry, cmd_supervise_entry, cmd_doctor_entry;
 
 #endif

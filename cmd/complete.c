@@ -16,9 +16,9 @@
  *   _names PREFIX    stored names starting with PREFIX, at most NAMES_MAX,
  *                    giving up after NAMES_TIMEOUT_MS: a TAB must never hang.
  *
- * The short letter, the argument's kind and the description come from the
- * --help text (the "  -x, --long META  description" lines), so they cannot
- * drift from it; only enum values need the small table below.
+ * Everything comes from the command's option rows (cmd/cmd.h), as --help
+ * does: the short letter, the argument's kind (from the name --help gives
+ * it), an enum's values, and the help line shortened to a description.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -29,14 +29,6 @@
 #define NAMES_MAX 200
 #define NAMES_TIMEOUT_MS 300
 #define DESC_MAX 72
-
-/* Values of options whose argument is one of a few words; each is checked against --help by the tests. */
-static const struct {
-	const char *cmd, *option, *values;
-} enum_values[] = {
-	{"mirror", "read", "auto each batched scan"},
-	{"verify", "strategy", "auto scan batched each"},
-};
 
 /* The argument kind a --help metavar stands for; any other is a free string. */
 static const struct {
@@ -54,13 +46,6 @@ static const struct {
 	{"DIR", "dir"}, {"FILE", "file"}, {"NAME", "name"}, {"PREFIX", "name"},
 };
 
-/* One option as --help describes it. */
-struct help_entry {
-	char shortopt;
-	char metavar[32];
-	char desc[DESC_MAX + 1];
-};
-
 static const char *
 lookup_kind(const char *metavar, bool operand)
 {
@@ -74,27 +59,9 @@ lookup_kind(const char *metavar, bool operand)
 	return NULL;
 }
 
-static const char *
-lookup_enum(const char *cmd, const char *option)
-{
-	for (size_t i = 0; i < sizeof enum_values / sizeof enum_values[0]; i++)
-		if (strcmp(enum_values[i].cmd, cmd) == 0 && strcmp(enum_values[i].option, option) == 0)
-			return enum_values[i].values;
-	return NULL;
-}
-
-/* Indented by at most six spaces: an option or control line; deeper lines continue the one above. */
-static bool
-is_entry_line(const char *line, const char **text)
-{
-	size_t indent = strspn(line, " ");
-	*text = line + indent;
-	return indent <= 6 && **text != '\n' && **text != '\0';
-}
-
 /*
- * A --help description made short enough for a completion menu: the
- * continuation lines joined, remarks in parentheses and anything after a ';'
+ * A row's help made short enough for a completion menu: the spaces
+ * squeezed, remarks in parentheses and anything after a ';'
  * (or a ': ' that follows a phrase rather than a label) left out, cut at a
  * word boundary.
  */
@@ -135,69 +102,6 @@ shorten(const char *text, char *out)
 		out[--n] = '\0';
 }
 
-/* Copies the entry's description: the rest of its line and its continuation lines. */
-static void
-entry_description(const char *start, struct help_entry *e)
-{
-	char buf[1024];
-	size_t n = 0;
-	const char *p = start, *text;
-	for (;;) {
-		const char *eol = strchrnul(p, '\n');
-		size_t len = (size_t)(eol - p);
-		if (n + len + 2 < sizeof buf) {
-			memcpy(buf + n, p, len);
-			n += len;
-			buf[n++] = ' ';
-		}
-		if (!*eol || is_entry_line(eol + 1, &text) || eol[1] == '\0')
-			break;
-		p = eol + 1;
-	}
-	buf[n] = '\0';
-	shorten(buf, e->desc);
-}
-
-/* Parses one "  -x, --long META  description" line; false if it is not about --name. */
-static bool
-parse_entry(const char *text, const char *name, bool has_arg, struct help_entry *e)
-{
-	memset(e, 0, sizeof *e);
-	if (text[0] == '-' && text[1] != '-' && text[1] && text[2] == ',') {
-		e->shortopt = text[1];
-		text += 3 + strspn(text + 3, " ");
-	}
-	size_t n = strlen(name);
-	if (strncmp(text, "--", 2) != 0 || strncmp(text + 2, name, n) != 0)
-		return false;
-	text += 2 + n;
-	if (*text != ' ' && *text != '\n' && *text != '\0')
-		return false;
-	text += strspn(text, " ");
-	if (has_arg) {
-		size_t m = strcspn(text, " \n");
-		if (m < sizeof e->metavar) {
-			memcpy(e->metavar, text, m);
-			e->metavar[m] = '\0';
-		}
-		text += m + strspn(text + m, " ");
-	}
-	entry_description(text, e);
-	return true;
-}
-
-static bool
-find_entry(const char *help, const char *name, bool has_arg, struct help_entry *e)
-{
-	for (const char *line = help; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-		const char *text;
-		if (is_entry_line(line, &text) && parse_entry(text, name, has_arg, e))
-			return true;
-	}
-	memset(e, 0, sizeof *e);
-	return false;
-}
-
 static const char *
 or_dash(const char *s)
 {
@@ -206,50 +110,31 @@ or_dash(const char *s)
 
 /* no_short: the command took the letter for itself (ls -h), so this option has none. */
 static void
-print_option(const char *cmd, const struct option *o, const char *help, bool no_short)
+print_option(const struct cmd_opt *o, bool no_short)
 {
-	struct help_entry e;
-	find_entry(help, o->name, o->has_arg != no_argument, &e);
-	const char *values = cmd ? lookup_enum(cmd, o->name) : NULL;
-	const char *kind = o->has_arg == no_argument ? "flag"
-	                 : values ? "enum"
-	                 : lookup_kind(e.metavar, false);
-	char shortopt[3] = {e.shortopt && !no_short ? '-' : '\0', e.shortopt, '\0'};
+	char desc[DESC_MAX + 1];
+	shorten(o->help ? o->help : "", desc);
+	const char *kind = !o->arg ? "flag" : o->values ? "enum" : lookup_kind(o->arg, false);
+	char shortopt[3] = {o->shortopt && !no_short ? '-' : '\0', o->shortopt, '\0'};
 	printf("--%s\t%s\t%s\t%s\t%s\n", o->name, or_dash(shortopt), kind ? kind : "string",
-	       or_dash(values), or_dash(e.desc));
+	       or_dash(o->values), or_dash(desc));
 }
 
-/* Control words of a command's --help (lines that start with a lowercase word, like supervise's "status"). */
 static void
-control_words(const char *help, char *out, size_t size)
+print_operands(const struct cmd_entry *c)
 {
+	char values[256] = "", metavar[32] = "";
 	size_t n = 0;
-	out[0] = '\0';
-	for (const char *line = help; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-		const char *text;
-		if (line[0] != ' ' || !is_entry_line(line, &text) || !islower((unsigned char)*text))
-			continue;
-		size_t len = strspn(text, "abcdefghijklmnopqrstuvwxyz-");
-		if (n + len + 2 > size)
-			break;
-		if (n)
-			out[n++] = ' ';
-		memcpy(out + n, text, len);
-		n += len;
-		out[n] = '\0';
-	}
-}
-
-static void
-print_operands(const struct command *c)
-{
-	char values[256], metavar[32] = "";
-	control_words(c->help, values, sizeof values);
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, c->opts);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (o->word && n + strlen(o->word) + 2 < sizeof values)
+			n += (size_t)snprintf(values + n, sizeof values - n, "%s%s", n ? " " : "", o->word);
 	if (*values) {
 		printf("@args\t-\tenum\t%s\t-\n", values);
 		return;
 	}
-	const char *first = c->usage + strlen(c->name);
+	const char *first = c->operands ? c->operands : "";
 	first += strspn(first, " [");
 	size_t m = strcspn(first, " ]|.");
 	if (m < sizeof metavar) {
@@ -260,26 +145,34 @@ print_operands(const struct command *c)
 	printf("@args\t-\t%s\t-\t-\n", kind ? kind : "none");
 }
 
-/* The global options, as print_usage's text describes them; --version only before a command. */
-static void
-print_globals(const struct command *c)
+/* Whether one of c's own options takes the letter. */
+static bool
+takes_letter(const struct cmd_entry *c, char letter)
 {
-	static const struct option version = {"version", no_argument, NULL, 0};
-	bool own_h = false;
-	for (const struct option *o = c ? c->long_opts : NULL; o && o->name; o++)
-		own_h |= o->val == 'h';
-	for (const struct option *o = global_longopts; o->name; o++)
-		print_option(NULL, o, global_help, own_h && strcmp(o->name, "help") == 0);
-	if (!c)
-		print_option(NULL, &version, global_help, false);
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, c->opts);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (o->name && o->shortopt == letter)
+			return true;
+	return false;
+}
+
+/* The global options; --version only before a command. */
+static void
+print_globals(const struct cmd_entry *c)
+{
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, c ? global_opts : leading_opts);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		print_option(o, c && o->shortopt && takes_letter(c, o->shortopt));
 }
 
 static int
 print_completions(const char *name)
 {
 	if (!name) {
-		for (const struct command *c = commands; c->name; c++)
-			printf("%s\t-\tcommand\t-\t%s\n", c->name, c->summary);
+		for (const struct cmd_entry *const *c = commands; *c; c++)
+			printf("%s\t-\tcommand\t-\t%s\n", (*c)->name, (*c)->summary);
 		printf("help\t-\tcommand\t-\thelp for a command\n");
 		print_globals(NULL);
 		return EXIT_OK;
@@ -288,13 +181,16 @@ print_completions(const char *name)
 		printf("@args\t-\tcommand\t-\t-\n");
 		return EXIT_OK;
 	}
-	const struct command *c = find_command(name);
+	const struct cmd_entry *c = find_command(name);
 	if (!c) {
 		fprintf(stderr, "%s: unknown command '%s'\n", progname, name);
 		return EXIT_USAGE;
 	}
-	for (const struct option *o = c->long_opts; o && o->name; o++)
-		print_option(c->name, o, c->help, false);
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, c->opts);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (o->name)
+			print_option(o, false);
 	print_globals(c);
 	print_operands(c);
 	return EXIT_OK;
@@ -304,13 +200,16 @@ static int
 print_option_names(const char *name)
 {
 	if (!name) {
-		for (const struct command *c = commands; c->name; c++)
-			printf("%s\n", c->name);
+		for (const struct cmd_entry *const *c = commands; *c; c++)
+			printf("%s\n", (*c)->name);
 		return EXIT_OK;
 	}
-	const struct command *c = find_command(name);
-	for (const struct option *o = c ? c->long_opts : NULL; o && o->name; o++)
-		printf("--%s%s\n", o->name, o->has_arg == no_argument ? "" : "=");
+	const struct cmd_entry *c = find_command(name);
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, c ? c->opts : NULL);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (o->name)
+			printf("--%s%s\n", o->name, o->arg ? "=" : "");
 	return EXIT_OK;
 }
 

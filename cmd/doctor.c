@@ -5,17 +5,13 @@
 #include "../lib/doctor.h"
 #include "cmd.h"
 
-const char doctor_help[] =
-    "      --sample N    chunks to look at for the orphan estimate (default 200; 0: skip it);\n"
-    "                    a bucket of up to 20*N chunks is counted exactly\n"
-    "      --json        print one JSON object\n";
-
 enum { OPT_SAMPLE = 1, OPT_JSON };
 
-const struct option doctor_options[] = {
-	{"sample", required_argument, NULL, OPT_SAMPLE},
-	{"json", no_argument, NULL, OPT_JSON},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt doctor_opts[] = {
+	CMD_OPT(0, "sample", "N", "chunks to look at for the orphan estimate (default 200; 0: skip "
+	        "it); a bucket of up to 20*N chunks is counted exactly", .id = OPT_SAMPLE),
+	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 struct doctor_opts {
@@ -162,12 +158,12 @@ print_text(const gfs_doctor_report *r)
 	}
 }
 
-int
+static int
 cmd_doctor(int argc, char **argv)
 {
 	started = gfs_mono_seconds();
 	struct doctor_opts o = {.sample = GFS_DOCTOR_DEFAULT_SAMPLE};
-	int i = parse_options(argc, argv, "", doctor_options, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_doctor_entry, on_opt, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (i < argc) {
@@ -195,3 +191,13 @@ cmd_doctor(int argc, char **argv)
 	free(bucket);
 	return rc;
 }
+
+static const struct cmd_exit doctor_exits[] = {
+	{0, "healthy"}, {1, "problems found"}, {2, "usage"},
+	{3, "backend unreachable or a command failed"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_doctor_entry = {
+	"doctor", "check the backend, the bucket's indexes, the import lock and orphan chunks", NULL,
+	doctor_opts, doctor_exits, cmd_doctor,
+};

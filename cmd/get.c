@@ -13,21 +13,15 @@
 #include "cmd.h"
 #include "../lib/safepath.h"
 
-const char get_help[] =
-    "      --id OID      the file with this _id instead of a NAME\n"
-    "  -r, --rev N       revision: -1 newest (default), -2 the one before, 0 the first\n"
-    "  -o, --output F    write to F ('-' for stdout); default: the stored name, under the\n"
-    "                    current directory (parent directories are created)\n"
-    "  -f, --force       replace an existing output file\n";
-
 enum { OPT_ID = 1 };
 
-const struct option get_options[] = {
-	{"id", required_argument, NULL, OPT_ID},
-	{"rev", required_argument, NULL, 'r'},
-	{"output", required_argument, NULL, 'o'},
-	{"force", no_argument, NULL, 'f'},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt get_opts[] = {
+	CMD_OPT(0, "id", "OID", "the file with this _id instead of a NAME", .id = OPT_ID),
+	CMD_OPT('r', "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first"),
+	CMD_OPT('o', "output", "F", "write to F ('-' for stdout); default: the stored name, under the "
+	        "current directory (parent directories are created)"),
+	CMD_OPT('f', "force", NULL, "replace an existing output file"),
+	CMD_OPT_END,
 };
 
 struct get_opts {
@@ -348,11 +342,11 @@ get_to_file(gfs_session *s, const gfs_file *f, const char *output, bool force)
 	return rc;
 }
 
-int
+static int
 cmd_get(int argc, char **argv)
 {
 	struct get_opts o = {.rev = -1};
-	int i = parse_options(argc, argv, "r:o:f", get_options, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_get_entry, on_opt, &o);
 	if (i < 0 || !one_target(argc - i, o.id))
 		return EXIT_USAGE;
 	if (o.output && !*o.output) {
@@ -377,3 +371,13 @@ cmd_get(int argc, char **argv)
 	gfs_conn_close(conn);
 	return rc;
 }
+
+static const struct cmd_exit get_exits[] = {
+	{0, "ok"}, {1, "the stored file is damaged"}, {2, "usage"}, {3, "backend"},
+	{4, "no such name, id or revision"}, {5, "the output exists or cannot be written"},
+	{130, "interrupted"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_get_entry = {
+	"get", "write a stored file to disk or stdout", "NAME|--id OID", get_opts, get_exits, cmd_get,
+};

@@ -9,59 +9,35 @@
 #include "../lib/safepath.h"
 #include "cmd.h"
 
-const char import_help[] =
-    "  -p, --prefix P          store under the folder P (default: the top level)\n"
-    "  -x, --exclude GLOB      skip files and directories matching GLOB (repeatable)\n"
-    "  -i, --include GLOB      take only files matching GLOB (repeatable)\n"
-    "      --hidden            take hidden files and directories (names starting with '.')\n"
-    "      --keep-temp         take temporary files (*.part, *~, .#*)\n"
-    "  -L, --follow-symlinks   follow symlinks (loops are detected and reported)\n"
-    "  -t, --type MIME         content type for every file (default: detected by libmagic)\n"
-    "  -c, --checksum          compare sha256 instead of size and mtime to find changes\n"
-    "  -k, --keep-revisions N  keep the N newest revisions of a changed name (default 1;\n"
-    "                          0 keeps every revision)\n"
-    "      --allow-unsafe-name take a --prefix that mirror and get would refuse as a path\n"
-    "      --delete            remove stored files under the prefix that are gone from DIR\n"
-    "      --allow-empty       let --delete remove everything when DIR has no file to import\n"
-    "      --max-delete N|P%   let --delete remove at most N files (P% of those stored under\n"
-    "                          the prefix); above that delete nothing and exit 7\n"
-    "  -n, --dry-run           print what would be done; change nothing\n"
-    "  -j, --jobs N            worker threads and connections (default 4)\n"
-    "      --batch-size SIZE   chunk data per bulk insert (default 8M)\n"
-    "      --chunk-size SIZE   chunk size of new files (default 255K)\n"
-    "  -v, --verbose           print each stored and deleted file\n"
-    "      --json              print a summary object (and, with -v or -n, one per file)\n";
+enum { OPT_DELETE = 1, OPT_ALLOW_EMPTY, OPT_UNSAFE, OPT_BATCH, OPT_CHUNK, OPT_JSON, OPT_MAX_DELETE };
 
-enum { OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_ALLOW_EMPTY, OPT_UNSAFE, OPT_BATCH, OPT_CHUNK, OPT_JSON,
-       OPT_MAX_DELETE };
-
-const struct option import_options[] = {
-	{"prefix", required_argument, NULL, 'p'},
-	{"exclude", required_argument, NULL, 'x'},
-	{"include", required_argument, NULL, 'i'},
-	{"hidden", no_argument, NULL, OPT_HIDDEN},
-	{"keep-temp", no_argument, NULL, OPT_KEEP_TEMP},
-	{"follow-symlinks", no_argument, NULL, 'L'},
-	{"type", required_argument, NULL, 't'},
-	{"checksum", no_argument, NULL, 'c'},
-	{"keep-revisions", required_argument, NULL, 'k'},
-	{"delete", no_argument, NULL, OPT_DELETE},
-	{"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
-	{"max-delete", required_argument, NULL, OPT_MAX_DELETE},
-	{"allow-unsafe-name", no_argument, NULL, OPT_UNSAFE},
-	{"dry-run", no_argument, NULL, 'n'},
-	{"jobs", required_argument, NULL, 'j'},
-	{"batch-size", required_argument, NULL, OPT_BATCH},
-	{"chunk-size", required_argument, NULL, OPT_CHUNK},
-	{"verbose", no_argument, NULL, 'v'},
-	{"json", no_argument, NULL, OPT_JSON},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt import_opts[] = {
+	CMD_OPT_GROUP(tree_opts),
+	CMD_OPT('L', "follow-symlinks", NULL, "follow symlinks (loops are detected and reported)"),
+	CMD_OPT('c', "checksum", NULL, "compare sha256 instead of size and mtime to find changes"),
+	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of a changed name "
+	        "(default 1; 0 keeps every revision)"),
+	CMD_OPT(0, "allow-unsafe-name", NULL, "take a --prefix that mirror and get would refuse as a "
+	        "path", .id = OPT_UNSAFE),
+	CMD_OPT(0, "delete", NULL, "remove stored files under the prefix that are gone from DIR",
+	        .id = OPT_DELETE),
+	CMD_OPT(0, "allow-empty", NULL, "let --delete remove everything when DIR has no file to import",
+	        .id = OPT_ALLOW_EMPTY),
+	CMD_OPT(0, "max-delete", "N|P%", "let --delete remove at most N files (P% of those stored "
+	        "under the prefix); above that delete nothing and exit 7", .id = OPT_MAX_DELETE),
+	CMD_OPT('n', "dry-run", NULL, "print what would be done; change nothing"),
+	CMD_OPT('j', "jobs", "N", "worker threads and connections (default 4)"),
+	CMD_OPT(0, "batch-size", "SIZE", "chunk data per bulk insert (default 8M)", .id = OPT_BATCH),
+	CMD_OPT(0, "chunk-size", "SIZE", "chunk size of new files (default 255K)", .id = OPT_CHUNK),
+	CMD_OPT('v', "verbose", NULL, "print each stored and deleted file"),
+	CMD_OPT(0, "json", NULL, "print a summary object (and, with -v or -n, one per file)",
+	        .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 struct import_cli {
 	gfs_import_opts o;
-	const char **include, **exclude;
-	size_t n_include, n_exclude;
+	struct tree_select sel;
 	bool verbose, json, allow_unsafe;
 	struct progress *progress;
 	char *first_failure;   /* the first file's error line, for the JSON summary */
@@ -73,14 +49,10 @@ on_opt(int opt, const char *arg, void *ctx)
 	struct import_cli *c = ctx;
 	long v;
 	uint64_t size;
+	if (tree_option(opt, arg, &c->sel) == 0)
+		return 0;
 	switch (opt) {
-	case 'p': c->o.prefix = arg; return 0;
-	case 'x': add_glob(&c->exclude, &c->n_exclude, arg); return 0;
-	case 'i': add_glob(&c->include, &c->n_include, arg); return 0;
-	case OPT_HIDDEN: c->o.walk.hidden = true; return 0;
-	case OPT_KEEP_TEMP: c->o.walk.temp = true; return 0;
 	case 'L': c->o.walk.follow_symlinks = true; return 0;
-	case 't': c->o.content_type = arg; return 0;
 	case 'c': c->o.checksum = true; return 0;
 	case OPT_DELETE: c->o.delete_missing = true; return 0;
 	case OPT_ALLOW_EMPTY: c->o.allow_empty = true; return 0;
@@ -273,10 +245,6 @@ run(struct import_cli *c)
 			print_summary(c, &none, &err);
 		return EXIT_USAGE;
 	}
-	c->o.walk.include = c->include;
-	c->o.walk.n_include = c->n_include;
-	c->o.walk.exclude = c->exclude;
-	c->o.walk.n_exclude = c->n_exclude;
 	c->o.on_event = on_event;
 	c->o.ctx = c;
 	gfs_import *imp = gfs_import_new(conn, &c->o);
@@ -329,17 +297,20 @@ prefix_safe(const char *prefix)
 	return ok;
 }
 
-int
+static int
 cmd_import(int argc, char **argv)
 {
 	struct import_cli c;
 	memset(&c, 0, sizeof c);
 	c.o.keep_revisions = 1;
 	c.o.jobs = GFS_IMPORT_DEFAULT_JOBS;
-	int first = parse_options(argc, argv, "p:x:i:Lt:ck:nj:v", import_options, on_opt, &c);
+	int first = parse_options(argc, argv, &cmd_import_entry, on_opt, &c);
 	int rc = EXIT_USAGE;
 	if (first < 0)
 		goto out;
+	c.o.prefix = c.sel.prefix;
+	c.o.content_type = c.sel.content_type;
+	tree_select_walk(&c.sel, &c.o.walk);
 	if (argc - first != 1) {
 		usage_error(argc - first < 1 ? "a directory is required" : "only one directory, please");
 		goto out;
@@ -365,7 +336,16 @@ cmd_import(int argc, char **argv)
 		goto out;
 	rc = run(&c);
 out:
-	free(c.include);
-	free(c.exclude);
+	free_tree_select(&c.sel);
 	return rc;
 }
+
+static const struct cmd_exit import_exits[] = {
+	{0, "ok"}, {1, "some files failed"}, {2, "usage"}, {3, "backend"}, {5, "DIR cannot be read"},
+	{6, "another import holds the lock"}, {7, "--max-delete stopped the deletions"},
+	{130, "interrupted"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_import_entry = {
+	"import", "bulk-load a directory tree", "DIR", import_opts, import_exits, cmd_import,
+};

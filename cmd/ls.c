@@ -4,20 +4,14 @@
 
 #include "cmd.h"
 
-const char ls_help[] =
-    "  -l, --long            size, upload date, content type and name\n"
-    "  -h, --human-readable  with -l, sizes as 40.0 KiB, 1.5 MiB (powers of 1024)\n"
-    "  -a, --all-revisions   every revision, not only the newest of each name\n"
-    "      --json            one JSON object per file (JSON Lines)\n";
-
 enum { OPT_JSON = 1 };
 
-const struct option ls_options[] = {
-	{"long", no_argument, NULL, 'l'},
-	{"human-readable", no_argument, NULL, 'h'},
-	{"all-revisions", no_argument, NULL, 'a'},
-	{"json", no_argument, NULL, OPT_JSON},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt ls_opts[] = {
+	CMD_OPT('l', "long", NULL, "size, upload date, content type and name"),
+	CMD_OPT('h', "human-readable", NULL, "with -l, sizes as 40.0 KiB, 1.5 MiB (powers of 1024)"),
+	CMD_OPT('a', "all-revisions", NULL, "every revision, not only the newest of each name"),
+	CMD_OPT(0, "json", NULL, "one JSON object per file (JSON Lines)", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 struct ls {
@@ -109,11 +103,11 @@ on_file(const gfs_file *f, void *ctx)
 	return true;
 }
 
-int
+static int
 cmd_ls(int argc, char **argv)
 {
 	struct ls l = {0};
-	int i = parse_options(argc, argv, "lah", ls_options, on_opt, &l);
+	int i = parse_options(argc, argv, &cmd_ls_entry, on_opt, &l);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (argc - i > 1) {
@@ -132,3 +126,11 @@ cmd_ls(int argc, char **argv)
 	gfs_conn_close(conn);
 	return ok ? EXIT_OK : fail(&err);
 }
+
+static const struct cmd_exit ls_exits[] = {
+	{0, "ok"}, {2, "usage"}, {3, "backend"}, {5, "standard output could not be written"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_ls_entry = {
+	"ls", "list files in the bucket", "[PREFIX]", ls_opts, ls_exits, cmd_ls,
+};

@@ -6,70 +6,30 @@
 
 #include "cmd.h"
 
-const struct command commands[] = {
-	{"ls", "ls [PREFIX] [-l [-h]] [-a] [--json]", "list files in the bucket", ls_help, cmd_ls, ls_options,
-	 "0 ok, 2 usage, 3 backend, 5 standard output could not be written"},
-	{"get", "get NAME|--id OID [-r N] [-o FILE|-] [-f]", "write a stored file to disk or stdout", get_help, cmd_get, get_options,
-	 "0 ok, 1 the stored file is damaged, 2 usage, 3 backend, 4 no such name, id or revision, "
-	 "5 the output exists or cannot be written, 130 interrupted"},
-	{"put", "put FILE|- [-n NAME] [-t MIME] [-k N] [--chunk-size SIZE] [--json]", "store a file, replacing older revisions when complete", put_help, cmd_put, put_options,
-	 "0 ok, 1 stored but older revisions not removed, 2 usage, 3 backend, "
-	 "5 FILE cannot be read or changed while read, 130 interrupted"},
-	{"rm", "rm NAME...|--id OID [-f] [-n] [-v] [--json]", "remove files (all revisions of a name)", rm_help, cmd_rm, rm_options,
-	 "0 ok, 1 some of several names failed, 2 usage, 3 backend, 4 no such name or id, 130 interrupted"},
-	{"stat", "stat NAME|--id OID [-r N] [--json]", "show one file's document", stat_help, cmd_stat, stat_options,
-	 "0 ok, 2 usage, 3 backend, 4 no such name, id or revision"},
-	{"import", "import DIR [-p P] [--delete] [-n] [-j N] [-v] [--json] [options]", "bulk-load a directory tree", import_help, cmd_import, import_options,
-	 "0 ok, 1 some files failed, 2 usage, 3 backend, 5 DIR cannot be read, "
-	 "6 another import holds the lock, 7 --max-delete stopped the deletions, 130 interrupted"},
-	{"verify", "verify [-p P] [--against DIR] [--repair [-n]] [--json] [options]", "check stored files for damage", verify_help, cmd_verify, verify_options,
-	 "0 no problem (or all repaired), 1 problems found, 2 usage, 3 backend, "
-	 "5 DIR or the --combined file I/O, 6 --repair while an import runs, 130 interrupted"},
-	{"mirror", "mirror DIR [-p P] [--delete] [-n] [-j N] [--json] [options]", "write the bucket back to a disk tree", mirror_help, cmd_mirror, mirror_options,
-	 "0 ok, 1 some files failed, 2 usage, 3 backend, 5 DIR cannot be created or opened, "
-	 "6 another mirror writes into DIR, 7 --max-delete stopped the run, 130 interrupted"},
-	{"watch", "watch DIR [-p P] [--delete] [--json] [options]", "keep the bucket in sync with a directory", watch_help, cmd_watch, watch_options,
-	 "0 stopped by SIGTERM, 1 some changes failed or were left waiting, 2 usage, "
-	 "3 backend unreachable at start or in the first pass, 5 DIR cannot be watched or went away, "
-	 "7 --max-delete stopped it, 130 stopped by SIGINT"},
-	{"serve", "serve [--listen ADDR:PORT] [--prefix P] [options]", "serve files over HTTP", serve_help, cmd_serve, serve_options,
-	 "0 stopped by SIGTERM, 2 usage, 5 cannot listen or open the access log, 130 stopped by SIGINT"},
-	{"supervise", "supervise -c FILE | [options] -- CMD ARGS... | status [--json]|restart NAME|reload|stop", "keep backends and servers running, watching their descriptors", supervise_help, cmd_supervise, supervise_options,
-	 "0 stopped (any signal or stop), request done, or status all healthy; "
-	 "1 status: some instance unhealthy; 2 usage or configuration; 3 no supervisor answers; "
-	 "4 no such program; 5 the control socket cannot be made; 6 another supervisor runs"},
-	{"doctor", "doctor [--sample N] [--json]", "check the backend, the bucket's indexes, the import lock and orphan chunks", doctor_help, cmd_doctor, doctor_options,
-	 "0 healthy, 1 problems found, 2 usage, 3 backend unreachable or a command failed"},
-	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+/* Every command describes itself in its own file (cmd/cmd.h: struct cmd_entry). */
+const struct cmd_entry *const commands[] = {
+	&cmd_ls_entry, &cmd_get_entry, &cmd_put_entry, &cmd_rm_entry, &cmd_stat_entry,
+	&cmd_import_entry, &cmd_verify_entry, &cmd_mirror_entry, &cmd_watch_entry,
+	&cmd_serve_entry, &cmd_supervise_entry, &cmd_doctor_entry, NULL,
 };
-
-const char global_help[] =
-    "  --uri URI       connection string (default $GRIDFSCTL_URI, the config file, or "
-    GFS_DEFAULT_URI ")\n"
-    "  --db NAME       database (default: from the URI path, else " GFS_DEFAULT_DB ")\n"
-    "  --bucket NAME   GridFS bucket prefix (default " GFS_DEFAULT_BUCKET ")\n"
-    "  -q, --quiet     print only errors\n"
-    "  --no-progress   never draw a progress bar\n"
-    "  -h, --help      help for gridfsctl or for COMMAND\n"
-    "  --version       print the version\n";
 
 static void
 print_usage(FILE *out)
 {
 	fprintf(out, "usage: %s [global options] COMMAND [options] [args]\n\ncommands:\n", progname);
-	for (const struct command *c = commands; c->name; c++)
-		fprintf(out, "  %-10s %s\n", c->name, c->summary);
-	fprintf(out, "\nglobal options (before or after COMMAND):\n%s"
-	             "\nRun '%s COMMAND --help' for a command's options; see gridfsctl(1).\n",
-	        global_help, progname);
+	for (const struct cmd_entry *const *c = commands; *c; c++)
+		fprintf(out, "  %-10s %s\n", (*c)->name, (*c)->summary);
+	fputs("\nglobal options (before or after COMMAND):\n", out);
+	print_opt_rows(out, leading_opts);
+	fprintf(out, "\nRun '%s COMMAND --help' for a command's options; see gridfsctl(1).\n", progname);
 }
 
-const struct command *
+const struct cmd_entry *
 find_command(const char *name)
 {
-	for (const struct command *c = commands; c->name; c++)
-		if (strcmp(c->name, name) == 0)
-			return c;
+	for (const struct cmd_entry *const *c = commands; *c; c++)
+		if (strcmp((*c)->name, name) == 0)
+			return *c;
 	return NULL;
 }
 
@@ -141,7 +101,7 @@ main(int argc, char **argv)
 	}
 	if (strcmp(argv[i], "_options") == 0 || strcmp(argv[i], "_complete") == 0)
 		return close_stdout(run_completion_verb(argc - i, argv + i));
-	const struct command *c = find_command(argv[i]);
+	const struct cmd_entry *c = find_command(argv[i]);
 	if (!c && strcmp(argv[i], "_names") != 0) {
 		fprintf(stderr, "%s: unknown command '%s'; see '%s --help'\n", progname, argv[i], progname);
 		return EXIT_USAGE;

@@ -22,40 +22,31 @@
 #include "../lib/names.h"
 #include "cmd.h"
 
-const char mirror_help[] =
-    "  -p, --prefix P     mirror the files under folder P (DIR/x for P/x)\n"
-    "      --delete       remove local files the bucket does not have (never after an error)\n"
-    "      --allow-empty  let --delete empty DIR when nothing is stored under the prefix\n"
-    "      --max-delete N|P%  let --delete remove at most N files (P% of the files in DIR);\n"
-    "                     above that change nothing and exit 7\n"
-    "      --backup-dir DIR   move what --delete or an overwrite would destroy there\n"
-    "                     (same relative path; not inside the mirrored DIR)\n"
-    "  -n, --dry-run      print what would be done, change nothing\n"
-    "  -j, --jobs N       files read in parallel (default 4)\n"
-    "  -c, --checksum     compare content by sha256, not size and mtime\n"
-    "      --no-fsync     do not fsync files and directories (faster, not crash-safe)\n"
-    "      --read MODE    how chunks are read: auto (default: by what is to be written and\n"
-    "                     what the server serves from an index), each (a query per file,\n"
-    "                     --jobs at once), batched (files_id $in batches) or scan (one\n"
-    "                     sorted pass over all chunks)\n"
-    "      --json         a JSON summary at the end; with --dry-run, one object per action\n";
-
 enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OPT_MAX_DELETE,
        OPT_BACKUP_DIR };
 
-const struct option mirror_options[] = {
-	{"prefix", required_argument, NULL, 'p'},
-	{"delete", no_argument, NULL, OPT_DELETE},
-	{"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
-	{"max-delete", required_argument, NULL, OPT_MAX_DELETE},
-	{"backup-dir", required_argument, NULL, OPT_BACKUP_DIR},
-	{"dry-run", no_argument, NULL, 'n'},
-	{"jobs", required_argument, NULL, 'j'},
-	{"checksum", no_argument, NULL, 'c'},
-	{"no-fsync", no_argument, NULL, OPT_NO_FSYNC},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"read", required_argument, NULL, OPT_READ},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt mirror_opts[] = {
+	PREFIX_OPT("mirror the files under folder P (DIR/x for P/x)"),
+	CMD_OPT(0, "delete", NULL, "remove local files the bucket does not have (never after an error)",
+	        .id = OPT_DELETE),
+	CMD_OPT(0, "allow-empty", NULL, "let --delete empty DIR when nothing is stored under the prefix",
+	        .id = OPT_ALLOW_EMPTY),
+	CMD_OPT(0, "max-delete", "N|P%", "let --delete remove at most N files (P% of the files in DIR); "
+	        "above that change nothing and exit 7", .id = OPT_MAX_DELETE),
+	CMD_OPT(0, "backup-dir", "DIR", "move what --delete or an overwrite would destroy there (same "
+	        "relative path; not inside the mirrored DIR)", .id = OPT_BACKUP_DIR),
+	CMD_OPT('n', "dry-run", NULL, "print what would be done, change nothing"),
+	CMD_OPT('j', "jobs", "N", "files read in parallel (default 4)"),
+	CMD_OPT('c', "checksum", NULL, "compare content by sha256, not size and mtime"),
+	CMD_OPT(0, "no-fsync", NULL, "do not fsync files and directories (faster, not crash-safe)",
+	        .id = OPT_NO_FSYNC),
+	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: by what is to be written and "
+	        "what the server serves from an index), each (a query per file, --jobs at once), "
+	        "batched (files_id $in batches) or scan (one sorted pass over all chunks)",
+	        .id = OPT_READ, .values = "auto each batched scan"),
+	CMD_OPT(0, "json", NULL, "a JSON summary at the end; with --dry-run, one object per action",
+	        .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 #define DEFAULT_JOBS 4
@@ -791,11 +782,11 @@ mirror_run(struct mirror *m)
 	return rc;
 }
 
-int
+static int
 cmd_mirror(int argc, char **argv)
 {
 	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = GFS_READ_AUTO};
-	int first = parse_options(argc, argv, "p:nj:c", mirror_options, on_opt, &m);
+	int first = parse_options(argc, argv, &cmd_mirror_entry, on_opt, &m);
 	if (first < 0)
 		return EXIT_USAGE;
 	if (argc - first != 1) {
@@ -820,3 +811,13 @@ cmd_mirror(int argc, char **argv)
 	pthread_cond_destroy(&m.cond);
 	return rc;
 }
+
+static const struct cmd_exit mirror_exits[] = {
+	{0, "ok"}, {1, "some files failed"}, {2, "usage"}, {3, "backend"},
+	{5, "DIR cannot be created or opened"}, {6, "another mirror writes into DIR"},
+	{7, "--max-delete stopped the run"}, {130, "interrupted"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_mirror_entry = {
+	"mirror", "write the bucket back to a disk tree", "DIR", mirror_opts, mirror_exits, cmd_mirror,
+};

@@ -14,16 +14,25 @@ struct globals G;
 const char *progname = "gridfsctl";
 const char *cmdname = NULL;
 
-enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_HELP };
+enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_HELP, OPT_VERSION };
 
-const struct option global_longopts[] = {
-	{"uri", required_argument, NULL, OPT_URI},
-	{"db", required_argument, NULL, OPT_DB},
-	{"bucket", required_argument, NULL, OPT_BUCKET},
-	{"quiet", no_argument, NULL, OPT_QUIET},
-	{"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-	{"help", no_argument, NULL, OPT_HELP},
-	{NULL, 0, NULL, 0},
+const struct cmd_opt global_opts[] = {
+	CMD_OPT(0, "uri", "URI", "connection string (default $GRIDFSCTL_URI, the config file, or "
+	        GFS_DEFAULT_URI ")", .id = OPT_URI),
+	CMD_OPT(0, "db", "NAME", "database (default: from the URI path, else " GFS_DEFAULT_DB ")",
+	        .id = OPT_DB),
+	CMD_OPT(0, "bucket", "NAME", "GridFS bucket prefix (default " GFS_DEFAULT_BUCKET ")",
+	        .id = OPT_BUCKET),
+	CMD_OPT('q', "quiet", NULL, "print only errors", .id = OPT_QUIET),
+	CMD_OPT(0, "no-progress", NULL, "never draw a progress bar", .id = OPT_NO_PROGRESS),
+	CMD_OPT('h', "help", NULL, "help for gridfsctl or for COMMAND", .id = OPT_HELP),
+	CMD_OPT_END,
+};
+
+const struct cmd_opt leading_opts[] = {
+	CMD_OPT_GROUP(global_opts),
+	CMD_OPT(0, "version", NULL, "print the version", .id = OPT_VERSION),
+	CMD_OPT_END,
 };
 
 static bool no_progress;
@@ -50,6 +59,18 @@ scrub_password(char *uri_arg)
 	                "use $GRIDFSCTL_URI or the config file\n", progname);
 }
 
+/* Whether one of e's own rows takes the letter c (ls takes -h: --help has no letter there). */
+static bool
+own_letter(const struct cmd_entry *e, char c)
+{
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, e->opts);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (o->name && o->shortopt == c)
+			return true;
+	return false;
+}
+
 static void
 set_global(int id, char *arg)
 {
@@ -65,100 +86,62 @@ set_global(int id, char *arg)
 	}
 }
 
-int
-global_option(int argc, char **argv)
+/* The global row argv[0] names ("-q", "--db", "--db=x"); *value is what follows '=', if anything. */
+static const struct cmd_opt *
+find_global(const char *a, const char **value)
 {
-	const char *a = argv[0];
-	if (strcmp(a, "-q") == 0) {
-		set_global(OPT_QUIET, NULL);
-		return 1;
-	}
-	if (strncmp(a, "--", 2) != 0)
-		return 0;
-	for (const struct option *o = global_longopts; o->name; o++) {
+	*value = NULL;
+	for (const struct cmd_opt *o = global_opts; o->name; o++) {
+		if (o->id == OPT_HELP)
+			continue;
+		if (o->shortopt && a[0] == '-' && a[1] == o->shortopt && a[2] == '\0')
+			return o;
 		size_t n = strlen(o->name);
-		if (o->val == OPT_HELP || strncmp(a + 2, o->name, n) != 0)
+		if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, o->name, n) != 0)
 			continue;
-		if (a[2 + n] == '=' && o->has_arg) {
-			set_global(o->val, argv[0] + 2 + n + 1);
-			return 1;
+		if (a[2 + n] == '=' && o->arg) {
+			*value = a + 2 + n + 1;
+			return o;
 		}
-		if (a[2 + n] != '\0')
-			continue;
-		if (!o->has_arg) {
-			set_global(o->val, NULL);
-			return 1;
-		}
-		if (argc < 2) {
-			usage_error("option '--%s' needs an argument", o->name);
-			return -1;
-		}
-		set_global(o->val, argv[1]);
-		return 2;
+		if (a[2 + n] == '\0')
+			return o;
 	}
-	return 0;
-}
-
-const struct command *
-current_command(void)
-{
-	for (const struct command *c = commands; c->name; c++)
-		if (cmdname && strcmp(c->name, cmdname) == 0)
-			return c;
 	return NULL;
 }
 
-static void
-print_command_help(const struct command *c)
+int
+global_option(int argc, char **argv)
 {
-	printf("usage: %s %s\n\n%s.\n\n", progname, c->usage, c->summary);
-	if (c->help && *c->help)
-		printf("options:\n%s\n", c->help);
-	printf("global options: --uri URI, --db NAME, --bucket NAME, -q/--quiet, --no-progress\n"
-	       "exit status: %s; see %s-%s(1)\n", c->exits, progname, c->name);
+	const char *value;
+	const struct cmd_opt *o = find_global(argv[0], &value);
+	if (!o)
+		return 0;
+	if (value || !o->arg) {
+		set_global(o->id, (char *)value);
+		return 1;
+	}
+	if (argc < 2) {
+		usage_error("option '--%s' needs an argument", o->name);
+		return -1;
+	}
+	set_global(o->id, argv[1]);
+	return 2;
 }
 
 int
-parse_options(int argc, char **argv, const char *shortopts, const struct option *longopts,
-              opt_fn on_opt, void *ctx)
+parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, void *ctx)
 {
-	size_t ncmd = 0, nglob = sizeof global_longopts / sizeof global_longopts[0];
-	while (longopts && longopts[ncmd].name)
-		ncmd++;
-	struct option *all = calloc(ncmd + nglob, sizeof *all);
-	if (!all)
-		abort();
-	for (size_t i = 0; i < ncmd; i++)
-		all[i] = longopts[i];
-	for (size_t i = 0; i < nglob; i++)
-		all[ncmd + i] = global_longopts[i];
-
-	char *shorts = malloc(strlen(shortopts ? shortopts : "") + 8);
-	if (!shorts)
-		abort();
-	/*
-	 * Leading ':' reports a missing argument distinctly from an unknown
-	 * option. A command that takes -h itself (ls -lh) keeps --help only.
-	 */
-	bool own_h = shortopts && strchr(shortopts, 'h');
-	sprintf(shorts, ":%s%sq", shortopts ? shortopts : "", own_h ? "" : "h");
-
+	char *shorts;
+	struct option *all;
+	getopt_tables(e->opts, global_opts, &shorts, &all);
 	int rc = 0, opt;
 	bool help = false;
 	optind = 1;
 	opterr = 0;
 	while (rc == 0 && !help && (opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
 		switch (opt) {
-		case 'h':
-			if (own_h && on_opt(opt, optarg, ctx) < 0)
-				rc = -1;
-			help = !own_h;
-			break;
 		case OPT_HELP:
 			help = true;
-			break;
-		case 'q':
-			set_global(OPT_QUIET, NULL);
 			break;
 		case OPT_URI:
 		case OPT_DB:
@@ -179,14 +162,19 @@ parse_options(int argc, char **argv, const char *shortopts, const struct option 
 			rc = -1;
 			break;
 		default:
-			if (on_opt(opt, optarg, ctx) < 0)
+			/* -h and -q are the global options' unless the command took the letter. */
+			if (opt == 'h' && !own_letter(e, 'h'))
+				help = true;
+			else if (opt == 'q' && !own_letter(e, 'q'))
+				set_global(OPT_QUIET, NULL);
+			else if (on_opt(opt, optarg, ctx) < 0)
 				rc = -1;
 		}
 	}
 	free(all);
 	free(shorts);
 	if (help) {
-		print_command_help(current_command());
+		print_command_help(stdout, e);
 		exit(close_stdout(EXIT_OK));
 	}
 	G.progress = !no_progress && !G.quiet && isatty(STDERR_FILENO);

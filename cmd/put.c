@@ -12,25 +12,18 @@
 #include "../lib/mirror.h"
 #include "../lib/names.h"
 
-const char put_help[] =
-    "  -n, --name NAME         stored name (default: the file's base name; required for '-')\n"
-    "  -t, --type MIME         content type (default: detected by libmagic)\n"
-    "  -k, --keep-revisions N  keep the N newest revisions of the name in all (default 1;\n"
-    "                          0 keeps every revision)\n"
-    "      --chunk-size SIZE   chunk size (default 255K)\n"
-    "      --allow-unsafe-name store a NAME that mirror and get would refuse as a path\n"
-    "      --json              print the stored file as one JSON object\n";
-
 enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE };
 
-const struct option put_options[] = {
-	{"name", required_argument, NULL, 'n'},
-	{"type", required_argument, NULL, 't'},
-	{"keep-revisions", required_argument, NULL, 'k'},
-	{"chunk-size", required_argument, NULL, OPT_CHUNK},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"allow-unsafe-name", no_argument, NULL, OPT_UNSAFE},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt put_opts[] = {
+	CMD_OPT('n', "name", "NAME", "stored name (default: the file's base name; required for '-')"),
+	CMD_OPT('t', "type", "MIME", "content type (default: detected by libmagic)"),
+	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of the name in all "
+	        "(default 1; 0 keeps every revision)"),
+	CMD_OPT(0, "chunk-size", "SIZE", "chunk size (default 255K)", .id = OPT_CHUNK),
+	CMD_OPT(0, "allow-unsafe-name", NULL, "store a NAME that mirror and get would refuse as a path",
+	        .id = OPT_UNSAFE),
+	CMD_OPT(0, "json", NULL, "print the stored file as one JSON object", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 struct put_opts {
@@ -355,11 +348,11 @@ stored_name(const struct put_opts *o, const char *path, char **raw)
 	return name;
 }
 
-int
+static int
 cmd_put(int argc, char **argv)
 {
 	struct put_opts o = {.keep = 1};
-	int i = parse_options(argc, argv, "n:t:k:", put_options, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_put_entry, on_opt, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (argc - i != 1) {
@@ -405,3 +398,13 @@ cmd_put(int argc, char **argv)
 	free(raw);
 	return rc;
 }
+
+static const struct cmd_exit put_exits[] = {
+	{0, "ok"}, {1, "stored but older revisions not removed"}, {2, "usage"}, {3, "backend"},
+	{5, "FILE cannot be read or changed while read"}, {130, "interrupted"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_put_entry = {
+	"put", "store a file, replacing older revisions when complete", "FILE|-", put_opts, put_exits,
+	cmd_put,
+};

@@ -4,22 +4,15 @@
 
 #include "cmd.h"
 
-const char rm_help[] =
-    "      --id OID      remove the file with this _id (one revision)\n"
-    "  -f, --force       a missing name is not an error\n"
-    "  -n, --dry-run     say what would be removed; remove nothing\n"
-    "  -v, --verbose     print each revision removed\n"
-    "      --json        print one JSON object per name: {name, removed}\n";
-
 enum { OPT_ID = 1, OPT_JSON };
 
-const struct option rm_options[] = {
-	{"id", required_argument, NULL, OPT_ID},
-	{"force", no_argument, NULL, 'f'},
-	{"dry-run", no_argument, NULL, 'n'},
-	{"verbose", no_argument, NULL, 'v'},
-	{"json", no_argument, NULL, OPT_JSON},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt rm_opts[] = {
+	CMD_OPT(0, "id", "OID", "remove the file with this _id (one revision)", .id = OPT_ID),
+	CMD_OPT('f', "force", NULL, "a missing name is not an error"),
+	CMD_OPT('n', "dry-run", NULL, "say what would be removed; remove nothing"),
+	CMD_OPT('v', "verbose", NULL, "print each revision removed"),
+	CMD_OPT(0, "json", NULL, "print one JSON object per name: {name, removed}", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 struct rm_opts {
@@ -204,11 +197,11 @@ dry_run(gfs_session *s, const struct rm_opts *o, const char *name)
 	return rc;
 }
 
-int
+static int
 cmd_rm(int argc, char **argv)
 {
 	struct rm_opts o = {0};
-	int i = parse_options(argc, argv, "fnv", rm_options, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_rm_entry, on_opt, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (o.id ? argc - i != 0 : argc - i < 1) {
@@ -242,3 +235,12 @@ cmd_rm(int argc, char **argv)
 	gfs_conn_close(conn);
 	return rc;
 }
+
+static const struct cmd_exit rm_exits[] = {
+	{0, "ok"}, {1, "some of several names failed"}, {2, "usage"}, {3, "backend"},
+	{4, "no such name or id"}, {130, "interrupted"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_rm_entry = {
+	"rm", "remove files (all revisions of a name)", "NAME...|--id OID", rm_opts, rm_exits, cmd_rm,
+};

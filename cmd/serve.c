@@ -16,31 +16,6 @@
 #include "../lib/sdnotify.h"
 #include "cmd.h"
 
-const char serve_help[] =
-    "  --listen ADDR:PORT      address to listen on (default 127.0.0.1:8080; [::1]:PORT for IPv6)\n"
-    "  --prefix P              serve P/<path> as /<path>\n"
-    "  --cache-size SIZE       bytes of file bodies kept in memory (default 256M)\n"
-    "  --cache-dir DIR         keep file bodies on disk in DIR too (created 0700), across restarts\n"
-    "  --cache-dir-size SIZE   bytes DIR may hold (default: 90% of its free space, at most 100G)\n"
-    "  --preload               fill the cache (and the --cache-dir) in one pass before serving\n"
-    "  --threads N             event threads (default: one per CPU)\n"
-    "  --workers N             backend fetch threads (default 8)\n"
-    "  --queue N               fetches allowed to wait before answering 503 (default 1024)\n"
-    "  --stream-threshold SIZE larger files are streamed, not cached (default 4M)\n"
-    "  --max-connections N     connection limit (default 10000)\n"
-    "  --timeout SECS          close idle connections after SECS (default 30)\n"
-    "  --header-timeout SECS   close a connection whose request headers take longer (default 10)\n"
-    "  --max-per-ip N          connections open at once from one address (default 256; 0: no limit)\n"
-    "  --max-header-size SIZE  per-connection buffer that bounds request headers (default 16K)\n"
-    "  --cache-control VALUE   Cache-Control header (default \"public, max-age=60\"; \"\" for none)\n"
-    "  --access-log FILE|-     write a combined-format access log to FILE or stdout\n"
-    "  --poll SECS             look for new uploads every SECS (default 2)\n"
-    "  --poll-window SECS      and for uploads dated up to SECS before the last poll (default 30)\n"
-    "  --reload SECS           reread the whole index every SECS (default 60)\n"
-    "  --negative-ttl SECS     remember missing ids and revisions for SECS (default 5)\n"
-    "  --drain-timeout SECS    on SIGTERM, wait this long for requests in progress (default 10)\n"
-    "  --no-reuse-port         do not set SO_REUSEPORT on the listening socket";
-
 enum {
 	OPT_LISTEN = 0x100, OPT_PREFIX, OPT_CACHE_SIZE, OPT_PRELOAD, OPT_THREADS, OPT_WORKERS,
 	OPT_QUEUE, OPT_STREAM, OPT_MAXCONN, OPT_TIMEOUT, OPT_HEADER_TIMEOUT, OPT_MAX_PER_IP,
@@ -48,31 +23,42 @@ enum {
 	OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE, OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE,
 };
 
-const struct option serve_options[] = {
-	{"listen", required_argument, NULL, OPT_LISTEN},
-	{"prefix", required_argument, NULL, OPT_PREFIX},
-	{"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
-	{"preload", no_argument, NULL, OPT_PRELOAD},
-	{"threads", required_argument, NULL, OPT_THREADS},
-	{"workers", required_argument, NULL, OPT_WORKERS},
-	{"queue", required_argument, NULL, OPT_QUEUE},
-	{"stream-threshold", required_argument, NULL, OPT_STREAM},
-	{"max-connections", required_argument, NULL, OPT_MAXCONN},
-	{"timeout", required_argument, NULL, OPT_TIMEOUT},
-	{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
-	{"max-per-ip", required_argument, NULL, OPT_MAX_PER_IP},
-	{"max-header-size", required_argument, NULL, OPT_MAXHDR},
-	{"cache-control", required_argument, NULL, OPT_CACHE_CONTROL},
-	{"access-log", required_argument, NULL, OPT_ACCESS_LOG},
-	{"poll", required_argument, NULL, OPT_POLL},
-	{"poll-window", required_argument, NULL, OPT_POLL_WINDOW},
-	{"reload", required_argument, NULL, OPT_RELOAD},
-	{"negative-ttl", required_argument, NULL, OPT_NEG_TTL},
-	{"drain-timeout", required_argument, NULL, OPT_DRAIN},
-	{"no-reuse-port", no_argument, NULL, OPT_NO_REUSE},
-	{"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
-	{"cache-dir-size", required_argument, NULL, OPT_CACHE_DIR_SIZE},
-	{NULL, 0, NULL, 0},
+#define SERVE_OPT(name, arg, val, help) CMD_OPT(0, name, arg, help, .id = (val))
+
+static const struct cmd_opt serve_opts[] = {
+	SERVE_OPT("listen", "ADDR:PORT", OPT_LISTEN,
+	          "address to listen on (default 127.0.0.1:8080; [::1]:PORT for IPv6)"),
+	SERVE_OPT("prefix", "P", OPT_PREFIX, "serve P/<path> as /<path>"),
+	SERVE_OPT("cache-size", "SIZE", OPT_CACHE_SIZE, "bytes of file bodies kept in memory (default 256M)"),
+	SERVE_OPT("cache-dir", "DIR", OPT_CACHE_DIR,
+	          "keep file bodies on disk in DIR too (created 0700), across restarts"),
+	SERVE_OPT("cache-dir-size", "SIZE", OPT_CACHE_DIR_SIZE,
+	          "bytes DIR may hold (default: 90% of its free space, at most 100G)"),
+	SERVE_OPT("preload", NULL, OPT_PRELOAD, "fill the cache (and the --cache-dir) in one pass before serving"),
+	SERVE_OPT("threads", "N", OPT_THREADS, "event threads (default: one per CPU)"),
+	SERVE_OPT("workers", "N", OPT_WORKERS, "backend fetch threads (default 8)"),
+	SERVE_OPT("queue", "N", OPT_QUEUE, "fetches allowed to wait before answering 503 (default 1024)"),
+	SERVE_OPT("stream-threshold", "SIZE", OPT_STREAM, "larger files are streamed, not cached (default 4M)"),
+	SERVE_OPT("max-connections", "N", OPT_MAXCONN, "connection limit (default 10000)"),
+	SERVE_OPT("timeout", "SECS", OPT_TIMEOUT, "close idle connections after SECS (default 30)"),
+	SERVE_OPT("header-timeout", "SECS", OPT_HEADER_TIMEOUT,
+	          "close a connection whose request headers take longer (default 10)"),
+	SERVE_OPT("max-per-ip", "N", OPT_MAX_PER_IP,
+	          "connections open at once from one address (default 256; 0: no limit)"),
+	SERVE_OPT("max-header-size", "SIZE", OPT_MAXHDR,
+	          "per-connection buffer that bounds request headers (default 16K)"),
+	SERVE_OPT("cache-control", "VALUE", OPT_CACHE_CONTROL,
+	          "Cache-Control header (default \"public, max-age=60\"; \"\" for none)"),
+	SERVE_OPT("access-log", "FILE|-", OPT_ACCESS_LOG, "write a combined-format access log to FILE or stdout"),
+	SERVE_OPT("poll", "SECS", OPT_POLL, "look for new uploads every SECS (default 2)"),
+	SERVE_OPT("poll-window", "SECS", OPT_POLL_WINDOW,
+	          "and for uploads dated up to SECS before the last poll (default 30)"),
+	SERVE_OPT("reload", "SECS", OPT_RELOAD, "reread the whole index every SECS (default 60)"),
+	SERVE_OPT("negative-ttl", "SECS", OPT_NEG_TTL, "remember missing ids and revisions for SECS (default 5)"),
+	SERVE_OPT("drain-timeout", "SECS", OPT_DRAIN,
+	          "on SIGTERM, wait this long for requests in progress (default 10)"),
+	SERVE_OPT("no-reuse-port", NULL, OPT_NO_REUSE, "do not set SO_REUSEPORT on the listening socket"),
+	CMD_OPT_END,
 };
 
 struct serve_opts {
@@ -306,13 +292,13 @@ serve_uri(const char *uri)
 	return uri_with_option(uri, "serverSelectionTimeoutMS", 2000);
 }
 
-int
-cmd_serve(int argc, char **argv)
+/* What serve does without options; the defaults --help gives. */
+static void
+set_defaults(struct serve_opts *o)
 {
-	struct serve_opts o;
-	memset(&o, 0, sizeof o);
-	snprintf(o.host, sizeof o.host, "127.0.0.1");
-	struct httpserve_config *c = &o.cfg;
+	memset(o, 0, sizeof *o);
+	snprintf(o->host, sizeof o->host, "127.0.0.1");
+	struct httpserve_config *c = &o->cfg;
 	c->port = 8080;
 	c->listen_fd = -1;
 	c->reuse_port = true;
@@ -332,10 +318,17 @@ cmd_serve(int argc, char **argv)
 	c->poll_window_ms = 30000;
 	c->reload_ms = 60000;
 	c->neg_ttl_ms = 5000;
-	o.drain_ms = 10000;
+	o->drain_ms = 10000;
 	c->log = log_line;
+}
 
-	int ind = parse_options(argc, argv, "", serve_options, on_opt, &o);
+static int
+cmd_serve(int argc, char **argv)
+{
+	struct serve_opts o;
+	set_defaults(&o);
+	struct httpserve_config *c = &o.cfg;
+	int ind = parse_options(argc, argv, &cmd_serve_entry, on_opt, &o);
 	if (ind < 0)
 		return EXIT_USAGE;
 	if (ind < argc) {
@@ -415,3 +408,12 @@ cmd_serve(int argc, char **argv)
 	/* SIGTERM is how a service manager stops a server: a clean stop, 0. */
 	return sig == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
 }
+
+static const struct cmd_exit serve_exits[] = {
+	{0, "stopped by SIGTERM"}, {2, "usage"}, {5, "cannot listen or open the access log"},
+	{130, "stopped by SIGINT"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_serve_entry = {
+	"serve", "serve files over HTTP", NULL, serve_opts, serve_exits, cmd_serve,
+};

@@ -3,18 +3,13 @@
 
 #include "cmd.h"
 
-const char stat_help[] =
-    "      --id OID      the file with this _id instead of a NAME\n"
-    "  -r, --rev N       revision: -1 newest (default), -2 the one before, 0 the first\n"
-    "      --json        print one JSON object\n";
-
 enum { OPT_ID = 1, OPT_JSON };
 
-const struct option stat_options[] = {
-	{"id", required_argument, NULL, OPT_ID},
-	{"rev", required_argument, NULL, 'r'},
-	{"json", no_argument, NULL, OPT_JSON},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt stat_opts[] = {
+	CMD_OPT(0, "id", "OID", "the file with this _id instead of a NAME", .id = OPT_ID),
+	CMD_OPT('r', "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first"),
+	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 struct stat_opts {
@@ -87,11 +82,11 @@ print_as_json(const gfs_file *f)
 	bson_destroy(&doc);
 }
 
-int
+static int
 cmd_stat(int argc, char **argv)
 {
 	struct stat_opts o = {.rev = -1};
-	int i = parse_options(argc, argv, "r:", stat_options, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_stat_entry, on_opt, &o);
 	if (i < 0 || !one_target(argc - i, o.id))
 		return EXIT_USAGE;
 	gfs_conn *conn = connect_or_warn();
@@ -111,3 +106,11 @@ cmd_stat(int argc, char **argv)
 	gfs_conn_close(conn);
 	return rc;
 }
+
+static const struct cmd_exit stat_exits[] = {
+	{0, "ok"}, {2, "usage"}, {3, "backend"}, {4, "no such name, id or revision"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_stat_entry = {
+	"stat", "show one file's document", "NAME|--id OID", stat_opts, stat_exits, cmd_stat,
+};

@@ -13,30 +13,6 @@
 #include "../lib/supervise/supervise.h"
 #include "cmd.h"
 
-const char supervise_help[] =
-    "  -c, --config FILE     run the programs of an INI file (see gridfsctl-supervise.conf(5))\n"
-    "  --control PATH        control socket (default: the config's, else $XDG_RUNTIME_DIR,\n"
-    "                        /run/gridfsctl, or /tmp/gridfsctl-UID)\n"
-    "  --check               parse the config, print what would run, and exit\n"
-    "  --json                status: one JSON object per instance\n"
-    "quick form (gridfsctl supervise [options] -- CMD ARGS...):\n"
-    "  --name NAME           program name (default: the command's basename)\n"
-    "  --restart-on REGEX    restart when a line on its stderr matches (repeatable; replaces the\n"
-    "                        defaults: 'Too many open files', 'can not open file', EMFILE...)\n"
-    "  --nofile N            RLIMIT_NOFILE (soft and hard) for the program\n"
-    "  --health URL          mongodb://... ping or http://host:port/path check\n"
-    "  --listen HOST:PORT    bind and pass the socket as LISTEN_FDS=1\n"
-    "  --instances N         run N copies (they share the --listen socket)\n"
-    "  --log FILE            program output to FILE (rotated at 10M) instead of stdout\n"
-    "  --stop-signal SIG     signal that asks it to stop (default TERM)\n"
-    "  --stop-grace TIME     SIGKILL after this (default 10s)\n"
-    "  --max-restarts N      FATAL after N restarts within a minute (default 5)\n"
-    "control (talks to a running supervisor):\n"
-    "  status [--json]       states, pids, restarts, uptime, health, descriptor use\n"
-    "  restart NAME|all      restart a program (instances one at a time) or instance NAME:I\n"
-    "  reload                re-read the config (as SIGHUP)\n"
-    "  stop                  stop every program and the supervisor; waits until done";
-
 enum {
 	OPT_CONTROL = 0x100,
 	OPT_CHECK,
@@ -53,22 +29,32 @@ enum {
 	OPT_MAX_RESTARTS,
 };
 
-const struct option supervise_options[] = {
-	{"config", required_argument, NULL, 'c'},
-	{"control", required_argument, NULL, OPT_CONTROL},
-	{"check", no_argument, NULL, OPT_CHECK},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"name", required_argument, NULL, OPT_NAME},
-	{"restart-on", required_argument, NULL, OPT_RESTART_ON},
-	{"nofile", required_argument, NULL, OPT_NOFILE},
-	{"health", required_argument, NULL, OPT_HEALTH},
-	{"listen", required_argument, NULL, OPT_LISTEN},
-	{"instances", required_argument, NULL, OPT_INSTANCES},
-	{"log", required_argument, NULL, OPT_LOG},
-	{"stop-signal", required_argument, NULL, OPT_STOP_SIGNAL},
-	{"stop-grace", required_argument, NULL, OPT_STOP_GRACE},
-	{"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
-	{NULL, 0, NULL, 0},
+#define SV_OPT(name, arg, val, help) CMD_OPT(0, name, arg, help, .id = (val))
+
+static const struct cmd_opt supervise_opts[] = {
+	CMD_OPT('c', "config", "FILE", "run the programs of an INI file (see gridfsctl-supervise.conf(5))"),
+	SV_OPT("control", "PATH", OPT_CONTROL, "control socket (default: the config's, else "
+	       "$XDG_RUNTIME_DIR, /run/gridfsctl, or /tmp/gridfsctl-UID)"),
+	SV_OPT("check", NULL, OPT_CHECK, "parse the config, print what would run, and exit"),
+	SV_OPT("json", NULL, OPT_JSON, "status: one JSON object per instance"),
+	CMD_OPT_HEADING("quick form (gridfsctl supervise [options] -- CMD ARGS...):"),
+	SV_OPT("name", "NAME", OPT_NAME, "program name (default: the command's basename)"),
+	SV_OPT("restart-on", "REGEX", OPT_RESTART_ON, "restart when a line on its stderr matches "
+	       "(repeatable; replaces the defaults: 'Too many open files', 'can not open file', EMFILE...)"),
+	SV_OPT("nofile", "N", OPT_NOFILE, "RLIMIT_NOFILE (soft and hard) for the program"),
+	SV_OPT("health", "URL", OPT_HEALTH, "mongodb://... ping or http://host:port/path check"),
+	SV_OPT("listen", "HOST:PORT", OPT_LISTEN, "bind and pass the socket as LISTEN_FDS=1"),
+	SV_OPT("instances", "N", OPT_INSTANCES, "run N copies (they share the --listen socket)"),
+	SV_OPT("log", "FILE", OPT_LOG, "program output to FILE (rotated at 10M) instead of stdout"),
+	SV_OPT("stop-signal", "SIG", OPT_STOP_SIGNAL, "signal that asks it to stop (default TERM)"),
+	SV_OPT("stop-grace", "TIME", OPT_STOP_GRACE, "SIGKILL after this (default 10s)"),
+	SV_OPT("max-restarts", "N", OPT_MAX_RESTARTS, "FATAL after N restarts within a minute (default 5)"),
+	CMD_OPT_HEADING("control (talks to a running supervisor):"),
+	CMD_OPT_WORD("status", "[--json]", "states, pids, restarts, uptime, health, descriptor use"),
+	CMD_OPT_WORD("restart", "NAME|all", "restart a program (instances one at a time) or instance NAME:I"),
+	CMD_OPT_WORD("reload", NULL, "re-read the config (as SIGHUP)"),
+	CMD_OPT_WORD("stop", NULL, "stop every program and the supervisor; waits until done"),
+	CMD_OPT_END,
 };
 
 /* Quick-form settings, applied as config keys so both forms parse values alike. */
@@ -418,11 +404,11 @@ control(struct opts *o, int argc, char **argv)
 	return rc;
 }
 
-int
+static int
 cmd_supervise(int argc, char **argv)
 {
 	struct opts o = {0};
-	int first = parse_options(argc, argv, "c:", supervise_options, on_opt, &o);
+	int first = parse_options(argc, argv, &cmd_supervise_entry, on_opt, &o);
 	if (first < 0)
 		return EXIT_USAGE;
 	int nops = argc - first;
@@ -455,3 +441,16 @@ cmd_supervise(int argc, char **argv)
 	}
 	return run_supervisor(&o, &cfg);
 }
+
+static const struct cmd_exit supervise_exits[] = {
+	{0, "stopped (any signal or stop), request done, or status all healthy"},
+	{1, "status: some instance unhealthy"}, {2, "usage or configuration"},
+	{3, "no supervisor answers"}, {4, "no such program"}, {5, "the control socket cannot be made"},
+	{6, "another supervisor runs"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_supervise_entry = {
+	"supervise", "keep backends and servers running, watching their descriptors",
+	"[-- CMD ARGS... | status | restart NAME | reload | stop]", supervise_opts, supervise_exits,
+	cmd_supervise,
+};

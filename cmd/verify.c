@@ -39,41 +39,29 @@ enum {
 /* Orphan chunks younger than this may belong to an upload in progress. */
 #define DEFAULT_GRACE_S 3600
 
-const char verify_help[] =
-    "  -p, --prefix P      check only files whose names start with P (orphan chunks\n"
-    "                      are looked for only without --prefix and --sample)\n"
-    "  --against DIR       also compare with a disk tree: missing in GridFS, missing on\n"
-    "                      disk, content differs (size, then sha256)\n"
-    "  --combined FILE     with --against, write an rclone-style report to FILE ('-' for\n"
-    "                      stdout): '= path' same, '- path' only on disk, '+ path' only in\n"
-    "                      GridFS, '* path' differs, '! path' damaged in GridFS\n"
-    "  --repair            remove orphan chunks, incomplete uploads and extra chunks; with\n"
-    "                      --against re-upload missing or damaged files from disk\n"
-    "  --grace SECONDS     with --repair, leave orphan chunks younger than this\n"
-    "                      (default 3600: they may be an upload in progress)\n"
-    "  -n, --dry-run       with --repair, show what would be done and do nothing\n"
-    "  --json              one JSON object per problem and repair, then a summary object\n"
-    "  --sample N%         check a random N percent of the files\n"
-    "  --threads N         hashing threads (default: from the CPU count)\n"
-    "  --strategy S        how chunks are read: auto (default: scan for the whole bucket,\n"
-    "                      else what the server serves from an index), scan (one sorted\n"
-    "                      pass over all chunks), batched (files_id $in batches) or each\n"
-    "                      (a query per file, --jobs at once)\n"
-    "  -j, --jobs N        connections reading at once with the each strategy (default 4)\n";
-
-const struct option verify_options[] = {
-	{"prefix", required_argument, NULL, OPT_PREFIX},
-	{"against", required_argument, NULL, OPT_AGAINST},
-	{"combined", required_argument, NULL, OPT_COMBINED},
-	{"repair", no_argument, NULL, OPT_REPAIR},
-	{"dry-run", no_argument, NULL, 'n'},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"sample", required_argument, NULL, OPT_SAMPLE},
-	{"threads", required_argument, NULL, OPT_THREADS},
-	{"strategy", required_argument, NULL, OPT_STRATEGY},
-	{"grace", required_argument, NULL, OPT_GRACE},
-	{"jobs", required_argument, NULL, OPT_JOBS},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt verify_opts[] = {
+	PREFIX_OPT("check only files whose names start with P (orphan chunks are looked for only "
+	           "without --prefix and --sample)"),
+	CMD_OPT(0, "against", "DIR", "also compare with a disk tree: missing in GridFS, missing on "
+	        "disk, content differs (size, then sha256)", .id = OPT_AGAINST),
+	CMD_OPT(0, "combined", "FILE", "with --against, write an rclone-style report to FILE ('-' for "
+	        "stdout): '= path' same, '- path' only on disk, '+ path' only in GridFS, '* path' "
+	        "differs, '! path' damaged in GridFS", .id = OPT_COMBINED),
+	CMD_OPT(0, "repair", NULL, "remove orphan chunks, incomplete uploads and extra chunks; with "
+	        "--against re-upload missing or damaged files from disk", .id = OPT_REPAIR),
+	CMD_OPT(0, "grace", "SECONDS", "with --repair, leave orphan chunks younger than this (default "
+	        "3600: they may be an upload in progress)", .id = OPT_GRACE),
+	CMD_OPT('n', "dry-run", NULL, "with --repair, show what would be done and do nothing"),
+	CMD_OPT(0, "json", NULL, "one JSON object per problem and repair, then a summary object",
+	        .id = OPT_JSON),
+	CMD_OPT(0, "sample", "N%", "check a random N percent of the files", .id = OPT_SAMPLE),
+	CMD_OPT(0, "threads", "N", "hashing threads (default: from the CPU count)", .id = OPT_THREADS),
+	CMD_OPT(0, "strategy", "S", "how chunks are read: auto (default: scan for the whole bucket, "
+	        "else what the server serves from an index), scan (one sorted pass over all chunks), "
+	        "batched (files_id $in batches) or each (a query per file, --jobs at once)",
+	        .id = OPT_STRATEGY, .values = "auto scan batched each"),
+	CMD_OPT('j', "jobs", "N", "connections reading at once with the each strategy (default 4)"),
+	CMD_OPT_END,
 };
 
 struct vopts {
@@ -895,11 +883,11 @@ free_run(struct run *r)
 	free(r->probs);
 }
 
-int
+static int
 cmd_verify(int argc, char **argv)
 {
 	struct vopts o = {.strategy = GFS_READ_AUTO, .grace = DEFAULT_GRACE_S};
-	int first = parse_options(argc, argv, "p:nj:", verify_options, on_opt, &o);
+	int first = parse_options(argc, argv, &cmd_verify_entry, on_opt, &o);
 	if (first < 0)
 		return EXIT_USAGE;
 	if (first < argc) {
@@ -1025,3 +1013,13 @@ cmd_verify(int argc, char **argv)
 	gfs_conn_close(conn);
 	return rc;
 }
+
+static const struct cmd_exit verify_exits[] = {
+	{0, "no problem (or all repaired)"}, {1, "problems found"}, {2, "usage"}, {3, "backend"},
+	{5, "DIR or the --combined file I/O"}, {6, "--repair while an import runs"},
+	{130, "interrupted"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_verify_entry = {
+	"verify", "check stored files for damage", NULL, verify_opts, verify_exits, cmd_verify,
+};

@@ -37,46 +37,29 @@
 #include "../lib/watch.h"
 #include "cmd.h"
 
-const char watch_help[] =
-    "  -p, --prefix P          store under the folder P (default: the top level)\n"
-    "  -x, --exclude GLOB      ignore files and directories matching GLOB (repeatable)\n"
-    "  -i, --include GLOB      watch only files matching GLOB (repeatable)\n"
-    "      --hidden            take hidden files and directories\n"
-    "      --keep-temp         take temporary files (*.part, *~, .#*)\n"
-    "  -t, --type MIME         content type for every file (default: libmagic)\n"
-    "      --delete            remove stored files when they are removed from DIR\n"
-    "      --max-delete N|P%   with --delete: a settled batch or full pass that would remove\n"
-    "                          more than N files (P% of those stored) removes none; exit 7\n"
-    "      --no-initial        skip the first full pass (an import of DIR)\n"
-    "      --settle MS         wait until a path has been quiet this long (default 50)\n"
-    "      --rescan-every S    a full pass every S seconds (default: never)\n"
-    "      --unwatched ACTION  a directory inotify cannot watch: rescan (default) or fail\n"
-    "      --max-pending N     changes kept waiting before a full pass replaces them\n"
-    "  -j, --jobs N            parallelism of full passes and batches (default 4)\n"
-    "      --json              one JSON object per action on stdout\n";
-
 enum {
-	OPT_HIDDEN = 1, OPT_KEEP_TEMP, OPT_DELETE, OPT_NO_INITIAL, OPT_SETTLE, OPT_JSON,
-	OPT_RESCAN_EVERY, OPT_UNWATCHED, OPT_MAX_PENDING, OPT_MAX_DELETE,
+	OPT_DELETE = 1, OPT_NO_INITIAL, OPT_SETTLE, OPT_JSON, OPT_RESCAN_EVERY, OPT_UNWATCHED,
+	OPT_MAX_PENDING, OPT_MAX_DELETE,
 };
 
-const struct option watch_options[] = {
-	{"prefix", required_argument, NULL, 'p'},
-	{"exclude", required_argument, NULL, 'x'},
-	{"include", required_argument, NULL, 'i'},
-	{"hidden", no_argument, NULL, OPT_HIDDEN},
-	{"keep-temp", no_argument, NULL, OPT_KEEP_TEMP},
-	{"type", required_argument, NULL, 't'},
-	{"delete", no_argument, NULL, OPT_DELETE},
-	{"max-delete", required_argument, NULL, OPT_MAX_DELETE},
-	{"no-initial", no_argument, NULL, OPT_NO_INITIAL},
-	{"settle", required_argument, NULL, OPT_SETTLE},
-	{"rescan-every", required_argument, NULL, OPT_RESCAN_EVERY},
-	{"unwatched", required_argument, NULL, OPT_UNWATCHED},
-	{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
-	{"jobs", required_argument, NULL, 'j'},
-	{"json", no_argument, NULL, OPT_JSON},
-	{NULL, 0, NULL, 0},
+static const struct cmd_opt watch_opts[] = {
+	CMD_OPT_GROUP(tree_opts),
+	CMD_OPT(0, "delete", NULL, "remove stored files when they are removed from DIR", .id = OPT_DELETE),
+	CMD_OPT(0, "max-delete", "N|P%", "with --delete: a settled batch or full pass that would "
+	        "remove more than N files (P% of those stored) removes none; exit 7",
+	        .id = OPT_MAX_DELETE),
+	CMD_OPT(0, "no-initial", NULL, "skip the first full pass (an import of DIR)", .id = OPT_NO_INITIAL),
+	CMD_OPT(0, "settle", "MS", "wait until a path has been quiet this long (default 50)",
+	        .id = OPT_SETTLE),
+	CMD_OPT(0, "rescan-every", "S", "a full pass every S seconds (default: never)",
+	        .id = OPT_RESCAN_EVERY),
+	CMD_OPT(0, "unwatched", "ACTION", "a directory inotify cannot watch: rescan (default) or fail",
+	        .id = OPT_UNWATCHED, .values = "rescan fail"),
+	CMD_OPT(0, "max-pending", "N", "changes kept waiting before a full pass replaces them",
+	        .id = OPT_MAX_PENDING),
+	CMD_OPT('j', "jobs", "N", "parallelism of full passes and batches (default 4)"),
+	CMD_OPT(0, "json", NULL, "one JSON object per action on stdout", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 /* A file found by listing must stay the same at least this long: nothing says it is complete. */
@@ -133,8 +116,7 @@ struct op {
 
 struct watch_cli {
 	gfs_watch_opts o;
-	const char **include, **exclude;
-	size_t n_include, n_exclude;
+	struct tree_select sel;
 	bool delete, initial, json, unwatched_fail;
 	gfs_max_delete max_delete;
 	bool over_limit;      /* --max-delete stopped watching */
@@ -160,13 +142,9 @@ static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct watch_cli *w = ctx;
+	if (tree_option(opt, arg, &w->sel) == 0)
+		return 0;
 	switch (opt) {
-	case 'p': w->o.prefix = arg; return 0;
-	case 'x': add_glob(&w->exclude, &w->n_exclude, arg); return 0;
-	case 'i': add_glob(&w->include, &w->n_include, arg); return 0;
-	case 't': w->o.content_type = arg; return 0;
-	case OPT_HIDDEN: w->o.walk.hidden = true; return 0;
-	case OPT_KEEP_TEMP: w->o.walk.temp = true; return 0;
 	case OPT_DELETE: w->delete = true; return 0;
 	case OPT_MAX_DELETE: return max_delete_option(arg, &w->max_delete);
 	case OPT_NO_INITIAL: w->initial = false; return 0;
@@ -1332,14 +1310,14 @@ print_summary(const struct watch_cli *w, int rc, double seconds)
 	json_summary_end(stdout, &sum, seconds, error);
 }
 
-int
+static int
 cmd_watch(int argc, char **argv)
 {
 	double started = gfs_mono_seconds();
 	struct watch_cli w = {.initial = true, .settle_ms = 50, .jobs = 4, .max_pending = DEFAULT_MAX_PENDING};
 	w.o.keep_revisions = 1;
 	w.ops_tail = &w.ops;
-	int i = parse_options(argc, argv, "p:x:i:t:j:", watch_options, on_opt, &w);
+	int i = parse_options(argc, argv, &cmd_watch_entry, on_opt, &w);
 	int rc = EXIT_USAGE;
 	if (i < 0)
 		goto out;
@@ -1350,10 +1328,9 @@ cmd_watch(int argc, char **argv)
 	w.o.dir = argv[i];
 	if (!max_delete_fits(&w.max_delete, w.delete))
 		goto out;
-	w.o.walk.include = w.include;
-	w.o.walk.n_include = w.n_include;
-	w.o.walk.exclude = w.exclude;
-	w.o.walk.n_exclude = w.n_exclude;
+	w.o.prefix = w.sel.prefix;
+	w.o.content_type = w.sel.content_type;
+	tree_select_walk(&w.sel, &w.o.walk);
 	w.pass_every_s = w.rescan_every_s;
 	/*
 	 * Blocked before any thread exists (the driver starts monitor threads),
@@ -1389,7 +1366,17 @@ cmd_watch(int argc, char **argv)
 out:
 	if (w.json && i >= 0)
 		print_summary(&w, rc, gfs_mono_seconds() - started);
-	free(w.include);
-	free(w.exclude);
+	free_tree_select(&w.sel);
 	return rc;
 }
+
+static const struct cmd_exit watch_exits[] = {
+	{0, "stopped by SIGTERM"}, {1, "some changes failed or were left waiting"}, {2, "usage"},
+	{3, "backend unreachable at start or in the first pass"},
+	{5, "DIR cannot be watched or went away"}, {7, "--max-delete stopped it"},
+	{130, "stopped by SIGINT"}, {-1, NULL},
+};
+
+const struct cmd_entry cmd_watch_entry = {
+	"watch", "keep the bucket in sync with a directory", "DIR", watch_opts, watch_exits, cmd_watch,
+};

@@ -65,6 +65,7 @@ struct serve_opts {
 	struct httpserve_config cfg;
 	char host[64];
 	const char *access_log;
+	FILE *log;            /* the access log open now: SIGHUP replaces it */
 	int drain_ms;
 };
 
@@ -322,91 +323,114 @@ set_defaults(struct serve_opts *o)
 	c->log = log_line;
 }
 
+/* The options, checked together; EXIT_OK or EXIT_USAGE. */
 static int
-cmd_serve(int argc, char **argv)
+serve_options(int argc, char **argv, struct serve_opts *o)
 {
-	struct serve_opts o;
-	set_defaults(&o);
-	struct httpserve_config *c = &o.cfg;
-	int ind = parse_options(argc, argv, &cmd_serve_entry, on_opt, &o);
+	set_defaults(o);
+	int ind = parse_options(argc, argv, &cmd_serve_entry, on_opt, o);
 	if (ind < 0)
 		return EXIT_USAGE;
 	if (ind < argc) {
 		usage_error("unexpected argument '%s'", argv[ind]);
 		return EXIT_USAGE;
 	}
-	c->host = o.host;
-	if (c->cache_dir_size && !c->cache_dir) {
+	o->cfg.host = o->host;
+	if (o->cfg.cache_dir_size && !o->cfg.cache_dir) {
 		usage_error("--cache-dir-size needs --cache-dir");
 		return EXIT_USAGE;
 	}
-	raise_nofile();
-	c->listen_fd = inherited_socket();
+	return EXIT_OK;
+}
 
-	FILE *log = NULL;
-	if (o.access_log) {
-		/* Not stderr: request data must never look like the server's own messages. */
-		log = strcmp(o.access_log, "-") == 0 ? stdout : fopen(o.access_log, "a");
-		if (!log) {
-			warn_("%s", o.access_log);
-			return EXIT_LOCAL;
-		}
-		setvbuf(log, NULL, _IOLBF, 0); /* stdout too: nothing was written to it yet */
-		c->access_log = log;
+/* Not stderr: request data must never look like the server's own messages. */
+static FILE *
+open_access_log(const char *path)
+{
+	FILE *log = strcmp(path, "-") == 0 ? stdout : fopen(path, "a");
+	if (!log) {
+		warn_("%s", path);
+		return NULL;
 	}
+	setvbuf(log, NULL, _IOLBF, 0); /* stdout too: nothing was written to it yet */
+	return log;
+}
 
-	/* Every thread inherits this mask; only the main thread takes the signals. */
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+static void
+close_access_log(FILE *log)
+{
+	if (log && log != stdout)
+		fclose(log);
+}
+
+/* Every thread inherits this mask; only the main thread takes the signals. */
+static void
+block_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+}
 
-	char *uri = serve_uri(G.uri);
-	gfs_error err;
-	gfs_conn *conn = uri ? gfs_conn_open(uri, G.db, G.bucket, &err) : NULL;
-	free(uri);
-	if (!conn) {
-		if (log && log != stdout)
-			fclose(log);
-		return fail(&err);
-	}
-	httpserve *srv = httpserve_start(conn, c, &err);
-	if (!srv) {
-		gfs_conn_close(conn);
-		if (log && log != stdout)
-			fclose(log);
-		return fail(&err);
-	}
+/* Serves until SIGTERM or SIGINT (reopening the log on SIGHUP), then drains; returns the signal. */
+static int
+serve_until_stopped(httpserve *srv, struct serve_opts *o, sigset_t *set)
+{
 	if (!G.quiet) {
-		if (c->listen_fd >= 0)
-			warnx_("serving on the inherited socket (fd %d)", c->listen_fd);
+		if (o->cfg.listen_fd >= 0)
+			warnx_("serving on the inherited socket (fd %d)", o->cfg.listen_fd);
 		else
-			warnx_("serving http://%s%s%s:%u/", strchr(o.host, ':') ? "[" : "", o.host,
-			       strchr(o.host, ':') ? "]" : "", httpserve_port(srv));
+			warnx_("serving http://%s%s%s:%u/", strchr(o->host, ':') ? "[" : "", o->host,
+			       strchr(o->host, ':') ? "]" : "", httpserve_port(srv));
 	}
-
 	notify("READY=1\nSTATUS=serving");
-	int sig = wait_signal(&set);
+	int sig = wait_signal(set);
 	while (sig != SIGTERM && sig != SIGINT) {
-		if (sig == SIGHUP && log && log != stdout)
-			log = reopen_log(srv, o.access_log, log);
-		sig = wait_signal(&set);
+		if (sig == SIGHUP && o->log && o->log != stdout)
+			o->log = reopen_log(srv, o->access_log, o->log);
+		sig = wait_signal(set);
 	}
 	notify("STOPPING=1");
 	if (!G.quiet)
 		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");
 	httpserve_quiesce(srv);
-	if (!httpserve_drain(srv, o.drain_ms))
+	if (!httpserve_drain(srv, o->drain_ms))
 		warnx_("requests or connections still open after the drain timeout; closing them");
 	httpserve_stop(srv);
-	gfs_conn_close(conn);
-	if (log && log != stdout)
-		fclose(log);
+	return sig;
+}
+
+static int
+cmd_serve(int argc, char **argv)
+{
+	struct serve_opts o;
+	int rc = serve_options(argc, argv, &o);
+	if (rc != EXIT_OK)
+		return rc;
+	raise_nofile();
+	o.cfg.listen_fd = inherited_socket();
+	if (o.access_log && !(o.log = open_access_log(o.access_log)))
+		return EXIT_LOCAL;
+	o.cfg.access_log = o.log;
+	sigset_t set;
+	block_signals(&set);
+	char *uri = serve_uri(G.uri);
+	gfs_error err;
+	gfs_conn *conn = uri ? gfs_conn_open(uri, G.db, G.bucket, &err) : NULL;
+	free(uri);
+	httpserve *srv = conn ? httpserve_start(conn, &o.cfg, &err) : NULL;
+	if (!srv)
+		rc = fail(&err);
 	/* SIGTERM is how a service manager stops a server: a clean stop, 0. */
-	return sig == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
+	else if (serve_until_stopped(srv, &o, &set) == SIGINT)
+		rc = EXIT_INTERRUPTED;
+	if (conn)
+		gfs_conn_close(conn);
+	close_access_log(o.log);
+	return rc;
 }
 
 static const struct cmd_exit serve_exits[] = {

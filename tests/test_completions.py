@@ -2,6 +2,7 @@
 COMP_WORDS set, fish's `complete -C`, zsh in tmux. What they offer comes from
 the binary (`gridfsctl _complete`, `gridfsctl _names`)."""
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 import planted
 from conftest import BIN, ROOT, free_port
+from test_core import help_exit_codes, man_exit_codes
 
 COMP = os.path.join(ROOT, "completions")
 BASH_COMPLETION = "/usr/share/bash-completion/bash_completion"
@@ -271,3 +273,84 @@ def test_zsh(zsh, gfs, db):
     zsh("gridfsctl mirror --read=")(
         lambda lines: set(" ".join(below_prompt(lines)).split()) == {"auto", "batched", "each", "scan"},
         "the --read values")
+
+
+# ---- every verb's row: --help, usage, _options, man page, bash, zsh, fish, exit codes ----
+
+def verbs():
+    return subprocess.run([BIN, "_options"], capture_output=True, text=True, check=True).stdout.split()
+
+
+HELP_OPTION = re.compile(r"^  (?:-(\w), |    )--([\w-]+)(?: (\S+))?(?:  |$)")
+
+
+def help_options(verb):
+    """{long: (short or None, argument name or None)} from the options part of --help."""
+    text = subprocess.run([BIN, verb, "--help"], capture_output=True, text=True, check=True).stdout
+    usage, rest = text.split("\n\n", 1)
+    section = rest.split("options:\n", 1)[1].split("\n\n", 1)[0] if "options:\n" in rest else ""
+    found = {}
+    for line in section.splitlines():
+        m = HELP_OPTION.match(line)
+        if m:
+            found[m.group(2)] = (m.group(1), m.group(3))
+    return usage, found
+
+
+def binary_options(verb):
+    """{long: takes an argument} from _options, which the completions are built on."""
+    out = subprocess.run([BIN, "_options", verb], capture_output=True, text=True, check=True).stdout
+    return {o[2:].rstrip("="): o.endswith("=") for o in out.split()}
+
+
+@pytest.mark.parametrize("verb", verbs())
+def test_verb_row_help_usage_options_and_man_page_agree(verb):
+    """One table of rows per verb: --help, the usage line, _options, _complete
+    and the man page name the same options, and the man page the same exit
+    statuses as --help."""
+    usage, shown = help_options(verb)
+    helptext = subprocess.run([BIN, verb, "--help"], capture_output=True, text=True).stdout
+    offered = binary_options(verb)
+    assert set(shown) == set(offered), verb
+    rows = {r.split("\t")[0][2:]: r.split("\t") for r in subprocess.run(
+        [BIN, "_complete", verb], capture_output=True, text=True, check=True).stdout.splitlines()}
+    with open(os.path.join(ROOT, "man", f"gridfsctl-{verb}.1.scd")) as f:
+        man = f.read()
+    for name, (short, arg) in shown.items():
+        assert (arg is not None) == offered[name], (verb, name)
+        assert rows[name][1] == (f"-{short}" if short else "-"), (verb, name, rows[name])
+        if rows[name][2] == "enum":  # the words completed are the words --help explains
+            assert all(re.search(rf"\b{v}\b", helptext) for v in rows[name][3].split()), rows[name]
+        assert re.search(rf"[\[ |]{re.escape(f'-{short}' if short else f'--{name}')}\b", usage), \
+            (verb, name, usage)
+        assert f"*--{name}*" in man, f"man/gridfsctl-{verb}.1.scd does not describe --{name}"
+        if short:
+            assert f"*-{short}*" in man, f"man/gridfsctl-{verb}.1.scd does not give -{short}"
+    codes = help_exit_codes(verb)
+    assert codes == man_exit_codes(verb), verb
+
+
+@needs_bash_completion
+def test_bash_offers_every_option_of_every_verb(bash):
+    for verb in verbs():
+        want = {f"--{o}" + ("=" if arg else "") for o, arg in binary_options(verb).items()}
+        assert want <= set(bash(verb, "--")), verb
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish not installed (scripts/deps installs it)")
+def test_fish_offers_every_option_of_every_verb(gfs, bindir, cwd):
+    names = verbs()
+    got = fish_complete([f"gridfsctl {v} --" for v in names], shell_env(gfs, bindir), cwd)
+    for verb, offered in zip(names, got):
+        want = {f"--{o}" for o in binary_options(verb)}
+        assert want <= set(offered), (verb, want - set(offered))
+        assert all(offered[o] for o in want), (verb, "an option without a description")
+
+
+def test_zsh_offers_every_option_of_every_verb(zsh):
+    for verb in verbs():
+        want = {f"--{o}" for o in binary_options(verb)}
+
+        def listed(lines):
+            return want <= set(re.findall(r"--[\w-]+", " ".join(below_prompt(lines))))
+        zsh(f"gridfsctl {verb} --")(listed, f"every option of {verb}")

@@ -907,7 +907,8 @@ def test_usage_lines_name_the_options(gfs):
     for verb, opts in (("get", ["--id", "-r", "-o", "-f"]), ("put", ["-n", "-t", "-k", "--json"]),
                        ("rm", ["-f", "-n", "--json"]), ("stat", ["-r", "--json"]),
                        ("ls", ["-l", "-h", "-a", "--json"]), ("doctor", ["--sample", "--json"])):
-        usage = gfs.run(verb, "--help", db=False).text.splitlines()[0]
+        # The usage line, wrapped: up to the blank line after it.
+        usage = gfs.run(verb, "--help", db=False).text.split("\n\n", 1)[0]
         for o in opts:
             assert re.search(rf"[\[ |]{re.escape(o)}\b", usage), (verb, o, usage)
 

@@ -84,16 +84,79 @@ parse_listen(const char *s, struct serve_opts *o)
 	return true;
 }
 
+/* --cache-size, --stream-threshold, --max-header-size, --cache-dir-size. */
+static int
+size_option(int opt, const char *arg, struct httpserve_config *c)
+{
+	uint64_t size;
+	if (opt == OPT_CACHE_DIR_SIZE) {
+		if (!parse_size(arg, &size) || size < 1 << 20) {
+			usage_error("--cache-dir-size: invalid size '%s' (at least 1M)", arg);
+			return -1;
+		}
+		c->cache_dir_size = size;
+		return 0;
+	}
+	if (!parse_size(arg, &size) || size > SIZE_MAX / 2 ||
+	    (opt == OPT_MAXHDR && (size < 4096 || size > 1 << 20))) {
+		usage_error("invalid size '%s'", arg);
+		return -1;
+	}
+	*(opt == OPT_CACHE_SIZE ? &c->cache_size : opt == OPT_STREAM ? &c->stream_threshold
+	                                                              : &c->conn_memory) = size;
+	return 0;
+}
+
+/* --threads, --workers, --queue, --max-connections, --timeout, --max-per-ip. */
+static int
+count_option(int opt, const char *arg, struct httpserve_config *c)
+{
+	long n;
+	if (!parse_int(arg, opt == OPT_MAX_PER_IP ? 0 : 1, 1000000, &n)) {
+		usage_error("%sinvalid number '%s'", opt == OPT_MAX_PER_IP ? "--max-per-ip: " : "", arg);
+		return -1;
+	}
+	switch (opt) {
+	case OPT_THREADS: c->threads = (unsigned)(n > 1024 ? 1024 : n); break;
+	case OPT_WORKERS: c->workers = (unsigned)(n > 256 ? 256 : n); break;
+	case OPT_QUEUE: c->queue_max = (unsigned)n; break;
+	case OPT_MAXCONN: c->max_connections = (unsigned)n; break;
+	case OPT_TIMEOUT: c->timeout_s = (unsigned)n; break;
+	case OPT_MAX_PER_IP: c->max_per_ip = (unsigned)n; break;
+	}
+	return 0;
+}
+
+/* The durations in seconds, kept as milliseconds. */
+static int
+duration_option(int opt, const char *arg, struct serve_opts *o)
+{
+	struct httpserve_config *c = &o->cfg;
+	/* The intervals and the header timeout need a floor; the rest may be 0. */
+	bool floor = opt == OPT_POLL || opt == OPT_RELOAD || opt == OPT_HEADER_TIMEOUT;
+	long n;
+	if (!gfs_parse_duration_ms(arg, floor ? 100 : 0, INT_MAX, &n)) {
+		usage_error("invalid number of seconds '%s' (at most %d)", arg, INT_MAX / 1000);
+		return -1;
+	}
+	switch (opt) {
+	case OPT_POLL: c->poll_ms = (int)n; break;
+	case OPT_POLL_WINDOW: c->poll_window_ms = (int)n; break;
+	case OPT_HEADER_TIMEOUT: c->header_timeout_ms = (int)n; break;
+	case OPT_RELOAD: c->reload_ms = (int)n; break;
+	case OPT_NEG_TTL: c->neg_ttl_ms = (int)n; break;
+	case OPT_DRAIN: o->drain_ms = (int)n; break;
+	}
+	return 0;
+}
+
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct serve_opts *o = ctx;
 	struct httpserve_config *c = &o->cfg;
-	uint64_t size;
-	long n;
 	switch (opt) {
-	case OPT_LISTEN:
-		return parse_listen(arg, o) ? 0 : -1;
+	case OPT_LISTEN: return parse_listen(arg, o) ? 0 : -1;
 	case OPT_PREFIX: c->prefix = arg; return 0;
 	case OPT_PRELOAD: c->preload = true; return 0;
 	case OPT_NO_REUSE: c->reuse_port = false; return 0;
@@ -106,80 +169,25 @@ on_opt(int opt, const char *arg, void *ctx)
 		}
 		c->cache_dir = arg;
 		return 0;
-	case OPT_CACHE_DIR_SIZE:
-		if (!parse_size(arg, &size) || size < 1 << 20) {
-			usage_error("--cache-dir-size: invalid size '%s' (at least 1M)", arg);
-			return -1;
-		}
-		c->cache_dir_size = size;
-		return 0;
 	case OPT_CACHE_SIZE:
 	case OPT_STREAM:
 	case OPT_MAXHDR:
-		if (!parse_size(arg, &size) || size > SIZE_MAX / 2 ||
-		    (opt == OPT_MAXHDR && (size < 4096 || size > 1 << 20))) {
-			usage_error("invalid size '%s'", arg);
-			return -1;
-		}
-		if (opt == OPT_CACHE_SIZE)
-			c->cache_size = size;
-		else if (opt == OPT_STREAM)
-			c->stream_threshold = size;
-		else
-			c->conn_memory = size;
-		return 0;
+	case OPT_CACHE_DIR_SIZE:
+		return size_option(opt, arg, c);
 	case OPT_THREADS:
 	case OPT_WORKERS:
 	case OPT_QUEUE:
 	case OPT_MAXCONN:
 	case OPT_TIMEOUT:
-		if (!parse_int(arg, 1, 1000000, &n)) {
-			usage_error("invalid number '%s'", arg);
-			return -1;
-		}
-		if (opt == OPT_THREADS)
-			c->threads = (unsigned)(n > 1024 ? 1024 : n);
-		else if (opt == OPT_WORKERS)
-			c->workers = (unsigned)(n > 256 ? 256 : n);
-		else if (opt == OPT_QUEUE)
-			c->queue_max = (unsigned)n;
-		else if (opt == OPT_MAXCONN)
-			c->max_connections = (unsigned)n;
-		else
-			c->timeout_s = (unsigned)n;
-		return 0;
 	case OPT_MAX_PER_IP:
-		if (!parse_int(arg, 0, 1000000, &n)) {
-			usage_error("--max-per-ip: invalid number '%s'", arg);
-			return -1;
-		}
-		c->max_per_ip = (unsigned)n;
-		return 0;
+		return count_option(opt, arg, c);
 	case OPT_POLL:
 	case OPT_POLL_WINDOW:
 	case OPT_HEADER_TIMEOUT:
 	case OPT_RELOAD:
 	case OPT_NEG_TTL:
 	case OPT_DRAIN:
-		/* The intervals and the header timeout need a floor; the rest may be 0. */
-		if (!gfs_parse_duration_ms(arg, opt == OPT_POLL || opt == OPT_RELOAD || opt == OPT_HEADER_TIMEOUT ? 100 : 0,
-		                           INT_MAX, &n)) {
-			usage_error("invalid number of seconds '%s' (at most %d)", arg, INT_MAX / 1000);
-			return -1;
-		}
-		if (opt == OPT_POLL)
-			c->poll_ms = (int)n;
-		else if (opt == OPT_POLL_WINDOW)
-			c->poll_window_ms = (int)n;
-		else if (opt == OPT_HEADER_TIMEOUT)
-			c->header_timeout_ms = (int)n;
-		else if (opt == OPT_RELOAD)
-			c->reload_ms = (int)n;
-		else if (opt == OPT_NEG_TTL)
-			c->neg_ttl_ms = (int)n;
-		else
-			o->drain_ms = (int)n;
-		return 0;
+		return duration_option(opt, arg, o);
 	}
 	return -1;
 }

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "acceptor.h"
-#include "cache.h"
+#include "httpcache.h"
 #include "disktier.h"
 #include "httpserve.h"
 #include "httputil.h"
@@ -61,8 +61,8 @@ struct req {
 	uint64_t body_bytes;
 	int64_t first, last;
 	gfs_meta *meta;
-	cache_entry *entry;
-	cache_entry *open_entry;  /* from srv->open */
+	http_cache_entry *entry;
+	http_cache_entry *open_entry;  /* from srv->open */
 	unsigned fetch_status;   /* from the worker: 200, or the status to answer */
 	struct stream *stream;   /* waiting for its first window; ours until its response holds it */
 	struct req *next_waiter;
@@ -78,7 +78,7 @@ struct job {
 	struct stream *stream;
 	struct req *waiters;
 	unsigned status;
-	cache_entry *entry;
+	http_cache_entry *entry;
 	bool fresh;              /* entry was read from the backend just now: fill the disk tier */
 	struct job *next;
 };
@@ -241,10 +241,10 @@ add_file_headers(struct httpserve *srv, struct MHD_Response *r, const gfs_meta *
 
 /* The whole-file 200 response a cache entry keeps; it holds a reference to body. */
 static struct MHD_Response *
-body_response(struct httpserve *srv, const gfs_meta *m, cache_body *b)
+body_response(struct httpserve *srv, const gfs_meta *m, http_cache_body *b)
 {
 	struct MHD_Response *r = made(MHD_create_response_from_buffer_with_free_callback_cls(
-	    b->len, b->data, cache_body_release_cb, cache_body_ref(b)));
+	    b->len, b->data, http_cache_body_release_cb, http_cache_body_ref(b)));
 	add_file_headers(srv, r, m, true);
 	return r;
 }
@@ -326,7 +326,7 @@ add_content_range(struct MHD_Response *resp, const struct req *r, const gfs_meta
 static enum MHD_Result
 send_entry(struct req *r)
 {
-	cache_entry *e = r->entry;
+	http_cache_entry *e = r->entry;
 	gfs_meta *m = e->user;
 	if (!r->range)
 		return queue(r, MHD_HTTP_OK, e->resp, e->body->len);
@@ -335,7 +335,8 @@ send_entry(struct req *r)
 		return send_status(r, 500);
 	size_t len = (size_t)(r->last - r->first + 1);
 	struct MHD_Response *resp = made(MHD_create_response_from_buffer_with_free_callback_cls(
-	    len, e->body->data + r->first, cache_body_release_cb, cache_body_ref(e->body)));
+	    len, e->body->data + r->first, http_cache_body_release_cb,
+	    http_cache_body_ref(e->body)));
 	add_file_headers(r->srv, resp, m, true);
 	add_content_range(resp, r, m);
 	return queue_once(r, MHD_HTTP_PARTIAL_CONTENT, resp, len);
@@ -386,14 +387,14 @@ send_disk(struct req *r, const gfs_meta *m, int fd)
  * connections at once (sendfile with an explicit offset). An entry the
  * tier evicted meanwhile is dropped, so that its disk space is freed.
  */
-static cache_entry *
+static http_cache_entry *
 open_disk(struct httpserve *srv, gfs_meta *m)
 {
-	cache_entry *e = http_cache_get(srv->open, m->cache_key);
+	http_cache_entry *e = http_cache_get(srv->open, m->cache_key);
 	if (e) {
 		if (disktier_touch(srv->tier, m))
 			return e;
-		cache_entry_release(srv->open, e);
+		http_cache_entry_release(srv->open, e);
 		http_cache_drop(srv->open, m->cache_key);
 	}
 	int fd = disktier_get(srv->tier, m);
@@ -408,9 +409,9 @@ open_disk(struct httpserve *srv, gfs_meta *m)
 		return NULL;
 	}
 	add_file_headers(srv, resp, m, true);
-	cache_body *b = cache_body_new(0);
+	http_cache_body *b = http_cache_body_new(0);
 	e = http_cache_put(srv->open, m->cache_key, b, resp, gfs_meta_ref(m));
-	cache_body_unref(b);
+	http_cache_body_unref(b);
 	return e;
 }
 
@@ -873,7 +874,7 @@ read_failure_status(struct httpserve *srv, gfs_session *ses, const gfs_meta *m,
 }
 
 struct copy_state {
-	cache_body *b;
+	http_cache_body *b;
 	size_t off;
 };
 
@@ -888,18 +889,18 @@ copy_chunk(const uint8_t *data, size_t len, void *ctx)
 	return true;
 }
 
-static cache_entry *
-cache_body_insert(struct httpserve *srv, gfs_meta *m, cache_body *b)
+static http_cache_entry *
+memcache_insert(struct httpserve *srv, gfs_meta *m, http_cache_body *b)
 {
 	struct MHD_Response *resp = body_response(srv, m, b);
 	return http_cache_put(srv->cache, m->cache_key, b, resp, gfs_meta_ref(m));
 }
 
 /* Reads a whole file into the cache; on failure returns NULL and the status to answer. */
-static cache_entry *
+static http_cache_entry *
 fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status, bool *fresh)
 {
-	cache_entry *e = http_cache_peek(srv->cache, m->cache_key);
+	http_cache_entry *e = http_cache_peek(srv->cache, m->cache_key);
 	if (e) {
 		*status = 200;
 		return e;
@@ -907,7 +908,7 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 	atomic_fetch_add(&srv->backend_reads, 1);
 	gfs_file f;
 	gfs_meta_file(m, &f);
-	cache_body *b = cache_body_new((size_t)m->length);
+	http_cache_body *b = http_cache_body_new((size_t)m->length);
 	struct copy_state cs = {b, 0};
 	gfs_error err;
 	gfs_error_clear(&err);
@@ -915,7 +916,7 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 	bool ok = gfs_read(ses, &f, true, copy_chunk, &cs, NULL, &err);
 	observe_latency(srv, mono_us() - t0);
 	if (!ok || cs.off != b->len) {
-		cache_body_unref(b);
+		http_cache_body_unref(b);
 		if (ok)
 			gfs_error_set(&err, GFS_EWRONGSIZE, "%s: short read", m->key);
 		*status = read_failure_status(srv, ses, m, &err);
@@ -923,8 +924,8 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 	}
 	*status = 200;
 	*fresh = true;
-	e = cache_body_insert(srv, m, b);
-	cache_body_unref(b);
+	e = memcache_insert(srv, m, b);
+	http_cache_body_unref(b);
 	return e;
 }
 
@@ -984,7 +985,7 @@ resume_waiters(struct httpserve *srv, struct job *j)
 		if (!r->meta && j->meta)
 			r->meta = gfs_meta_ref(j->meta);
 		if (j->entry)
-			r->entry = cache_entry_ref(j->entry);
+			r->entry = http_cache_entry_ref(j->entry);
 		r->phase = PHASE_RESUMED;
 		MHD_resume_connection(r->conn);
 	}
@@ -999,9 +1000,9 @@ finish_job(struct httpserve *srv, struct job *j)
 	resume_waiters(srv, j);
 	if (j->entry && j->fresh && srv->tier)
 		disktier_put_async(srv->tier, j->meta, j->entry->body->data, j->entry->body->len,
-		                   cache_body_release_cb, cache_body_ref(j->entry->body));
+		                   http_cache_body_release_cb, http_cache_body_ref(j->entry->body));
 	if (j->entry)
-		cache_entry_release(srv->cache, j->entry);
+		http_cache_entry_release(srv->cache, j->entry);
 	job_free(j);
 }
 
@@ -1627,9 +1628,9 @@ on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (srv->cfg.access_log)
 		write_access_log(srv, r, status);
 	if (r->entry)
-		cache_entry_release(srv->cache, r->entry);
+		http_cache_entry_release(srv->cache, r->entry);
 	if (r->open_entry)
-		cache_entry_release(srv->open, r->open_entry);
+		http_cache_entry_release(srv->open, r->open_entry);
 	if (r->stream)
 		stream_free_cb(r->stream); /* answered before its response took the stream over */
 	gfs_meta_unref(r->meta);
@@ -1961,7 +1962,7 @@ poller_main(void *arg)
 
 struct partial {
 	gfs_meta *meta;
-	cache_body *body;
+	http_cache_body *body;
 	bool memory;       /* within the memory cache's budget; else for the disk tier only */
 	uint64_t have;     /* bit n: chunk n arrived */
 	int64_t count;
@@ -1993,12 +1994,12 @@ want_meta(gfs_meta *m, void *ctx)
 		p->budget -= (size_t)m->length + 512;
 	if (count == 0) {
 		/* No chunks to wait for: cached now, so the scan can stop once the rest are in. */
-		cache_body *b = cache_body_new(0);
+		http_cache_body *b = http_cache_body_new(0);
 		if (memory)
-			cache_entry_release(p->srv->cache, cache_body_insert(p->srv, m, b));
+			http_cache_entry_release(p->srv->cache, memcache_insert(p->srv, m, b));
 		if (tier)
 			disktier_put(tier, m, b->data, 0);
-		cache_body_unref(b);
+		http_cache_body_unref(b);
 		atomic_fetch_add(&p->srv->preloaded, 1);
 		return;
 	}
@@ -2016,7 +2017,7 @@ free_partial(const char *key, void *value, void *ctx)
 	(void)ctx;
 	struct partial *pt = value;
 	if (pt->body)
-		cache_body_unref(pt->body);
+		http_cache_body_unref(pt->body);
 	gfs_meta_unref(pt->meta);
 	free(pt);
 }
@@ -2047,7 +2048,7 @@ preload_chunk(struct preload *p, const bson_t *doc)
 	if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, n))
 		return; /* left incomplete: a request will read it and report the damage */
 	if (!pt->body)
-		pt->body = cache_body_new((size_t)m->length);
+		pt->body = http_cache_body_new((size_t)m->length);
 	memcpy(pt->body->data + n * (int64_t)m->chunk_size, data, len);
 	pt->have |= 1ULL << n;
 	if (pt->have != (pt->count == 64 ? ~0ULL : (1ULL << pt->count) - 1))
@@ -2063,7 +2064,7 @@ preload_chunk(struct preload *p, const bson_t *doc)
 		return;
 	}
 	if (pt->memory)
-		cache_entry_release(p->srv->cache, cache_body_insert(p->srv, m, pt->body));
+		http_cache_entry_release(p->srv->cache, memcache_insert(p->srv, m, pt->body));
 	if (p->srv->tier)
 		disktier_put(p->srv->tier, m, pt->body->data, pt->body->len);
 	atomic_fetch_add(&p->srv->preloaded, 1);
@@ -2282,7 +2283,8 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur / 4 : 256;
 		n = n > OPEN_ENTRIES_MAX ? OPEN_ENTRIES_MAX : n;
 		if (MHD_is_feature_supported(MHD_FEATURE_RESPONSES_SHARED_FD) == MHD_YES)
-			srv->open = http_cache_new((size_t)n * CACHE_ENTRY_OVERHEAD, free_meta_cb);
+			srv->open = http_cache_new((size_t)n * HTTP_CACHE_ENTRY_OVERHEAD,
+			    free_meta_cb);
 	}
 
 	gfs_session *ses = gfs_session_pop(conn);

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/cache.h"
+#include "../../lib/httpcache.h"
 #include "../../lib/httputil.h"
 #include "../../lib/strmap.h"
 
@@ -200,13 +200,13 @@ count_free(void *u)
 	freed_users++;
 }
 
-static cache_entry *
+static http_cache_entry *
 put(http_cache *c, const char *key, size_t len)
 {
-	cache_body *b = cache_body_new(len);
+	http_cache_body *b = http_cache_body_new(len);
 	memset(b->data, 'x', len);
-	cache_entry *e = http_cache_put(c, key, b, NULL, (void *)key);
-	cache_body_unref(b);
+	http_cache_entry *e = http_cache_put(c, key, b, NULL, (void *)key);
+	http_cache_body_unref(b);
 	return e;
 }
 
@@ -217,24 +217,25 @@ test_cache_lru(void **state)
 	freed_users = 0;
 	/* Room for three 1000-byte bodies with their overhead, not four. */
 	http_cache *c = http_cache_new(3 * (1000 + 512) + 100, count_free);
-	cache_entry_release(c, put(c, "a", 1000));
-	cache_entry_release(c, put(c, "b", 1000));
-	cache_entry_release(c, put(c, "c", 1000));
-	cache_entry *a = http_cache_get(c, "a"); /* a is marked: it gets a second chance */
+	http_cache_entry_release(c, put(c, "a", 1000));
+	http_cache_entry_release(c, put(c, "b", 1000));
+	http_cache_entry_release(c, put(c, "c", 1000));
+	http_cache_entry *a = http_cache_get(c, "a"); /* a is marked: it gets a second chance */
 	assert_non_null(a);
-	cache_entry_release(c, a);
-	cache_entry_release(c, put(c, "d", 1000)); /* a goes round again, b (unmarked) goes */
+	http_cache_entry_release(c, a);
+	http_cache_entry_release(c, put(c, "d", 1000)); /* a goes round again, b (unmarked) goes */
 	assert_null(http_cache_peek(c, "b"));
-	cache_entry *held = http_cache_get(c, "c");
+	http_cache_entry *held = http_cache_get(c, "c");
 	assert_non_null(held);
-	cache_entry_release(c, put(c, "e", 1000)); /* c marked goes round, a is unmarked now: evicts a */
+	/* c marked goes round, a is unmarked now: evicts a */
+	http_cache_entry_release(c, put(c, "e", 1000));
 	assert_null(http_cache_peek(c, "a"));
-	cache_entry_release(c, put(c, "f", 1000)); /* evicts d */
+	http_cache_entry_release(c, put(c, "f", 1000)); /* evicts d */
 	assert_null(http_cache_peek(c, "d"));
-	cache_entry_release(c, put(c, "g", 1000)); /* evicts c while we still hold it */
+	http_cache_entry_release(c, put(c, "g", 1000)); /* evicts c while we still hold it */
 	assert_null(http_cache_peek(c, "c"));
 	assert_int_equal(held->body->data[999], 'x'); /* still readable */
-	cache_entry_release(c, held);
+	http_cache_entry_release(c, held);
 	struct http_cache_stats st;
 	http_cache_stats(c, &st);
 	assert_int_equal(st.entries, 3);
@@ -242,16 +243,16 @@ test_cache_lru(void **state)
 	assert_int_equal(st.hits, 2);
 	assert_true(st.bytes <= st.max_bytes);
 	/* Too big for the whole cache: returned, never kept. */
-	cache_entry *big = put(c, "big", 100000);
+	http_cache_entry *big = put(c, "big", 100000);
 	assert_non_null(big);
 	assert_null(http_cache_peek(c, "big"));
-	cache_entry_release(c, big);
+	http_cache_entry_release(c, big);
 	/* A second put of the same key returns the first entry. */
-	cache_entry *d1 = http_cache_peek(c, "f");
-	cache_entry *d2 = put(c, "f", 10);
+	http_cache_entry *d1 = http_cache_peek(c, "f");
+	http_cache_entry *d2 = put(c, "f", 10);
 	assert_ptr_equal(d1, d2);
-	cache_entry_release(c, d1);
-	cache_entry_release(c, d2);
+	http_cache_entry_release(c, d1);
+	http_cache_entry_release(c, d2);
 	http_cache_free(c);
 	assert_int_equal(freed_users, 9); /* a b c d e f g, big, the second f */
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "httpcache.h"
 #include "strmap.h"
 
 /* The negative cache is cleared whole when it reaches this many names. */
@@ -18,8 +18,8 @@
 
 struct http_cache {
 	pthread_mutex_t mu;
-	strmap *map;             /* key -> cache_entry */
-	cache_entry *head, *tail; /* head: most recent */
+	strmap *map;             /* key -> http_cache_entry */
+	http_cache_entry *head, *tail; /* head: most recent */
 	size_t bytes, max_bytes;
 	void (*free_user)(void *);
 	uint64_t hits, misses, evictions, neg_hits;
@@ -32,10 +32,10 @@ struct neg {
 	char key[];
 };
 
-cache_body *
-cache_body_new(size_t len)
+http_cache_body *
+http_cache_body_new(size_t len)
 {
-	cache_body *b = malloc(sizeof *b + (len ? len : 1));
+	http_cache_body *b = malloc(sizeof *b + (len ? len : 1));
 	if (!b)
 		abort();
 	atomic_init(&b->refs, 1);
@@ -43,24 +43,24 @@ cache_body_new(size_t len)
 	return b;
 }
 
-cache_body *
-cache_body_ref(cache_body *b)
+http_cache_body *
+http_cache_body_ref(http_cache_body *b)
 {
 	atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
 	return b;
 }
 
 void
-cache_body_unref(cache_body *b)
+http_cache_body_unref(http_cache_body *b)
 {
 	if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
 		free(b);
 }
 
 void
-cache_body_release_cb(void *cls)
+http_cache_body_release_cb(void *cls)
 {
-	cache_body_unref(cls);
+	http_cache_body_unref(cls);
 }
 
 http_cache *
@@ -79,26 +79,26 @@ http_cache_new(size_t max_bytes, void (*free_user)(void *))
 }
 
 static void
-entry_destroy(http_cache *c, cache_entry *e)
+entry_destroy(http_cache *c, http_cache_entry *e)
 {
 	if (e->resp)
 		MHD_destroy_response(e->resp); /* the body goes when the last connection lets go */
-	cache_body_unref(e->body);
+	http_cache_body_unref(e->body);
 	if (e->user && c->free_user)
 		c->free_user(e->user);
 	free((char *)e->key);
 	free(e);
 }
 
-cache_entry *
-cache_entry_ref(cache_entry *e)
+http_cache_entry *
+http_cache_entry_ref(http_cache_entry *e)
 {
 	atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
 	return e;
 }
 
 void
-cache_entry_release(http_cache *c, cache_entry *e)
+http_cache_entry_release(http_cache *c, http_cache_entry *e)
 {
 	if (e && atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1)
 		entry_destroy(c, e);
@@ -117,10 +117,10 @@ http_cache_free(http_cache *c)
 {
 	if (!c)
 		return;
-	cache_entry *e = c->head;
+	http_cache_entry *e = c->head;
 	while (e) {
-		cache_entry *next = e->next;
-		cache_entry_release(c, e);
+		http_cache_entry *next = e->next;
+		http_cache_entry_release(c, e);
 		e = next;
 	}
 	strmap_free(c->map);
@@ -132,7 +132,7 @@ http_cache_free(http_cache *c)
 }
 
 static void
-unlink_entry(http_cache *c, cache_entry *e)
+unlink_entry(http_cache *c, http_cache_entry *e)
 {
 	if (e->prev)
 		e->prev->next = e->next;
@@ -146,7 +146,7 @@ unlink_entry(http_cache *c, cache_entry *e)
 }
 
 static void
-push_front(http_cache *c, cache_entry *e)
+push_front(http_cache *c, http_cache_entry *e)
 {
 	e->prev = NULL;
 	e->next = c->head;
@@ -157,11 +157,11 @@ push_front(http_cache *c, cache_entry *e)
 		c->tail = e;
 }
 
-cache_entry *
+http_cache_entry *
 http_cache_get(http_cache *c, const char *key)
 {
 	pthread_mutex_lock(&c->mu);
-	cache_entry *e = strmap_get(c->map, key);
+	http_cache_entry *e = strmap_get(c->map, key);
 	if (e) {
 		c->hits++;
 		e->referenced = true;
@@ -173,11 +173,11 @@ http_cache_get(http_cache *c, const char *key)
 	return e;
 }
 
-cache_entry *
+http_cache_entry *
 http_cache_peek(http_cache *c, const char *key)
 {
 	pthread_mutex_lock(&c->mu);
-	cache_entry *e = strmap_get(c->map, key);
+	http_cache_entry *e = strmap_get(c->map, key);
 	if (e)
 		atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&c->mu);
@@ -188,7 +188,7 @@ bool
 http_cache_has_room(http_cache *c, size_t len)
 {
 	pthread_mutex_lock(&c->mu);
-	bool room = c->bytes + len + CACHE_ENTRY_OVERHEAD <= c->max_bytes;
+	bool room = c->bytes + len + HTTP_CACHE_ENTRY_OVERHEAD <= c->max_bytes;
 	pthread_mutex_unlock(&c->mu);
 	return room;
 }
@@ -198,10 +198,10 @@ http_cache_has_room(http_cache *c, size_t len)
  * The tail is the oldest entry; one used since it last came round goes back
  * to the head unmarked. Every entry is unmarked after one lap, so this ends.
  */
-static cache_entry *
+static http_cache_entry *
 evict_one(http_cache *c)
 {
-	cache_entry *e = c->tail;
+	http_cache_entry *e = c->tail;
 	while (e && e->referenced) {
 		e->referenced = false;
 		unlink_entry(c, e);
@@ -222,7 +222,7 @@ void
 http_cache_drop(http_cache *c, const char *key)
 {
 	pthread_mutex_lock(&c->mu);
-	cache_entry *e = strmap_get(c->map, key);
+	http_cache_entry *e = strmap_get(c->map, key);
 	if (e) {
 		unlink_entry(c, e);
 		strmap_del(c->map, e->key);
@@ -231,32 +231,32 @@ http_cache_drop(http_cache *c, const char *key)
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (e)
-		cache_entry_release(c, e);
+		http_cache_entry_release(c, e);
 }
 
-cache_entry *
-http_cache_put(http_cache *c, const char *key, cache_body *body, struct MHD_Response *resp,
+http_cache_entry *
+http_cache_put(http_cache *c, const char *key, http_cache_body *body, struct MHD_Response *resp,
                void *user)
 {
-	cache_entry *e = calloc(1, sizeof *e);
+	http_cache_entry *e = calloc(1, sizeof *e);
 	char *k = strdup(key);
 	if (!e || !k)
 		abort();
 	e->key = k;
-	e->body = cache_body_ref(body);
+	e->body = http_cache_body_ref(body);
 	e->resp = resp;
 	e->user = user;
-	e->cost = body->len + CACHE_ENTRY_OVERHEAD;
+	e->cost = body->len + HTTP_CACHE_ENTRY_OVERHEAD;
 	atomic_init(&e->refs, 2); /* the cache's and the caller's */
 
-	cache_entry *victims = NULL;
+	http_cache_entry *victims = NULL;
 	pthread_mutex_lock(&c->mu);
-	cache_entry *old = strmap_get(c->map, key);
+	http_cache_entry *old = strmap_get(c->map, key);
 	if (old) {
 		atomic_fetch_add_explicit(&old->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&c->mu);
 		atomic_store(&e->refs, 1);
-		cache_entry_release(c, e);
+		http_cache_entry_release(c, e);
 		return old;
 	}
 	if (e->cost > c->max_bytes) {
@@ -265,7 +265,7 @@ http_cache_put(http_cache *c, const char *key, cache_body *body, struct MHD_Resp
 		return e; /* served once, never kept */
 	}
 	while (c->bytes + e->cost > c->max_bytes) {
-		cache_entry *v = evict_one(c);
+		http_cache_entry *v = evict_one(c);
 		v->next = victims;
 		victims = v;
 	}
@@ -275,8 +275,8 @@ http_cache_put(http_cache *c, const char *key, cache_body *body, struct MHD_Resp
 	c->bytes += e->cost;
 	pthread_mutex_unlock(&c->mu);
 	while (victims) {
-		cache_entry *next = victims->next;
-		cache_entry_release(c, victims);
+		http_cache_entry *next = victims->next;
+		http_cache_entry_release(c, victims);
 		victims = next;
 	}
 	return e;

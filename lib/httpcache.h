@@ -9,8 +9,8 @@
  *
  * Also a negative cache: keys recently found missing, with an expiry.
  */
-#ifndef GFS_CACHE_H
-#define GFS_CACHE_H
+#ifndef GFS_HTTPCACHE_H
+#define GFS_HTTPCACHE_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -19,44 +19,44 @@
 
 struct MHD_Response;
 
-typedef struct cache_body {
+typedef struct http_cache_body {
 	atomic_int refs;
 	size_t len;
 	uint8_t data[];
-} cache_body;
+} http_cache_body;
 
 /* A body of len bytes with one reference; data is uninitialised. */
-cache_body *cache_body_new(size_t len);
-cache_body *cache_body_ref(cache_body *b);
-void cache_body_unref(cache_body *b);
+http_cache_body *http_cache_body_new(size_t len);
+http_cache_body *http_cache_body_ref(http_cache_body *b);
+void http_cache_body_unref(http_cache_body *b);
 /* libmicrohttpd's free callback shape: drops the reference a response holds. */
-void cache_body_release_cb(void *cls);
+void http_cache_body_release_cb(void *cls);
 
-typedef struct cache_entry {
+typedef struct http_cache_entry {
 	const char *key;
-	cache_body *body;
+	http_cache_body *body;
 	struct MHD_Response *resp;   /* 200 with every header set; owned by the entry */
 	void *user;                  /* the caller's (a gfs_meta); released through the cache's free_user */
 	/* private */
 	atomic_int refs;
 	size_t cost;
-	struct cache_entry *prev, *next;
+	struct http_cache_entry *prev, *next;
 	bool linked;
 	bool referenced;             /* hit since the eviction hand last passed */
-} cache_entry;
+} http_cache_entry;
 
 typedef struct http_cache http_cache;
 
 /* Per-entry bookkeeping counted against the budget, so tiny files cannot overrun it. */
-#define CACHE_ENTRY_OVERHEAD 512
+#define HTTP_CACHE_ENTRY_OVERHEAD 512
 
 http_cache *http_cache_new(size_t max_bytes, void (*free_user)(void *));
 void http_cache_free(http_cache *c);
 
-/* A referenced entry (release with cache_entry_release), or NULL; counts a hit or a miss. */
-cache_entry *http_cache_get(http_cache *c, const char *key);
+/* A referenced entry (release with http_cache_entry_release), or NULL; counts a hit or a miss. */
+http_cache_entry *http_cache_get(http_cache *c, const char *key);
 /* Like get without counting or reordering. */
-cache_entry *http_cache_peek(http_cache *c, const char *key);
+http_cache_entry *http_cache_peek(http_cache *c, const char *key);
 /*
  * Inserts key (copied) with body and resp, adding a reference to body,
  * ownership of resp and of user. Returns the entry (referenced), which is
@@ -64,12 +64,12 @@ cache_entry *http_cache_peek(http_cache *c, const char *key);
  * released). Evicts from the cold end to make room; an entry larger than
  * the whole cache is not kept but still returned.
  */
-cache_entry *http_cache_put(http_cache *c, const char *key, cache_body *body,
+http_cache_entry *http_cache_put(http_cache *c, const char *key, http_cache_body *body,
                             struct MHD_Response *resp, void *user);
 /* Forgets key's entry (those holding a reference keep it until they release it). */
 void http_cache_drop(http_cache *c, const char *key);
-cache_entry *cache_entry_ref(cache_entry *e);
-void cache_entry_release(http_cache *c, cache_entry *e);
+http_cache_entry *http_cache_entry_ref(http_cache_entry *e);
+void http_cache_entry_release(http_cache *c, http_cache_entry *e);
 /* Would an entry of len bytes fit without evicting anything? */
 bool http_cache_has_room(http_cache *c, size_t len);
 

@@ -676,10 +676,10 @@ expect_meta(gfs_meta *m, void *ctx)
 }
 
 void
-disktier_reconcile(disktier *t, gfs_index *ix)
+disktier_reconcile(disktier *t, name_index *ix)
 {
-	strmap *want = strmap_new(gfs_index_count(ix) + 1);
-	gfs_index_each(ix, expect_meta, want);
+	strmap *want = strmap_new(name_index_count(ix) + 1);
+	name_index_each(ix, expect_meta, want);
 	struct victims vs = {0};
 	pthread_mutex_lock(&t->mu);
 	struct dentry *next;

@@ -58,7 +58,7 @@
 #include <stdint.h>
 
 #include "gfs.h"
-#include "index.h"
+#include "nameindex.h"
 
 /* The default size: this share of the free space at start, at most DISKTIER_DEFAULT_CAP. */
 #define DISKTIER_DEFAULT_PERCENT 90
@@ -109,7 +109,7 @@ void disktier_put_async(disktier *t, const gfs_meta *m, const void *data, size_t
                         void (*done)(void *ctx), void *ctx);
 
 /* Evicts entries that no file in ix refers to, or whose size is not its file's. */
-void disktier_reconcile(disktier *t, gfs_index *ix);
+void disktier_reconcile(disktier *t, name_index *ix);
 
 struct disktier_stats {
 	uint64_t hits, misses, evictions, errors, dropped;

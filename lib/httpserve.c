@@ -25,7 +25,7 @@
 #include "disktier.h"
 #include "httpserve.h"
 #include "httputil.h"
-#include "index.h"
+#include "nameindex.h"
 #include "names.h"
 #include "strmap.h"
 
@@ -118,7 +118,7 @@ struct httpserve {
 	int listen_fd;               /* ours, or the inherited one; -1 once closed */
 	acceptor *_Atomic acceptor;  /* event threads read it when a connection closes */
 	bool quiesced;
-	gfs_index *index;
+	name_index *index;
 	http_cache *cache;
 	disktier *tier;              /* NULL without --cache-dir */
 	http_cache *open;            /* the tier's open descriptors, with their 200 responses */
@@ -1194,7 +1194,7 @@ serve_by_id(struct req *r, const char *hex)
 	for (char *p = key; *p; p++)
 		if (*p >= 'A' && *p <= 'F')
 			*p = (char)(*p - 'A' + 'a');
-	gfs_meta *m = gfs_index_get_id(srv->index, key);
+	gfs_meta *m = name_index_get_id(srv->index, key);
 	if (m) {
 		r->meta = m;
 		return serve_meta(r, m);
@@ -1225,9 +1225,9 @@ serve_by_name(struct req *r, const char *path)
 		abort();
 	snprintf(name, need, "%s%s", srv->prefix, path);
 	enum MHD_Result ret;
-	if (rev == -1 && gfs_index_loaded(srv->index)) {
+	if (rev == -1 && name_index_loaded(srv->index)) {
 		/* The index is authoritative for newest revisions, within its staleness bound. */
-		gfs_meta *m = gfs_index_get(srv->index, name);
+		gfs_meta *m = name_index_get(srv->index, name);
 		if (m) {
 			r->meta = m;
 			ret = serve_meta(r, m);
@@ -1260,7 +1260,7 @@ static enum MHD_Result
 serve_health(struct req *r)
 {
 	struct httpserve *srv = r->srv;
-	bool ok = !atomic_load(&srv->backend_down) && gfs_index_loaded(srv->index);
+	bool ok = !atomic_load(&srv->backend_down) && name_index_loaded(srv->index);
 	const char *body = ok ? "ok\n" : "backend unavailable\n";
 	struct MHD_Response *resp =
 	    made(MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT));
@@ -1800,8 +1800,8 @@ serve_metrics(struct req *r)
 	        (unsigned long long)atomic_load(&srv->coalesced),
 	        (unsigned long long)atomic_load(&srv->header_timeouts),
 	        (unsigned long long)atomic_load(&srv->per_ip_refused), queued, inflight,
-	        atomic_load(&srv->backend_down) ? 0 : 1, gfs_index_count(srv->index),
-	        gfs_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - gfs_index_fresh_ms(srv->index)) / 1e3 : -1.0,
+	        atomic_load(&srv->backend_down) ? 0 : 1, name_index_count(srv->index),
+	        name_index_fresh_ms(srv->index) ? (double)(gfs_now_ms() - name_index_fresh_ms(srv->index)) / 1e3 : -1.0,
 	        (double)atomic_load(&srv->poll_us) / 1e6, (double)atomic_load(&srv->reload_us) / 1e6,
 	        (double)atomic_load(&srv->poll_interval_ms) / 1e3);
 	bprintf(&b, "# HELP " P "thread_connections Open connections of each event thread.\n"
@@ -1913,7 +1913,7 @@ poller_main(void *arg)
 {
 	struct httpserve *srv = arg;
 	gfs_session *ses = gfs_session_pop(srv->conn);
-	int64_t last_full = gfs_index_loaded(srv->index) ? gfs_now_ms() : 0;
+	int64_t last_full = name_index_loaded(srv->index) ? gfs_now_ms() : 0;
 	int64_t wait_ms = srv->cfg.poll_ms;
 	pthread_mutex_lock(&srv->poll_mu);
 	while (!srv->poll_stop) {
@@ -1927,10 +1927,10 @@ poller_main(void *arg)
 		gfs_error_clear(&err);
 		int64_t reload_every = max64(srv->cfg.reload_ms,
 		                             RELOAD_DUTY * atomic_load(&srv->reload_us) / 1000);
-		bool full = !gfs_index_loaded(srv->index) || gfs_now_ms() - last_full >= reload_every;
+		bool full = !name_index_loaded(srv->index) || gfs_now_ms() - last_full >= reload_every;
 		int64_t t0 = mono_us();
-		bool ok = full ? gfs_index_load(srv->index, ses, &err)
-		               : gfs_index_poll(srv->index, ses, srv->cfg.poll_window_ms, &err);
+		bool ok = full ? name_index_load(srv->index, ses, &err)
+		               : name_index_poll(srv->index, ses, srv->cfg.poll_window_ms, &err);
 		int64_t took = mono_us() - t0;
 		atomic_store(full ? &srv->reload_us : &srv->poll_us, took);
 		if (ok && full) {
@@ -2075,8 +2075,8 @@ preload_chunk(struct preload *p, const bson_t *doc)
 static bool
 preload(struct httpserve *srv, gfs_error *err)
 {
-	struct preload p = {srv, strmap_new(gfs_index_count(srv->index)), srv->cfg.cache_size};
-	gfs_index_each(srv->index, want_meta, &p);
+	struct preload p = {srv, strmap_new(name_index_count(srv->index)), srv->cfg.cache_size};
+	name_index_each(srv->index, want_meta, &p);
 	gfs_session *ses = gfs_session_pop(srv->conn);
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
 	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(GFS_DEFAULT_CHUNK_SIZE));
@@ -2130,7 +2130,7 @@ free_server(struct httpserve *srv)
 	if (srv->open)
 		http_cache_free(srv->open);
 	http_cache_free(srv->cache);
-	gfs_index_free(srv->index);
+	name_index_free(srv->index);
 	strmap_free(srv->inflight);
 	strmap_free(srv->per_ip);
 	free(srv->workers);
@@ -2249,7 +2249,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	srv->access_log = cfg->access_log;
 	srv->conn = conn;
 	srv->prefix = gfs_prefix_normalize(cfg->prefix);
-	srv->index = gfs_index_new(srv->prefix);
+	srv->index = name_index_new(srv->prefix);
 	srv->cache = http_cache_new(cfg->cache_size, free_meta_cb);
 	srv->inflight = strmap_new(256);
 	if (srv->cfg.stream_threshold > cfg->cache_size / 8)
@@ -2291,7 +2291,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	gfs_error lerr;
 	gfs_error_clear(&lerr);
 	int64_t t0 = mono_us();
-	bool loaded = gfs_index_load(srv->index, ses, &lerr);
+	bool loaded = name_index_load(srv->index, ses, &lerr);
 	atomic_store(&srv->reload_us, mono_us() - t0);
 	atomic_store(&srv->poll_interval_ms, cfg->poll_ms);
 	if (!loaded) {
@@ -2301,7 +2301,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	gfs_session_push(ses);
 	if (srv->tier && loaded)
 		disktier_reconcile(srv->tier, srv->index);
-	if (cfg->preload && gfs_index_loaded(srv->index) && !preload(srv, &lerr))
+	if (cfg->preload && name_index_loaded(srv->index) && !preload(srv, &lerr))
 		logf_(srv, "preload stopped early: %s", lerr.msg);
 
 	srv->workers = gfs_xcalloc(cfg->workers, sizeof *srv->workers);

@@ -1,13 +1,13 @@
-/* The metadata index behind serve: newest revision per filename, swapped whole on reload. */
+/* serve's name index: newest revision per filename, swapped whole on reload. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "httputil.h"
-#include "index.h"
+#include "nameindex.h"
 #include "strmap.h"
 
-struct gfs_index {
+struct name_index {
 	pthread_rwlock_t lock;
 	char *prefix;
 	strmap *by_name;     /* filename -> gfs_meta (one reference held by the map) */
@@ -147,10 +147,10 @@ gfs_meta_file(const gfs_meta *m, gfs_file *out)
 
 /* ---- the index ------------------------------------------------------- */
 
-gfs_index *
-gfs_index_new(const char *prefix)
+name_index *
+name_index_new(const char *prefix)
 {
-	gfs_index *ix = calloc(1, sizeof *ix);
+	name_index *ix = calloc(1, sizeof *ix);
 	if (!ix)
 		abort();
 	pthread_rwlock_init(&ix->lock, NULL);
@@ -177,7 +177,7 @@ free_maps(strmap *by_name, strmap *by_id)
 }
 
 void
-gfs_index_free(gfs_index *ix)
+name_index_free(name_index *ix)
 {
 	if (!ix)
 		return;
@@ -248,7 +248,7 @@ scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_e
 }
 
 bool
-gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err)
+name_index_load(name_index *ix, gfs_session *s, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER;
 	gfs_prefix_filter(&filter, ix->prefix);
@@ -301,7 +301,7 @@ collect(const char *key, void *value, void *ctx)
  * lately, however large the collection, and nothing once uploads stop.
  */
 bool
-gfs_index_poll(gfs_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err)
+name_index_poll(name_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err)
 {
 	pthread_rwlock_rdlock(&ix->lock);
 	int64_t since = ix->since_ms - overlap_ms;
@@ -336,7 +336,7 @@ gfs_index_poll(gfs_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err
 }
 
 gfs_meta *
-gfs_index_get(gfs_index *ix, const char *name)
+name_index_get(name_index *ix, const char *name)
 {
 	pthread_rwlock_rdlock(&ix->lock);
 	gfs_meta *m = gfs_meta_ref(strmap_get(ix->by_name, name));
@@ -345,7 +345,7 @@ gfs_index_get(gfs_index *ix, const char *name)
 }
 
 gfs_meta *
-gfs_index_get_id(gfs_index *ix, const char *key)
+name_index_get_id(name_index *ix, const char *key)
 {
 	pthread_rwlock_rdlock(&ix->lock);
 	gfs_meta *m = gfs_meta_ref(strmap_get(ix->by_id, key));
@@ -354,13 +354,13 @@ gfs_index_get_id(gfs_index *ix, const char *key)
 }
 
 bool
-gfs_index_loaded(gfs_index *ix)
+name_index_loaded(name_index *ix)
 {
 	return atomic_load(&ix->loaded);
 }
 
 size_t
-gfs_index_count(gfs_index *ix)
+name_index_count(name_index *ix)
 {
 	pthread_rwlock_rdlock(&ix->lock);
 	size_t n = strmap_count(ix->by_name);
@@ -369,7 +369,7 @@ gfs_index_count(gfs_index *ix)
 }
 
 int64_t
-gfs_index_fresh_ms(gfs_index *ix)
+name_index_fresh_ms(name_index *ix)
 {
 	return atomic_load(&ix->fresh_ms);
 }
@@ -388,7 +388,7 @@ each_value(const char *key, void *value, void *ctx)
 }
 
 void
-gfs_index_each(gfs_index *ix, void (*fn)(gfs_meta *m, void *ctx), void *ctx)
+name_index_each(name_index *ix, void (*fn)(gfs_meta *m, void *ctx), void *ctx)
 {
 	struct each_ctx e = {fn, ctx};
 	pthread_rwlock_rdlock(&ix->lock);

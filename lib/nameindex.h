@@ -1,16 +1,17 @@
 /*
- * The serve command's metadata index: filename -> the newest revision's
- * id, length, type, entity tag and date, so that a request for a known
- * name needs no files query.
+ * The serve command's in-memory name index (not a MongoDB index: those
+ * are conn.c's): filename -> the newest revision's id, length, type,
+ * entity tag and date, so that a request for a known name needs no files
+ * query.
  *
- * It is loaded whole at start and kept fresh by polling: gfs_index_poll()
+ * It is loaded whole at start and kept fresh by polling: name_index_poll()
  * reads only files documents dated since the last poll began, less an
  * overlap for writers that lag (new files and new revisions),
- * gfs_index_load() rereads everything (deletions and renames). The caller
+ * name_index_load() rereads everything (deletions and renames). The caller
  * decides how often and how much overlap; serve documents the bounds.
  */
-#ifndef GFS_INDEX_H
-#define GFS_INDEX_H
+#ifndef GFS_NAMEINDEX_H
+#define GFS_NAMEINDEX_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -47,27 +48,27 @@ void gfs_meta_unref(gfs_meta *m);
 /* A gfs_file view of m for gfs_read(); owns nothing, never pass to gfs_file_free(). */
 void gfs_meta_file(const gfs_meta *m, gfs_file *out);
 
-typedef struct gfs_index gfs_index;
+typedef struct name_index name_index;
 
 /* prefix: only names under it (normalized, "" for all). */
-gfs_index *gfs_index_new(const char *prefix);
-void gfs_index_free(gfs_index *ix);
+name_index *name_index_new(const char *prefix);
+void name_index_free(name_index *ix);
 
 /* Rereads every files document under the prefix and swaps the result in. */
-bool gfs_index_load(gfs_index *ix, gfs_session *s, gfs_error *err);
+bool name_index_load(name_index *ix, gfs_session *s, gfs_error *err);
 /* Reads files documents dated since the last poll began less overlap_ms; requires a prior load. */
-bool gfs_index_poll(gfs_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err);
+bool name_index_poll(name_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *err);
 
 /* The newest revision of name, referenced (gfs_meta_unref it), or NULL. */
-gfs_meta *gfs_index_get(gfs_index *ix, const char *name);
+gfs_meta *name_index_get(name_index *ix, const char *name);
 /* By id text, among the newest revisions; referenced, or NULL. */
-gfs_meta *gfs_index_get_id(gfs_index *ix, const char *key);
+gfs_meta *name_index_get_id(name_index *ix, const char *key);
 
-bool gfs_index_loaded(gfs_index *ix);
-size_t gfs_index_count(gfs_index *ix);
+bool name_index_loaded(name_index *ix);
+size_t name_index_count(name_index *ix);
 /* Wall-clock ms of the last successful load or poll; 0 when never. */
-int64_t gfs_index_fresh_ms(gfs_index *ix);
+int64_t name_index_fresh_ms(name_index *ix);
 /* Calls fn for every entry (under the read lock; fn must be quick and not call back). */
-void gfs_index_each(gfs_index *ix, void (*fn)(gfs_meta *m, void *ctx), void *ctx);
+void name_index_each(name_index *ix, void (*fn)(gfs_meta *m, void *ctx), void *ctx);
 
 #endif

@@ -249,6 +249,36 @@ test_open_fails_on_a_file(void **state)
 	free(d);
 }
 
+/* Sending an entry leaves its inode alone: no atime update, so no inode write per fill. */
+static void
+test_hits_leave_atime_alone(void **state)
+{
+	(void)state;
+	char *d = tmpdir();
+	gfs_error err;
+	disktier *t = disktier_open(d, 1 << 20, NULL, &err);
+	gfs_meta *a = meta("a", 4, SHA_A, 1);
+	disktier_put(t, a, "test", 4);
+	char p[1024];
+	snprintf(p, sizeof p, "%s/%s", d, SHA_A);
+	/* An atime older than mtime: relatime would update it on the next read. */
+	struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0}, {.tv_nsec = UTIME_OMIT}};
+	assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
+	int fd = disktier_get(t, a);
+	assert_true(fd >= 0);
+	char buf[4];
+	assert_int_equal(pread(fd, buf, sizeof buf, 0), 4);
+	assert_memory_equal(buf, "test", 4);
+	close(fd);
+	struct stat st;
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_atim.tv_sec, 1000000000);
+	gfs_meta_unref(a);
+	disktier_close(t);
+	rm_rf(d);
+	free(d);
+}
+
 int
 main(void)
 {
@@ -258,6 +288,7 @@ main(void)
 		cmocka_unit_test(test_lru_by_bytes_and_restart),
 		cmocka_unit_test(test_async_fills_are_written_by_close),
 		cmocka_unit_test(test_open_fails_on_a_file),
+		cmocka_unit_test(test_hits_leave_atime_alone),
 	};
 	return cmocka_run_group_tests_name("disktier", tests, NULL, NULL);
 }

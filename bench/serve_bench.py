@@ -23,7 +23,8 @@ only the disk tier is warm (the cache serve has after a restart).
 Before the wrk runs, the first touch: every file once, in random order, by
 --touch-conns clients on keep-alive connections, against a fresh server with
 an empty --cache-dir and against one without (today's miss path), taking
-turns (in alternating order); the ratio is tier / no tier. `--servers ""`
+turns (in alternating order); the ratio is tier / no tier. Earlier tiers are
+moved aside and removed only after the pass (see tier_aside()). `--servers ""`
 runs the first touch alone. The tier's pass is what fills it for
 "serve disk".
 
@@ -262,6 +263,30 @@ def first_touch(cmd, env, port, paths, conns, logpath):
     return {"rps": len(order) / secs, "errors": errors, "rss_mb": rss, "conns": conns}
 
 
+def tier_aside(tierdir):
+    """Moves an earlier tier out of the way, to be removed by clear_tiers() later.
+
+    Not removed here: on an ext4 without a journal (this machine's), a file
+    created within a minute or more of many deletions in its block group
+    makes the kernel skip every recently deleted inode while allocating one
+    (find_inode_bit, recently_deleted), so a tier filled right after
+    removing the last one costs several times the CPU per fill that a fresh
+    tier does. Deleting the old tier first would measure that, not the fill.
+    """
+    if os.path.exists(tierdir):
+        n = 0
+        while os.path.exists(f"{tierdir}.old{n}"):
+            n += 1
+        os.rename(tierdir, f"{tierdir}.old{n}")
+
+
+def clear_tiers(tierdir):
+    d, base = os.path.split(tierdir)
+    for name in os.listdir(d):
+        if name.startswith(base + ".old"):
+            shutil.rmtree(os.path.join(d, name), ignore_errors=True)
+
+
 def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
     """First touch with and without the tier, taking turns; leaves tierdir filled."""
     for conns in [int(c) for c in a.touch_conns.split(",")]:
@@ -270,12 +295,13 @@ def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
             order = ("touch-tier", "touch-none") if turn % 2 == 0 else ("touch-none", "touch-tier")
             for name in order:
                 if name == "touch-tier":
-                    shutil.rmtree(tierdir, ignore_errors=True)
+                    tier_aside(tierdir)
                 r = first_touch(cmds[name], env, PORTS["touch"], paths, conns,
                                 os.path.join(workdir, f"{name}.log"))
                 results["touch"].setdefault(name, {}).setdefault(conns, []).append(r)
                 log(f"bench: first touch {name:10} c={conns:<4} {r['rps']:7.0f} rps  "
                     f"errors {r['errors']}  rss {r['rss_mb']:.0f} MB")
+    clear_tiers(tierdir)
     results["commands"]["touch-tier"] = " ".join(cmds["touch-tier"])
     results["commands"]["touch-none"] = " ".join(cmds["touch-none"])
 
@@ -357,9 +383,10 @@ def main():
         if a.touch_conns:
             touch_pass(a, cmds, env, workdir, tierdir, paths, results)
         elif "disk" in servers:
-            shutil.rmtree(tierdir, ignore_errors=True)
+            tier_aside(tierdir)
             first_touch(cmds["touch-tier"], env, PORTS["touch"], paths, 10,
                         os.path.join(workdir, "touch-tier.log"))
+            clear_tiers(tierdir)
         for name in servers:
             t0 = time.monotonic()
             logf = open(os.path.join(workdir, f"{name}.log"), "wb")

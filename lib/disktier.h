@@ -30,7 +30,13 @@
  *
  * Eviction. Least recently used by bytes (st_size), down to max_bytes, when
  * a fill commits. Hits only reorder the in-memory list; nothing is written
- * on a hit.
+ * on a hit (entries are opened O_NOATIME).
+ *
+ * Cost of a fill: a create, a write and a rename, about 0.05 ms of system
+ * CPU for 40 KB on ext4. On an ext4 without a journal, inode allocation
+ * skips every inode deleted in the last minute or more (the kernel's
+ * recently_deleted()), so fills while the tier evicts, or after DIR was
+ * emptied, cost about ten times that; the manual says where to put DIR.
  *
  * Errors. A full disk or an I/O error on the tier is logged once (and again
  * only after a fill succeeded in between); the fill is dropped and serving

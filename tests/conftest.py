@@ -6,6 +6,7 @@ did with an independent client: pymongo and its gridfs module.
 """
 import hashlib
 import os
+import random
 import re
 import socket
 import subprocess
@@ -44,10 +45,29 @@ def wait_for(cond, deadline_s=60, what="condition", pace=0.02):
         time.sleep(pace)
 
 
-def free_port():
+def port_is_free(port):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(ports=None):
+    """A loopback port nothing listens on now. Without ports, one the kernel
+    hands out: right where nothing is to listen (a dead backend's address).
+    A server started next takes one of a test file's private range instead:
+    it lies below the ephemeral range, so no outgoing connection takes it in
+    the meantime, and the random order keeps concurrent sessions apart."""
+    if ports is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    for port in random.sample(list(ports), len(ports)):
+        if port_is_free(port):
+            return port
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 class Backend:

@@ -12,7 +12,7 @@ import pytest
 
 import jsonvocab
 import planted
-from conftest import check_sanitizers, Result, sha256, wait_for
+from conftest import check_sanitizers, free_port, Result, sha256, wait_for
 
 CHUNK = 255 * 1024
 
@@ -659,10 +659,7 @@ def test_usage_and_errors(gfs, tree):
 
 def test_backend_down(gfs, tree):
     write(tree / "f", b"x")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    res = gfs.run("import", tree, "--uri", f"mongodb://127.0.0.1:{port}/?serverSelectionTimeoutMS=300")
+    res = gfs.run("import", tree, "--uri", f"mongodb://127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=300")
     assert res.rc == 3, res
     assert res.err.count("\n") == 1
 

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, ROOT, SAN_ENV
-from test_serve import HTTP_PORTS, pick_port, serve, wait_for  # noqa: F401 (serve is a fixture)
+from conftest import BIN, ROOT, SAN_ENV, free_port
+from test_serve import HTTP_PORTS, serve, wait_for  # noqa: F401 (serve is a fixture)
 
 CONTRIB = os.path.join(ROOT, "contrib")
 UNITS = sorted(f for f in os.listdir(os.path.join(CONTRIB, "systemd"))
@@ -142,7 +142,7 @@ def test_serve_unit_command_under_socket_activation(gfs, bucket, tmp_path, serve
     log = tmp_path / "access.log"
     argv = [BIN] + [str(log) if a == "/var/log/gridfsctl/access.log" else a for a in argv[1:]]
     bucket.upload_from_stream("posters/a.txt", b"abc")
-    port = pick_port(HTTP_PORTS)
+    port = free_port(HTTP_PORTS)
     # systemd-socket-activate passes on only the environment named with -E, as
     # a unit passes on only its EnvironmentFile=.
     keep = [a for k in ("GRIDFSCTL_URI", "GRIDFSCTL_CONFIG", *SAN_ENV) for a in ("-E", k)]

@@ -16,26 +16,10 @@ import pytest
 from bson import ObjectId
 
 import planted
-from conftest import BIN, SAN_MARKERS, Backend, wait_for  # noqa: F401 (wait_for: other suites take it from here)
+from conftest import BIN, SAN_MARKERS, Backend, free_port, wait_for  # noqa: F401 (wait_for: other suites take it from here)
 
 HTTP_PORTS = range(18300, 18400)
 BACKEND_PORTS = range(27360, 27400)
-
-
-def port_free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def pick_port(ports):
-    for port in random.sample(list(ports), len(ports)):
-        if port_free(port):
-            return port
-    raise RuntimeError("no free port in the private range")
 
 
 def sha(data):
@@ -45,7 +29,7 @@ def sha(data):
 class Server:
     def __init__(self, gfs, tmp_path, *args, env=None, preexec_fn=None, port=None, argv=None,
                  pass_fds=()):
-        self.port = port or pick_port(HTTP_PORTS)
+        self.port = port or free_port(HTTP_PORTS)
         # Several servers may share a port (SO_REUSEPORT): each needs a log of its own.
         self.errfile = tmp_path / f"serve-{self.port}-{len(list(tmp_path.glob(f'serve-{self.port}-*.err')))}.err"
         self.err = open(self.errfile, "wb")
@@ -385,7 +369,7 @@ def test_health_metrics_access_log(bucket, serve, tmp_path):
 
 
 def test_backend_down_then_recovery(gfs, tmp_path, serve, db):
-    b = Backend(str(tmp_path / "private-backend"), pick_port(BACKEND_PORTS), "sqlite")
+    b = Backend(str(tmp_path / "private-backend"), free_port(BACKEND_PORTS), "sqlite")
     os.makedirs(b.datadir)
     b.start()
     try:
@@ -468,7 +452,7 @@ def test_sigterm_drains_and_exits(bucket, serve):
 
 def test_inherited_socket_and_reuseport(bucket, gfs, tmp_path, serve):
     put(bucket, "s.txt", b"socket")
-    port = pick_port(HTTP_PORTS)
+    port = free_port(HTTP_PORTS)
     lsock = socket.socket()
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lsock.bind(("127.0.0.1", port))
@@ -572,7 +556,7 @@ def test_preload_caches_every_sound_file(bucket, db, serve):
 
 
 def test_starts_without_backend(tmp_path, serve, db):
-    b = Backend(str(tmp_path / "late-backend"), pick_port(BACKEND_PORTS), "sqlite")
+    b = Backend(str(tmp_path / "late-backend"), free_port(BACKEND_PORTS), "sqlite")
     os.makedirs(b.datadir)
     s = serve(env={"GRIDFSCTL_URI": b.uri})  # nothing listens there yet
     assert s.get("/_health")[0] == 503
@@ -836,7 +820,7 @@ def test_serve_applies_the_integrity_rule(db, serve):
 
 def test_streamed_file_is_503_while_the_backend_is_down(tmp_path, serve, db):
     """F5: a streamed file got 200 and its whole Content-Length, then a cut with no body."""
-    b = Backend(str(tmp_path / "stream-backend"), pick_port(BACKEND_PORTS), "sqlite")
+    b = Backend(str(tmp_path / "stream-backend"), free_port(BACKEND_PORTS), "sqlite")
     os.makedirs(b.datadir)
     b.start()
     try:

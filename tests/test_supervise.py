@@ -22,23 +22,11 @@ import urllib.request
 import pytest
 
 import planted
-from conftest import BIN, ROOT, SAN_ENV, SAN_MARKERS
+from conftest import BIN, ROOT, SAN_ENV, SAN_MARKERS, free_port
 
 PY = sys.executable
 F_SETPIPE_SZ = 1031
 TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
-
-
-def port_in(lo, hi):
-    """A free port in this test file's private range."""
-    for p in range(lo, hi):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return p
-            except OSError:
-                continue
-    pytest.skip(f"no free port in {lo}-{hi}")
 
 
 def stamp(line):
@@ -392,7 +380,7 @@ def test_emfile_right_after_restart_means_limit_too_low(sup, workdir):
 def test_pattern_restarts_never_make_a_program_fatal(sup, workdir):
     # A program that says "boom" for ever: restarted while the budget lasts, then left
     # running (it was FATAL, holding its socket for no one), and said once.
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     cfg = write_config(workdir, f"""
 [program:app]
 command = sh -c 'while :; do echo boom >&2; sleep 0.05; done'
@@ -418,7 +406,7 @@ backoff_initial = 10ms
 
 def test_fatal_program_releases_its_listen_socket(sup, workdir):
     # FATAL with the socket held, every connection waited in the queue for no one.
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     cfg = write_config(workdir, f"""
 [program:dead]
 command = sh -c 'exit 3'
@@ -922,7 +910,7 @@ def test_daemonising_child_is_tracked(sup, workdir):
 def test_tracked_daemon_is_health_checked_and_sampled(sup, workdir):
     # A daemon was tracked but never checked nor sampled: STARTING for ever, with a check
     # that would have made the same program in the foreground restart.
-    closed = port_in(18400, 18450)  # nothing listens there: every check fails
+    closed = free_port(range(18400, 18450))  # nothing listens there: every check fails
     cfg = write_config(workdir, f"""
 [program:d]
 command = sh -c 'sleep 600 & exit 0'
@@ -1001,7 +989,7 @@ autorestart = no
 
 
 def test_listen_socket_is_passed_and_held(sup, workdir):
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     code = ("import os,socket\\n"
             "assert os.environ['LISTEN_FDS']=='1' and os.environ['LISTEN_PID']==str(os.getpid())\\n"
             "s=socket.socket(fileno=3)\\nprint('serving',flush=True)\\n"
@@ -1044,7 +1032,7 @@ def listening_addresses(port):
 
 def test_listen_without_a_host_binds_loopback(sup, workdir):
     # ":P" meant every interface here and loopback in serve --listen: it is loopback in both.
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     cfg = write_config(workdir, f"""
 [program:lo]
 command = sleep 600
@@ -1088,7 +1076,7 @@ while True:
 @pytest.mark.skipif(not shutil.which("ab"), reason="ab (apache2-utils) not installed")
 def test_held_socket_rolling_restart_under_load_loses_nothing(sup, workdir):
     # The supervisor's half of the serve test below, with a server that stops gracefully.
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     script = write_config(workdir, GRACEFUL_SERVER, "graceful.py")
     cfg = write_config(workdir, f"""
 [program:web]
@@ -1116,7 +1104,7 @@ startsecs = 0
 
 
 def test_http_health_check(sup, workdir):
-    port = port_in(18450, 18499)
+    port = free_port(range(18450, 18499))
     cfg = write_config(workdir, f"""
 [program:web]
 command = {PY} -m http.server {port} --bind 127.0.0.1 --directory {workdir}
@@ -1154,7 +1142,7 @@ def backend_binary():
 def test_backend_killed_9_is_restarted_and_healthy(sup, workdir):
     import pymongo
     ferret = backend_binary()
-    port = port_in(27400, 27450)
+    port = free_port(range(27400, 27450))
     cfg = write_config(workdir, f"""
 [program:backend]
 command = {ferret} --handler sqlite --sqlite-dir {workdir}/sqlite --listen 127.0.0.1:{port}
@@ -1206,7 +1194,7 @@ def http_ok(port, path="/", timeout=2):
 
 @needs_serve
 def test_serve_emfile_flood_recovers_within_2s(sup, workdir, backend, db):
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     cfg = write_config(workdir, f"""
 [program:serve]
 command = {BIN} serve --uri {backend.uri} --db {db.name}
@@ -1249,7 +1237,7 @@ backoff_initial = 300ms
 def test_request_data_in_the_access_log_does_not_restart_serve(sup, workdir, backend, db):
     # Any client could take a supervised serve down: its path or User-Agent went into an
     # access-log line that restart_on matched, and restart after restart it went FATAL.
-    port = port_in(18400, 18450)
+    port = free_port(range(18400, 18450))
     cfg = write_config(workdir, f"""
 [program:serve]
 command = {BIN} serve --uri {backend.uri} --db {db.name} --access-log -
@@ -1285,7 +1273,7 @@ max_restarts = 2
 def test_two_serve_instances_on_a_held_socket_survive_a_restart_under_load(
         sup, workdir, backend, db, bucket):
     bucket.upload_from_stream("hello.txt", b"hello world\n" * 100)
-    port = port_in(18450, 18499)
+    port = free_port(range(18450, 18499))
     cfg = write_config(workdir, f"""
 [program:serve]
 command = {BIN} serve --uri {backend.uri} --db {db.name}

@@ -150,33 +150,50 @@ def check_sanitizers(res):
     assert res.rc not in (86, 87), f"sanitizer exit:\n{res.err}"
 
 
-class Gridfsctl:
-    """Runs the gridfsctl binary against the test database."""
+class Binary:
+    """The gridfsctl under test (BIN, the one place tests find it), run with
+    the sanitizer settings and no configuration file; every run's standard
+    error is checked for sanitizer reports. wrap is a command that execs it
+    (setpriv, unshare, ...); db=False leaves out the test database."""
 
-    def __init__(self, backend, dbname, tmp_path):
-        self.backend, self.dbname, self.tmp_path = backend, dbname, tmp_path
+    dbname = cwd = None
+
+    def __init__(self):
         self.env = dict(os.environ, **SAN_ENV)
-        self.env["GRIDFSCTL_URI"] = backend.uri
         self.env["GRIDFSCTL_CONFIG"] = "/dev/null"
-        self.env.pop("GRIDFSCTL_BUCKET", None)
 
-    def run(self, *args, input=None, cwd=None, env=None, timeout=120, db=True):
-        argv = [BIN] + [str(a) for a in args]
-        if db:
-            argv += ["--db", self.dbname]
-        e = dict(self.env, **(env or {}))
-        proc = subprocess.run(argv, input=input, capture_output=True, cwd=cwd or self.tmp_path,
-                              env=e, timeout=timeout)
+    def argv(self, *args, wrap=(), db=True):
+        tail = ["--db", self.dbname] if db and self.dbname else []
+        return [str(w) for w in wrap] + [BIN] + [str(a) for a in args] + tail
+
+    def run(self, *args, input=None, cwd=None, env=None, timeout=120, wrap=(), db=True, **kw):
+        proc = subprocess.run(self.argv(*args, wrap=wrap, db=db), input=input, capture_output=True,
+                              cwd=cwd or self.cwd, env=dict(self.env, **(env or {})),
+                              timeout=timeout, **kw)
         res = Result(proc)
         check_sanitizers(res)
         return res
 
-    def popen(self, *args, db=True, env=None, **kw):
-        argv = [BIN] + [str(a) for a in args]
-        if db:
-            argv += ["--db", self.dbname]
-        e = dict(self.env, **(env or {}))
-        return subprocess.Popen(argv, env=e, **kw)
+    def popen(self, *args, env=None, wrap=(), db=True, **kw):
+        return subprocess.Popen(self.argv(*args, wrap=wrap, db=db),
+                                env=dict(self.env, **(env or {})), **kw)
+
+
+class Gridfsctl(Binary):
+    """Runs the gridfsctl binary against the test database."""
+
+    def __init__(self, backend, dbname, tmp_path):
+        super().__init__()
+        self.backend, self.dbname, self.tmp_path = backend, dbname, tmp_path
+        self.cwd = tmp_path
+        self.env["GRIDFSCTL_URI"] = backend.uri
+        self.env.pop("GRIDFSCTL_BUCKET", None)
+
+
+@pytest.fixture(scope="session")
+def gridfsctl():
+    """The binary alone, for what needs no backend (--help, _complete, supervise)."""
+    return Binary()
 
 
 @pytest.fixture

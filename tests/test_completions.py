@@ -68,13 +68,13 @@ def bash(gfs, bindir, cwd):
 
 
 @needs_bash_completion
-def test_bash_commands_and_options(bash):
+def test_bash_commands_and_options(bash, gridfsctl):
     assert {"import", "verify", "mirror", "serve", "supervise", "help"} <= set(bash(""))
     assert bash("st") == ["stat"]
     opts = bash("get", "--")
     assert "--output=" in opts and "--force" in opts and "--uri=" in opts
     assert bash("verify", "--rep") == ["--repair"]
-    every = subprocess.run([BIN, "_options", "verify"], capture_output=True, text=True).stdout.split()
+    every = gridfsctl.run("_options", "verify").text.split()
     assert set(every) <= set(bash("verify", "--")), "every option of the binary is offered"
     assert not [o for o in bash("verify", "--") if o.startswith("--to")]
 
@@ -140,14 +140,14 @@ def test_names_verb_gives_up_quickly_on_a_dead_backend(gfs, bindir, cwd):
         assert bash_complete(["gridfsctl", "--uri", dead, "get", ""], env, cwd) == []
 
 
-def test_complete_verb_describes_every_option():
-    for cmd in subprocess.run([BIN, "_options"], capture_output=True, text=True).stdout.split():
-        out = subprocess.run([BIN, "_complete", cmd], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        rows = [line.split("\t") for line in out.stdout.splitlines()]
+def test_complete_verb_describes_every_option(gridfsctl):
+    for cmd in gridfsctl.run("_options").text.split():
+        out = gridfsctl.run("_complete", cmd)
+        assert out.rc == 0, out.err
+        rows = [line.split("\t") for line in out.text.splitlines()]
         assert all(len(r) == 5 and all(r) for r in rows), (cmd, rows)
         words = {r[0]: r for r in rows}
-        for o in subprocess.run([BIN, "_options", cmd], capture_output=True, text=True).stdout.split():
+        for o in gridfsctl.run("_options", cmd).text.split():
             row = words[o.rstrip("=")]
             assert row[4] != "-", f"{cmd} {o} has no line in --help"
             assert len(row[4]) <= 72, row
@@ -155,23 +155,22 @@ def test_complete_verb_describes_every_option():
         assert "@args" in words, cmd
 
 
-def test_no_short_option_is_offered_for_two_options():
+def test_no_short_option_is_offered_for_two_options(gridfsctl):
     """ls takes -h for --human-readable: --help is then offered without it."""
-    for cmd in subprocess.run([BIN, "_options"], capture_output=True, text=True).stdout.split():
-        out = subprocess.run([BIN, "_complete", cmd], capture_output=True, text=True).stdout
+    for cmd in gridfsctl.run("_options").text.split():
+        out = gridfsctl.run("_complete", cmd).text
         shorts = [line.split("\t")[1] for line in out.splitlines() if line.split("\t")[1] != "-"]
         assert len(shorts) == len(set(shorts)), (cmd, shorts)
-    ls = dict(line.split("\t")[:2] for line in
-              subprocess.run([BIN, "_complete", "ls"], capture_output=True, text=True).stdout.splitlines())
+    ls = dict(line.split("\t")[:2] for line in gridfsctl.run("_complete", "ls").text.splitlines())
     assert ls["--human-readable"] == "-h" and ls["--help"] == "-"
 
 
 @pytest.mark.parametrize("cmd,option", [("mirror", "read"), ("verify", "strategy")])
-def test_enum_values_are_what_the_verb_accepts(gfs, cmd, option, tmp_path):
-    rows = subprocess.run([BIN, "_complete", cmd], capture_output=True, text=True).stdout.splitlines()
+def test_enum_values_are_what_the_verb_accepts(gfs, gridfsctl, cmd, option, tmp_path):
+    rows = gridfsctl.run("_complete", cmd).text.splitlines()
     values = next(r.split("\t")[3] for r in rows if r.startswith(f"--{option}\t")).split()
     assert len(values) >= 2
-    helptext = subprocess.run([BIN, cmd, "--help"], capture_output=True, text=True).stdout
+    helptext = gridfsctl.run(cmd, "--help").text
     for v in values:
         assert v in helptext
         args = [cmd, f"--{option}={v}"] + ([str(tmp_path / "out")] if cmd == "mirror" else [])

@@ -19,7 +19,7 @@ import conftest
 import jsonvocab
 
 import planted
-from conftest import BIN, ROOT, sha256
+from conftest import ROOT, sha256
 
 CHUNK = 255 * 1024
 SIZES = {
@@ -877,8 +877,8 @@ def test_config_file_misspelling_is_an_error_with_file_and_line(gfs, tmp_path, t
     assert r.err.startswith(f"gridfsctl: {cfg}:{line}: {what}"), r.err
 
 
-def help_exit_codes(verb):
-    text = subprocess.run([BIN, verb, "--help"], capture_output=True, text=True).stdout
+def help_exit_codes(gridfsctl, verb):
+    text = gridfsctl.run(verb, "--help").text
     last = text.rstrip("\n").splitlines()[-1]
     assert last.startswith("exit status: ") and last.endswith(f"; see gridfsctl-{verb}(1)"), last
     return {int(n) for n in re.findall(r"(?:^exit status: |, |; )(\d+) ", last)}
@@ -894,8 +894,8 @@ def man_exit_codes(verb):
 
 @pytest.mark.parametrize("verb", ["ls", "get", "put", "rm", "stat", "import", "verify", "mirror",
                                   "watch", "serve", "supervise", "doctor"])
-def test_help_ends_with_the_exit_statuses_the_man_page_gives(verb):
-    codes = help_exit_codes(verb)
+def test_help_ends_with_the_exit_statuses_the_man_page_gives(gridfsctl, verb):
+    codes = help_exit_codes(gridfsctl, verb)
     assert codes == man_exit_codes(verb), verb
     assert 0 in codes and 2 in codes
     # the verbs that catch SIGINT say 130; supervise stops its programs and exits 0
@@ -943,7 +943,7 @@ def test_progress_bar_fits_the_terminal_and_speaks_one_unit(gfs, bucket, tmp_pat
     for i in range(60):
         bucket.upload_from_stream(f"p/{i:03d}", os.urandom(3000 + i))
     env = dict(gfs.env, TERM=term, COLUMNS="200")  # the window size wins over COLUMNS
-    out, secs = run_on_pty([BIN, "mirror", str(tmp_path / "m"), "--db", gfs.dbname], env, 42)
+    out, secs = run_on_pty(gfs.argv("mirror", tmp_path / "m"), env, 42)
     assert out.endswith("\r\n"), repr(out)  # the pty turns the final \n into \r\n
     assert ("\x1b" in out) == (term != "dumb"), repr(out)
     draws = [d.replace("\x1b[K", "") for d in re.split(r"[\r\n]+", out) if d.strip()]
@@ -955,7 +955,7 @@ def test_progress_bar_fits_the_terminal_and_speaks_one_unit(gfs, bucket, tmp_pat
     if secs < 3:
         assert "ETA" not in out  # a rate over a fraction of a second is no base for one
     # wide enough, the bar is drawn
-    out, _ = run_on_pty([BIN, "mirror", str(tmp_path / "m2"), "--db", gfs.dbname], env, 120)
+    out, _ = run_on_pty(gfs.argv("mirror", tmp_path / "m2"), env, 120)
     assert re.search(r"mirror \[#{10,30}\] 60/60 files, ", out), repr(out)
 
 

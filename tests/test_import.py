@@ -303,14 +303,13 @@ def test_unreadable_file_and_directory(gfs, db, tree):
         db.fs.files.insert_one({"_id": 1, "filename": "gone.txt", "length": 0, "chunkSize": CHUNK,
                                 "uploadDate": __import__("datetime").datetime.utcnow()})
         drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-        argv = drop + [gfs_bin(), "import", root, "--delete", "--json", "--db", gfs.dbname]
-        proc = subprocess.run(argv, capture_output=True, env=gfs.env, cwd=base, timeout=120)
-        err = proc.stderr.decode()
-        assert proc.returncode == 1, err
+        res = gfs.run("import", root, "--delete", "--json", wrap=drop, cwd=base)
+        err = res.err
+        assert res.rc == 1, err
         assert "secret.txt: cannot open: Permission denied" in err
         assert "closed: cannot open directory: Permission denied" in err
         assert "not deleting" in err
-        s = jsonvocab.summary(proc.stdout.decode(), "import")
+        s = summary(res)
         assert (s["uploaded"], s["failed"], s["deleted"]) == (1, 2, 0)
         assert set(stored(db)) == {"readable.txt", "gone.txt"}
     finally:
@@ -318,11 +317,6 @@ def test_unreadable_file_and_directory(gfs, db, tree):
             for d in dirnames:
                 os.chmod(os.path.join(dirpath, d), 0o755)
         shutil.rmtree(base)
-
-
-def gfs_bin():
-    from conftest import BIN
-    return BIN
 
 
 def test_exclude_and_include(gfs, db, tree):
@@ -964,17 +958,13 @@ def test_frozen_backend_times_out_naming_the_operation(gfs, backend, db, tree):
 
 def test_jobs_are_sized_to_the_descriptor_limit(gfs, db, tree):
     import resource
-    from conftest import BIN, Result, check_sanitizers
     for i in range(40):
         write(tree / f"d{i % 4}" / f"f{i}.txt", f"file {i}\n".encode())
 
     def limited():
         resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
 
-    proc = subprocess.run([BIN, "import", tree, "--jobs", "64", "--json", "--db", gfs.dbname],
-                          env=gfs.env, capture_output=True, timeout=120, preexec_fn=limited)
-    res = Result(proc)
-    check_sanitizers(res)
+    res = gfs.run("import", tree, "--jobs", "64", "--json", preexec_fn=limited)
     assert res.rc == 0, res
     assert "open file descriptors (ulimit -n) allows" in res.err, res
     assert summary(res)["uploaded"] == 40

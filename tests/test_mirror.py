@@ -444,19 +444,13 @@ def test_write_error_removes_temp_and_continues(gfs, bucket, tmp_path, read):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 
-    argv = [gfs_bin(), "mirror", str(dst), "--prefix", "w", "--db", gfs.dbname, "--jobs", "1", "--read", read]
-    p = subprocess.run(argv, env=gfs.env, capture_output=True, preexec_fn=limit, timeout=120)
-    err = p.stderr.decode()
-    assert p.returncode == 1, err
+    p = gfs.run("mirror", dst, "--prefix", "w", "--jobs", "1", "--read", read, preexec_fn=limit)
+    err = p.err
+    assert p.rc == 1, err
     assert "w/big" in err and "write" in err
     assert not (dst / "big").exists()
     assert (dst / "small").read_bytes() == b"small"
     no_temp_files(dst)
-
-
-def gfs_bin():
-    from conftest import BIN
-    return BIN
 
 
 # ---- incremental, delete, dry run --------------------------------------------
@@ -698,8 +692,7 @@ def run_limited(gfs, *args, nofile=1024):
     def limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-    argv = [gfs_bin()] + [str(a) for a in args] + ["--db", gfs.dbname]
-    return subprocess.run(argv, env=gfs.env, capture_output=True, text=True, preexec_fn=limit, timeout=120)
+    return gfs.run(*args, preexec_fn=limit)
 
 
 def test_deep_tree_is_swept_within_the_descriptor_limit(gfs, bucket, tmp_path):
@@ -711,8 +704,8 @@ def test_deep_tree_is_swept_within_the_descriptor_limit(gfs, bucket, tmp_path):
     (deep / "stale").write_bytes(b"not in the bucket")
     (deep / ".gridfsctl-mirror-0123456789abcdef.tmp").write_bytes(b"left by a killed run")
     p = run_limited(gfs, "mirror", dst, "--prefix", "deep", "--delete", "--json")
-    assert p.returncode == 0, p.stderr
-    s = jsonvocab.summary(p.stdout, "mirror")
+    assert p.rc == 0, p.err
+    s = summary(p)
     assert (s["deleted"], s["cleaned"], s["removedDirs"]) == (1, 1, levels), s
     assert os.listdir(dst) == ["keep"]
 
@@ -721,8 +714,8 @@ def test_deep_tree_is_swept_within_the_descriptor_limit(gfs, bucket, tmp_path):
     too_deep.mkdir(parents=True)
     (too_deep / "stale").write_bytes(b"x")
     p = run_limited(gfs, "mirror", dst, "--prefix", "deep", "--delete")
-    assert p.returncode == 1, p.stderr
-    assert "not swept, more than 512 levels deep" in p.stderr, p.stderr[:200]
+    assert p.rc == 1, p.err
+    assert "not swept, more than 512 levels deep" in p.err, p.err[:200]
     assert (too_deep / "stale").exists()
 
 
@@ -744,14 +737,13 @@ def test_sweep_stays_on_dirs_mount(gfs, bucket, tmp_path, how):
               '"$@"; rc=$?\n'
               'test -f "$0/other/keep" && echo KEPT >&2\n'
               'exit $rc\n')
-    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(dst),
-            gfs_bin(), "mirror", str(dst), "--prefix", "mnt", "--delete", "--json", "--db", gfs.dbname]
-    p = subprocess.run(argv, env=gfs.env, capture_output=True, text=True, timeout=120)
-    if p.returncode == 99 or "unshare failed" in p.stderr:
-        pytest.skip("cannot mount here: " + p.stderr.strip())
-    assert p.returncode == 0, p.stderr
-    assert "KEPT" in p.stderr, p.stderr
-    s = jsonvocab.summary(p.stdout, "mirror")
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, dst]
+    p = gfs.run("mirror", dst, "--prefix", "mnt", "--delete", "--json", wrap=wrap)
+    if p.rc == 99 or "unshare failed" in p.err:
+        pytest.skip("cannot mount here: " + p.err.strip())
+    assert p.rc == 0, p.err
+    assert "KEPT" in p.err, p.err
+    s = summary(p)
     assert s["deleted"] == 1 and s["removedDirs"] == 0, s
     assert sorted(os.listdir(dst)) == ["a", "other"]
 

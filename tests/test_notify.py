@@ -3,7 +3,6 @@
 The datagrams are received on a unix socket of our own named in
 NOTIFY_SOCKET, as systemd would; every wait has a deadline.
 """
-import os
 import signal
 import socket
 import subprocess
@@ -11,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import BIN, SAN_ENV, SAN_MARKERS, free_port
+from conftest import SAN_MARKERS, free_port
 
 DEADLINE = 60
 
@@ -89,18 +88,16 @@ def test_serve_unusable_notify_socket_is_said_not_fatal(gfs, tmp_path):
     assert rc == 0, err
 
 
-def test_supervise_ready_watchdog_stopping_and_children_do_not_inherit(notify, tmp_path):
+def test_supervise_ready_watchdog_stopping_and_children_do_not_inherit(gridfsctl, notify, tmp_path):
     sock, path = notify
-    env = dict(os.environ, **SAN_ENV, GRIDFSCTL_CONFIG="/dev/null", NOTIFY_SOCKET=path,
-               WATCHDOG_USEC="200000")
+    env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"}
     probe = tmp_path / "child-env"
     child = ("import os,sys,time\n"
              f"open({str(probe)!r},'w').write(repr([k for k in os.environ if k in ('NOTIFY_SOCKET','WATCHDOG_USEC')]))\n"
              "import signal; signal.pause()\n")
-    p = subprocess.Popen([BIN, "supervise", "--control", str(tmp_path / "ctl.sock"), "--",
-                          sys.executable, "-c", child],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         env=env, cwd=tmp_path)
+    p = gridfsctl.popen("supervise", "--control", tmp_path / "ctl.sock", "--", sys.executable, "-c", child,
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                        env=env, cwd=tmp_path)
     try:
         messages_until(sock, "READY=1")
         messages_until(sock, "WATCHDOG=1")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, ROOT, SAN_ENV, free_port
+from conftest import ROOT, SAN_ENV, Binary, free_port
 from test_serve import HTTP_PORTS, serve, wait_for  # noqa: F401 (serve is a fixture)
 
 CONTRIB = os.path.join(ROOT, "contrib")
@@ -19,18 +19,21 @@ UNITS = sorted(f for f in os.listdir(os.path.join(CONTRIB, "systemd"))
 
 
 def commands():
-    out = subprocess.run([BIN, "_options"], capture_output=True, text=True, check=True)
-    return out.stdout.split()
+    out = Binary().run("_options")
+    assert out.rc == 0, out
+    return out.text.split()
 
 
 @pytest.mark.parametrize("cmd", commands())
-def test_help_man_and_completions(cmd):
-    r = subprocess.run([BIN, cmd, "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout.startswith(f"usage: gridfsctl {cmd}"), r
-    assert "exit status" in r.stdout
+def test_help_man_and_completions(gridfsctl, cmd):
+    r = gridfsctl.run(cmd, "--help")
+    assert r.rc == 0 and r.text.startswith(f"usage: gridfsctl {cmd}"), r
+    assert "exit status" in r.text
     assert os.path.exists(os.path.join(ROOT, "man", f"gridfsctl-{cmd}.1.scd")), cmd
     # The completions offer what 'gridfsctl _complete' lists (driven in test_completions.py).
-    listed = subprocess.run([BIN, "_complete"], capture_output=True, text=True, check=True).stdout
+    listed = gridfsctl.run("_complete")
+    assert listed.rc == 0, listed
+    listed = listed.text
     assert f"{cmd}\t-\tcommand\t" in listed, cmd
 
 
@@ -140,7 +143,7 @@ def test_serve_unit_command_under_socket_activation(gfs, bucket, tmp_path, serve
     """The serve unit's ExecStart, given a socket the way systemd passes it."""
     argv = unit_settings("gridfsctl-serve.service")["ExecStart"][0].split()
     log = tmp_path / "access.log"
-    argv = [BIN] + [str(log) if a == "/var/log/gridfsctl/access.log" else a for a in argv[1:]]
+    argv = gfs.argv(*[log if a == "/var/log/gridfsctl/access.log" else a for a in argv[1:]], db=False)
     bucket.upload_from_stream("posters/a.txt", b"abc")
     port = free_port(HTTP_PORTS)
     # systemd-socket-activate passes on only the environment named with -E, as

@@ -16,7 +16,7 @@ import pytest
 from bson import ObjectId
 
 import planted
-from conftest import BIN, SAN_MARKERS, Backend, free_port, wait_for  # noqa: F401 (wait_for: other suites take it from here)
+from conftest import SAN_MARKERS, Backend, free_port, wait_for  # noqa: F401 (wait_for: other suites take it from here)
 
 HTTP_PORTS = range(18300, 18400)
 BACKEND_PORTS = range(27360, 27400)
@@ -464,8 +464,8 @@ def test_inherited_socket_and_reuseport(bucket, gfs, tmp_path, serve):
               "os.close(int(sys.argv[1]))\n"
               "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1')\n"
               "os.execv(sys.argv[2], sys.argv[2:])\n")
-    s = serve(argv=[sys.executable, "-c", script, str(fd), BIN, "serve", "--db", gfs.dbname,
-                    "--listen", "127.0.0.1:1"], port=port, pass_fds=(fd,))
+    s = serve(argv=gfs.argv("serve", "--listen", "127.0.0.1:1", wrap=[sys.executable, "-c", script, fd]),
+              port=port, pass_fds=(fd,))
     lsock.close()  # the server holds its own copy now
     assert s.get("/s.txt")[2] == b"socket"
     assert "inherited socket" in s.stderr()

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 import planted
-from conftest import BIN, ROOT, SAN_ENV, SAN_MARKERS, free_port
+from conftest import BIN, ROOT, SAN_MARKERS, Binary, free_port
 
 PY = sys.executable
 F_SETPIPE_SZ = 1031
@@ -47,14 +47,13 @@ def alive(pid):
 class Supervisor:
     """A running `gridfsctl supervise` with its event lines collected as they come."""
 
-    def __init__(self, workdir, args, env=None, preexec=None, read_stdout=True, stderr=None):
+    def __init__(self, gridfsctl, workdir, args, env=None, preexec=None, read_stdout=True,
+                 stderr=None):
         """stderr: None (a pipe read as it comes), "stdout" (2>&1), or "unread" (a small
         pipe left unread until read_stderr())."""
-        self.dir = workdir
+        self.gridfsctl, self.dir = gridfsctl, workdir
         self.control = os.path.join(workdir, "ctl.sock")
-        self.env = dict(os.environ, **SAN_ENV, **(env or {}))
-        self.env["GRIDFSCTL_CONFIG"] = "/dev/null"
-        argv = [BIN, "supervise", "--control", self.control] + [str(a) for a in args]
+        self.env = dict(env or {}, GRIDFSCTL_CONFIG="/dev/null")
         err, self.stderr = subprocess.PIPE, None
         if stderr == "stdout":
             err = subprocess.STDOUT
@@ -62,8 +61,9 @@ class Supervisor:
             r, err = os.pipe()
             fcntl.fcntl(r, F_SETPIPE_SZ, 4096)  # fills after a few lines
             self.stderr = os.fdopen(r, "rb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err,
-                                     cwd=workdir, env=self.env, preexec_fn=preexec)
+        self.proc = gridfsctl.popen("supervise", "--control", self.control, *args, env=self.env,
+                                    stdout=subprocess.PIPE, stderr=err, cwd=workdir,
+                                    preexec_fn=preexec)
         if stderr == "unread":
             os.close(err)
         self.stderr = self.stderr or self.proc.stderr
@@ -118,16 +118,13 @@ class Supervisor:
 
     def ctl(self, *args, timeout=30):
         self.wait_event(r"supervising .*; control socket ")  # it answers from then on
-        p = subprocess.run([BIN, "supervise", "--control", self.control] + [str(a) for a in args],
-                           capture_output=True, text=True, env=self.env, timeout=timeout)
-        for m in SAN_MARKERS:
-            assert m not in p.stderr, p.stderr
-        return p
+        return self.gridfsctl.run("supervise", "--control", self.control, *args, env=self.env,
+                                  timeout=timeout)
 
     def status(self):
         p = self.ctl("status", "--json")
-        assert p.returncode in (0, 1), p.stderr
-        return {d["name"]: d for d in map(json.loads, p.stdout.splitlines())}
+        assert p.rc in (0, 1), p.err
+        return {d["name"]: d for d in map(json.loads, p.text.splitlines())}
 
     def wait_status(self, name, pred, timeout=10.0):
         """Polls status (an RPC, not a sleep) until pred holds, with a deadline."""
@@ -168,11 +165,11 @@ def workdir():
 
 
 @pytest.fixture
-def sup(workdir):
+def sup(gridfsctl, workdir):
     started = []
 
     def start(args, env=None, preexec=None, read_stdout=True, stderr=None):
-        s = Supervisor(workdir, args, env, preexec, read_stdout, stderr)
+        s = Supervisor(gridfsctl, workdir, args, env, preexec, read_stdout, stderr)
         started.append(s)
         return s
 
@@ -200,15 +197,15 @@ def child(code):
 
 # ---- command line -------------------------------------------------------------
 
-def test_help_and_options():
-    p = subprocess.run([BIN, "supervise", "--help"], capture_output=True, text=True)
-    assert p.returncode == 0 and "--restart-on" in p.stdout and "status" in p.stdout
-    p = subprocess.run([BIN, "_options", "supervise"], capture_output=True, text=True)
+def test_help_and_options(gridfsctl):
+    p = gridfsctl.run("supervise", "--help")
+    assert p.rc == 0 and "--restart-on" in p.text and "status" in p.text
+    p = gridfsctl.run("_options", "supervise")
     for opt in ("--config=", "--control=", "--restart-on=", "--nofile=", "--json", "--check"):
-        assert opt in p.stdout.split()
+        assert opt in p.text.split()
 
 
-def test_check_prints_config_and_rejects_bad_ones(workdir):
+def test_check_prints_config_and_rejects_bad_ones(gridfsctl, workdir):
     good = write_config(workdir, """
 [supervise]
 logdir = /tmp/x
@@ -221,11 +218,11 @@ listen = 127.0.0.1:18499
 restart_on = boom
 restart_on = default
 """)
-    p = subprocess.run([BIN, "supervise", "-c", good, "--check"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    assert "  argv: a b\n  argv: c \" d\n  argv: e f\n" in p.stdout
-    assert "nofile: 64" in p.stdout and "log: /tmp/x/web.log" in p.stdout
-    assert "restart_on: boom\n  restart_on: Too many open files" in p.stdout
+    p = gridfsctl.run("supervise", "-c", good, "--check")
+    assert p.rc == 0, p.err
+    assert "  argv: a b\n  argv: c \" d\n  argv: e f\n" in p.text
+    assert "nofile: 64" in p.text and "log: /tmp/x/web.log" in p.text
+    assert "restart_on: boom\n  restart_on: Too many open files" in p.text
     for text, msg in [("[program:a]\ncommand = x\nnofile = lots\n", "sv.ini:3: [program:a] nofile"),
                       ("[program:a]\nbogus = 1\n", "unknown key 'bogus'"),
                       ("[program:a]\nrestart_on = (\n", "bad pattern"),
@@ -244,22 +241,20 @@ restart_on = default
                        "sv.ini:3: [program:a] listen: '127.0.0.1:99999': port '99999' is not a "
                        "number from 1 to 65535")]:
         bad = write_config(workdir, text)
-        p = subprocess.run([BIN, "supervise", "-c", bad, "--check"], capture_output=True, text=True)
-        assert p.returncode == 2 and msg in p.stderr, (text, p.stderr)
+        p = gridfsctl.run("supervise", "-c", bad, "--check")
+        assert p.rc == 2 and msg in p.err, (text, p.err)
 
 
-def test_examples_parse():
+def test_examples_parse(gridfsctl):
     for name in ("supervise-embedded.ini", "supervise-mongod.ini"):
-        p = subprocess.run([BIN, "supervise", "-c", os.path.join(ROOT, "examples", name), "--check"],
-                           capture_output=True, text=True)
-        assert p.returncode == 0, (name, p.stderr)
-        assert "serve: 2 instances:" in p.stdout
+        p = gridfsctl.run("supervise", "-c", os.path.join(ROOT, "examples", name), "--check")
+        assert p.rc == 0, (name, p.err)
+        assert "serve: 2 instances:" in p.text
 
 
-def test_control_without_supervisor(workdir):
-    p = subprocess.run([BIN, "supervise", "--control", os.path.join(workdir, "none.sock"), "status"],
-                       capture_output=True, text=True)
-    assert p.returncode == 3 and "no supervisor" in p.stderr
+def test_control_without_supervisor(gridfsctl, workdir):
+    p = gridfsctl.run("supervise", "--control", os.path.join(workdir, "none.sock"), "status")
+    assert p.rc == 3 and "no supervisor" in p.err
 
 
 # ---- restarts -------------------------------------------------------------------
@@ -421,7 +416,7 @@ backoff_initial = 10ms
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     n = len(s.events)
-    assert s.ctl("restart", "dead").returncode == 0
+    assert s.ctl("restart", "dead").rc == 0
     s.wait_event(rf"dead: holding listen socket 127\.0\.0\.1:{port}", after=n)
     assert s.stop() == 0
 
@@ -528,7 +523,7 @@ def test_stop_kills_what_ignores_the_stop_signal_after_the_main_process(sup, wor
     pgid = s.status()["ig"]["pid"]
     assert bg in group_members(pgid)
     p = s.ctl("stop")
-    assert p.returncode == 0 and p.stdout.strip() == "stopped", p
+    assert p.rc == 0 and p.text.strip() == "stopped", p
     s.wait_event(r"ig: what pid \d+ left in its process group did not stop within 0.5 s: "
                  r"sending SIGKILL")
     deadline = time.monotonic() + 10
@@ -552,12 +547,12 @@ restart_window = 60
     st = s.status()["crash"]
     assert st["state"] == "FATAL" and st["pid"] == 0 and st["lastExit"] == "exited with code 1"
     p = s.ctl("status")
-    assert p.returncode == 1 and re.search(r"crash\s+FATAL", p.stdout)
+    assert p.rc == 1 and re.search(r"crash\s+FATAL", p.text)
     n = len(s.events)
-    assert s.ctl("restart", "crash").returncode == 0
+    assert s.ctl("restart", "crash").rc == 0
     s.wait_event(r"crash: started pid", after=n)
     p = s.ctl("restart", "nosuch")
-    assert p.returncode == 4 and "no program or instance named 'nosuch'" in p.stderr
+    assert p.rc == 4 and "no program or instance named 'nosuch'" in p.err
     assert s.stop() == 0
 
 
@@ -595,7 +590,7 @@ stop_grace = 500ms
     s.wait_event(r"\[hung\] ready", lines=s.output)
     pid = s.status()["hung"]["pid"]
     n = len(s.events)
-    assert s.ctl("restart", "hung").returncode == 0
+    assert s.ctl("restart", "hung").rc == 0
     i, stopping = s.wait_event(r"hung: stopping pid \d+ with SIGTERM", after=n)
     j, kill = s.wait_event(r"hung: pid \d+ did not stop within 0.5 s: sending SIGKILL", after=i)
     s.wait_event(r"hung: pid \d+ killed by SIGKILL", after=j)
@@ -630,11 +625,11 @@ fd_horizon = 30
     with open(f"/proc/{st['pid']}/limits") as f:
         assert re.search(r"Max open files\s+%d\s" % limit, f.read())
     p = s.ctl("status")
-    assert p.returncode == 0
+    assert p.rc == 0
     # The watch may have raised the limit again since: any limit from 128 up.
     m = re.search(r"leaky\s+(RUNNING|STARTING)\s+%d\s+\S+\s+0\s+-\s+(\d+)/(\d+) \(sock \d+, "
-                  r"file (\d+), pipe \d+\)" % st["pid"], p.stdout)
-    assert m and int(m.group(3)) >= 128 and int(m.group(4)) >= 50, p.stdout
+                  r"file (\d+), pipe \d+\)" % st["pid"], p.text)
+    assert m and int(m.group(3)) >= 128 and int(m.group(4)) >= 50, p.text
     assert s.stop() == 0
 
 
@@ -697,7 +692,7 @@ autorestart = no
     s.wait_event(r"env: pid \d+ exited with code 0")
     st = s.wait_status("env", lambda d: d["state"] == "EXITED")
     assert st["restarts"] == 0
-    assert s.ctl("status").returncode == 0
+    assert s.ctl("status").rc == 0
     assert s.stop() == 0
 
 
@@ -710,12 +705,12 @@ instances = 2
     s = sup(["-c", cfg])
     st = s.wait_status("w:1", lambda d: d["pid"] > 0)
     other = s.status()["w:0"]["pid"]
-    assert s.ctl("restart", "w:1").returncode == 0
+    assert s.ctl("restart", "w:1").rc == 0
     st2 = s.wait_status("w:1", lambda d: d["pid"] not in (0, st["pid"]))
     assert s.status()["w:0"]["pid"] == other and st2["restarts"] == 0
     write_config(workdir, "[program:w]\ncommand = sleep 600\ninstances = 2\n[program:v]\ncommand = sleep 600\n")
     p = s.ctl("reload")
-    assert p.returncode == 0 and p.stdout.strip() == "reloaded"
+    assert p.rc == 0 and p.text.strip() == "reloaded"
     s.wait_status("v", lambda d: d["pid"] > 0)
     assert s.status()["w:0"]["pid"] == other
     assert s.stop() == 0
@@ -745,7 +740,7 @@ def test_stop_command_waits_until_stopped(sup, workdir):
     s = sup(["--name", "sl", "--", "sleep", "600"])
     pid = s.wait_status("sl", lambda d: d["pid"] > 0)["pid"]
     p = s.ctl("stop")
-    assert p.returncode == 0 and p.stdout.strip() == "stopped", p
+    assert p.rc == 0 and p.text.strip() == "stopped", p
     assert not alive(pid)
     assert s.proc.wait(timeout=10) == 0
     assert s.stop() == 0
@@ -826,34 +821,31 @@ def test_two_reloads_while_a_changed_program_is_stopping(sup, workdir):
     assert s.stop() == 0
 
 
-def test_password_in_a_command_stays_out_of_the_log(sup, workdir):
+def test_password_in_a_command_stays_out_of_the_log(sup, gridfsctl, workdir):
     uri = "mongodb://app:hunter2@127.0.0.1:1/db"
     cfg = write_config(workdir, f"[program:pw]\ncommand = sh -c 'exec sleep 600' sh {uri}\n")
-    p = subprocess.run([BIN, "supervise", "-c", cfg, "--check"], capture_output=True, text=True)
-    assert p.returncode == 0 and "mongodb://app:***@127.0.0.1:1/db" in p.stdout, p
-    assert "hunter2" not in p.stdout + p.stderr
+    p = gridfsctl.run("supervise", "-c", cfg, "--check")
+    assert p.rc == 0 and "mongodb://app:***@127.0.0.1:1/db" in p.text, p
+    assert "hunter2" not in p.text + p.err
     s = sup(["-c", cfg])
     s.wait_event(r"pw: started pid \d+: sh -c 'exec sleep 600' sh mongodb://app:\*\*\*@127\.0\.0\.1:1/db$")
     n = len(s.events)
-    assert s.ctl("restart", "pw").returncode == 0
+    assert s.ctl("restart", "pw").rc == 0
     s.wait_event(r"pw: started pid", after=n)
     assert s.stop() == 0
     assert not any("hunter2" in e for e in s.events)
 
 
-def test_default_socket_directory_must_be_private(workdir):
+def test_default_socket_directory_must_be_private(gridfsctl, workdir):
     # $XDG_RUNTIME_DIR stands in for /tmp/gridfsctl-UID: the same check applies to both.
     rt = os.path.join(workdir, "rt")
     os.mkdir(rt)
     os.chmod(rt, 0o755)
     link = os.path.join(workdir, "link")
     os.symlink(rt, link)
-    env = dict(os.environ, **SAN_ENV, GRIDFSCTL_CONFIG="/dev/null")
     for d, what in ((rt, "directory, uid %d, mode 0755" % os.geteuid()), (link, "symlink")):
-        env["XDG_RUNTIME_DIR"] = d
-        p = subprocess.run([BIN, "supervise", "--", "sleep", "600"], capture_output=True,
-                           text=True, env=env, timeout=30)
-        assert p.returncode != 0 and "refusing to use it" in p.stderr and what in p.stderr, p
+        p = gridfsctl.run("supervise", "--", "sleep", "600", env={"XDG_RUNTIME_DIR": d}, timeout=30)
+        assert p.rc != 0 and "refusing to use it" in p.err and what in p.err, p
         assert not os.path.exists(os.path.join(rt, "gridfsctl-supervise.sock"))
 
 
@@ -890,9 +882,8 @@ def test_control_socket_out_of_descriptors_does_not_spin(sup, workdir):
 def test_second_supervisor_on_the_same_socket_is_refused(sup, workdir):
     s = sup(["--", "sleep", "600"])
     s.wait_event(r"started pid")
-    p = subprocess.run([BIN, "supervise", "--control", s.control, "--", "sleep", "1"],
-                       capture_output=True, text=True, env=s.env)
-    assert p.returncode == 6 and "another supervisor answers" in p.stderr
+    p = s.gridfsctl.run("supervise", "--control", s.control, "--", "sleep", "1", env=s.env)
+    assert p.rc == 6 and "another supervisor answers" in p.err
     st = os.stat(s.control)
     assert st.st_mode & 0o777 == 0o600
     assert s.stop() == 0
@@ -1007,7 +998,7 @@ def test_listen_socket_is_passed_and_held(sup, workdir):
     assert first == s.status()["srv"]["pid"]
     # While it restarts the supervisor holds the socket: connecting never fails.
     n = len(s.events)
-    assert s.ctl("restart", "srv").returncode == 0
+    assert s.ctl("restart", "srv").rc == 0
     s.wait_event(r"srv: pid \d+ killed by SIGTERM", after=n)
     second = ask()
     assert second != first
@@ -1093,7 +1084,7 @@ startsecs = 0
     ab = subprocess.Popen(["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     n = len(s.events)
-    assert s.ctl("restart", "web").returncode == 0
+    assert s.ctl("restart", "web").rc == 0
     s.wait_event(r"web:1: started pid", after=n, timeout=30)
     assert ab.poll() is None, "the load ended before the restart: make it longer"
     out, _ = ab.communicate(timeout=120)
@@ -1174,8 +1165,8 @@ health_timeout = 2s
 # ---- gridfsctl serve under the supervisor ---------------------------------------------
 
 def serve_ready():
-    p = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True)
-    return p.returncode == 0 and "not implemented" not in p.stderr + p.stdout
+    p = Binary().run("serve", "--help")
+    return p.rc == 0 and "not implemented" not in p.err + p.text
 
 
 needs_serve = pytest.mark.xfail(not serve_ready(), reason="gridfsctl serve is not implemented "
@@ -1289,7 +1280,7 @@ stop_grace = 5s
     ab = subprocess.Popen(["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/hello.txt"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     n = len(s.events)
-    assert s.ctl("restart", "serve").returncode == 0
+    assert s.ctl("restart", "serve").rc == 0
     s.wait_event(r"serve:1: started pid", after=n, timeout=60)
     out, _ = ab.communicate(timeout=300)
     assert re.search(r"Failed requests:\s+0\b", out), out

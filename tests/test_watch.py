@@ -16,7 +16,7 @@ import gridfs
 import pytest
 
 import jsonvocab
-from conftest import BIN, STORAGE, Backend, Gridfsctl, free_port, wait_for
+from conftest import STORAGE, Backend, Gridfsctl, free_port, wait_for
 from test_serve import Server
 
 DEADLINE = 30
@@ -24,10 +24,8 @@ DEADLINE = 30
 
 class Watcher:
     def __init__(self, gfs, directory, *args, env=None, wrap=()):
-        argv = list(wrap) + [BIN, "watch", str(directory), "--json", "--settle", "50",
-                             *[str(a) for a in args], "--db", gfs.dbname]
-        self.proc = subprocess.Popen(argv, env=dict(gfs.env, **(env or {})),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = gfs.popen("watch", directory, "--json", "--settle", "50", *args, env=env,
+                              wrap=wrap, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.events = queue.Queue()
         self.stderr = []
         self.readers = [threading.Thread(target=self._read, daemon=True),

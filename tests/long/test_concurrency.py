@@ -4,11 +4,9 @@ versions of that name (checked by sha256): never a partial or mixed file.
 verify, run over and over meanwhile, must find no damage."""
 import hashlib
 import os
-import subprocess
 import threading
 import pytest
 
-from conftest import BIN
 from longsuite import LONG, count, rng, tally  # noqa: F401 (fixtures)
 from test_serve import Server
 from test_watch import Watcher
@@ -82,9 +80,8 @@ def workload(gfs, tmp_path, rng, tally, http_readers, verifiers):
             for name in rng.sample(NAMES, 3):
                 write_atomic(src, name, version(name, v))
                 write_atomic(wdir, name, version("w/" + name, v))
-            proc = subprocess.run([BIN, "import", str(src), "--db", gfs.dbname],
-                                  env=gfs.env, capture_output=True, timeout=300)
-            assert proc.returncode == 0, proc.stderr
+            res = gfs.run("import", src, timeout=300)
+            assert res.rc == 0, res.err
             tally.injected += 1
     finally:
         stop.set()

@@ -70,6 +70,12 @@ def free_port(ports=None):
     raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
+def proc_state(pid):
+    """The state letter of process pid (R, S, T for stopped, Z for a zombie, ...)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 class Backend:
     def __init__(self, datadir, port, storage):
         self.datadir, self.port, self.storage = datadir, port, storage

@@ -12,7 +12,7 @@ import pytest
 
 import jsonvocab
 import planted
-from conftest import check_sanitizers, free_port, Result, sha256, wait_for
+from conftest import check_sanitizers, free_port, proc_state, Result, sha256, wait_for
 
 CHUNK = 255 * 1024
 
@@ -491,12 +491,6 @@ def test_kill9_then_rerun_completes(gfs, db, bucket, tree):
     assert_matches_tree(db, bucket, tree)
 
 
-def is_stopped(pid):
-    """Whether the process is in the stopped state (SIGSTOP delivered)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def finish(proc, input=None):
     """Waits for a popen'd gridfsctl; its Result, checked for sanitizer reports."""
     out, err = proc.communicate(input, timeout=120)
@@ -521,7 +515,7 @@ def test_chunk_landing_after_recovery_is_removed(gfs, db, bucket, tree):
             wait_for(lambda: db.fs.chunks.count_documents({"files_id": dead}) == 0
                      or proc.poll() is not None, what="the recovery of the dead upload")
             proc.send_signal(signal.SIGSTOP)
-            wait_for(lambda: proc.poll() is not None or is_stopped(proc.pid), what="the stop")
+            wait_for(lambda: proc.poll() is not None or proc_state(proc.pid) == "T", what="the stop")
             # Its workers not done yet, so the end of its run is still to come.
             early = proc.poll() is None and db.fs.files.count_documents({}) < 31
             if early:

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 import planted
-from conftest import BIN, ROOT, SAN_MARKERS, Binary, free_port
+from conftest import BIN, ROOT, SAN_MARKERS, Binary, free_port, proc_state
 
 PY = sys.executable
 F_SETPIPE_SZ = 1031
@@ -40,8 +40,7 @@ def alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    return proc_state(pid) != "Z"
 
 
 class Supervisor:

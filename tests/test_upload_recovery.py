@@ -36,12 +36,51 @@ class Victim:
         self.proc.kill()
 
 
-def killed_at(gfs, proxy, rule, victim, *args):
-    """Runs gridfsctl args through the proxy until rule kills it; asserts that it did."""
-    victim.proc = gfs.popen(*args, env={"GRIDFSCTL_URI": proxy.uri},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert victim.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
-    assert rule.done.is_set()
+def killed_at(gfs, backend, op, collection, *args):
+    """Runs gridfsctl args through a proxy that SIGKILLs it right after the reply to
+    its first op on collection; asserts that it did."""
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        rule = proxy.add(Rule(op, collection, "kill_after_reply", victim.kill))
+        victim.proc = gfs.popen(*args, env={"GRIDFSCTL_URI": proxy.uri},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert victim.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
+        assert rule.done.wait(DEADLINE)  # set just after the kill
+    finally:
+        proxy.close()
+
+
+def watch_killed_at(gfs, backend, tmp_path, op, collection):
+    """Imports a tree of one file, a.bin, then runs watch on it through a proxy and,
+    once it is idle, rewrites a.bin with a rule armed that SIGKILLs watch right after
+    the reply to its first op on collection; asserts that it did. Returns the tree."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(100_000))
+    ok(gfs.run("import", src))
+    proxy, victim = WireProxy(backend.port), Victim()
+    try:
+        w = Watcher(gfs, src, env={"GRIDFSCTL_URI": proxy.uri})
+        victim.proc = w.proc
+        w.wait_for("ready")
+        rule = proxy.add(Rule(op, collection, "kill_after_reply", victim.kill))
+        (src / "a.bin").write_bytes(os.urandom(100_000))
+        assert w.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
+        w.wait_exit()
+        assert rule.done.wait(DEADLINE)  # set just after the kill
+    finally:
+        proxy.close()
+    return src
+
+
+def watch_recovers(gfs, db, src):
+    """A watch of src started after the kill: once ready, the bucket holds src exactly."""
+    w = Watcher(gfs, src)
+    try:
+        w.wait_for("ready")
+    finally:
+        assert w.stop() == 0
+    assert_clean(db, {"a.bin": (src / "a.bin").read_bytes()})
 
 
 def assert_clean(db, want):
@@ -57,12 +96,7 @@ def test_put_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_
     ok(gfs.run("put", f, "--chunk-size", "16K"))
     old = db["fs.files"].find_one()["_id"]
     f.write_bytes(os.urandom(300_000))
-    proxy, victim = WireProxy(backend.port), Victim()
-    try:
-        rule = proxy.add(Rule("delete", "fs.files", "kill_after_reply", victim.kill))
-        killed_at(gfs, proxy, rule, victim, "put", f, "--chunk-size", "16K")
-    finally:
-        proxy.close()
+    killed_at(gfs, backend, "delete", "fs.files", "put", f, "--chunk-size", "16K")
     # Planted: the old revision's files document is gone, its 19 chunks are not.
     assert orphan_chunks(db) == [old] * 19
     ok(gfs.run("put", f, "--chunk-size", "16K"))
@@ -74,12 +108,7 @@ def test_rm_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_p
     f = tmp_path / "a.bin"
     f.write_bytes(os.urandom(100_000))
     ok(gfs.run("put", f, "--chunk-size", "16K"))
-    proxy, victim = WireProxy(backend.port), Victim()
-    try:
-        rule = proxy.add(Rule("delete", "fs.files", "kill_after_reply", victim.kill))
-        killed_at(gfs, proxy, rule, victim, "rm", "a.bin")
-    finally:
-        proxy.close()
+    killed_at(gfs, backend, "delete", "fs.files", "rm", "a.bin")
     assert len(orphan_chunks(db)) == 7
     # Any later writer finishes the removal: here an unrelated put.
     g = tmp_path / "b.bin"
@@ -89,29 +118,10 @@ def test_rm_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_p
 
 
 def test_watch_killed_between_removing_files_doc_and_chunks(gfs, db, backend, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.bin").write_bytes(os.urandom(100_000))
-    ok(gfs.run("import", src))
-    proxy, victim = WireProxy(backend.port), Victim()
-    try:
-        w = Watcher(gfs, src, env={"GRIDFSCTL_URI": proxy.uri})
-        victim.proc = w.proc
-        w.wait_for("ready")
-        # Armed once watch is idle: the first removal now is the old revision's, after the upload.
-        rule = proxy.add(Rule("delete", "fs.files", "kill_after_reply", victim.kill))
-        (src / "a.bin").write_bytes(os.urandom(100_000))
-        assert w.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
-        w.wait_exit()
-    finally:
-        proxy.close()
+    # Armed once watch is idle: the first removal now is the old revision's, after the upload.
+    src = watch_killed_at(gfs, backend, tmp_path, "delete", "fs.files")
     assert len(orphan_chunks(db)) == 1
-    w = Watcher(gfs, src)
-    try:
-        w.wait_for("ready")
-    finally:
-        assert w.stop() == 0
-    assert_clean(db, {"a.bin": (src / "a.bin").read_bytes()})
+    watch_recovers(gfs, db, src)
     assert ok(gfs.run("verify", "--against", src))
 
 
@@ -214,30 +224,10 @@ def test_files_doc_landing_after_recovery_is_removed_by_the_next_run(gfs, db, ba
 
 
 def test_watch_killed_after_storing_before_trimming(gfs, db, backend, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.bin").write_bytes(os.urandom(100_000))
-    ok(gfs.run("import", src))
-    proxy, victim = WireProxy(backend.port), Victim()
-    try:
-        w = Watcher(gfs, src, env={"GRIDFSCTL_URI": proxy.uri})
-        victim.proc = w.proc
-        w.wait_for("ready")
-        # The new revision is stored; the old one not yet removed.
-        rule = proxy.add(Rule("insert", "fs.files", "kill_after_reply", victim.kill))
-        (src / "a.bin").write_bytes(os.urandom(100_000))
-        assert w.proc.wait(timeout=DEADLINE) == -9, "the rule never met the request"
-        w.wait_exit()
-    finally:
-        proxy.close()
-    assert rule.done.is_set()
+    # The new revision is stored; the old one not yet removed.
+    src = watch_killed_at(gfs, backend, tmp_path, "insert", "fs.files")
     assert duplicated_names(db) == ["a.bin"]
-    w = Watcher(gfs, src)
-    try:
-        w.wait_for("ready")
-    finally:
-        assert w.stop() == 0
-    assert_clean(db, {"a.bin": (src / "a.bin").read_bytes()})
+    watch_recovers(gfs, db, src)
 
 
 def test_put_killed_after_storing_before_trimming(gfs, db, backend, tmp_path):
@@ -246,12 +236,7 @@ def test_put_killed_after_storing_before_trimming(gfs, db, backend, tmp_path):
     other.write_bytes(b"o")
     ok(gfs.run("put", f, "--chunk-size", "16K"))
     f.write_bytes(os.urandom(300_000))
-    proxy, victim = WireProxy(backend.port), Victim()
-    try:
-        rule = proxy.add(Rule("insert", "fs.files", "kill_after_reply", victim.kill))
-        killed_at(gfs, proxy, rule, victim, "put", f, "--chunk-size", "16K")
-    finally:
-        proxy.close()
+    killed_at(gfs, backend, "insert", "fs.files", "put", f, "--chunk-size", "16K")
     assert duplicated_names(db) == ["big.bin"]
     # Another name: no trim of big.bin of its own, only the recovery's.
     ok(gfs.run("put", other))

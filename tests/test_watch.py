@@ -16,7 +16,7 @@ import gridfs
 import pytest
 
 import jsonvocab
-from conftest import STORAGE, Backend, Gridfsctl, free_port, wait_for
+from conftest import STORAGE, Backend, Gridfsctl, free_port, proc_state, wait_for
 from test_serve import Server
 
 DEADLINE = 30
@@ -235,26 +235,23 @@ def test_file_found_still_growing_is_taken_when_complete(gfs, bucket, tree, tmp_
         assert w.stop() == 0
 
 
-def wait_stopped(pid):
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "T":
-                return
-    raise AssertionError("watch did not stop")
+def overflow(w, tree):
+    """Once w is ready, stops it (SIGSTOP) and writes more events than its inotify queue
+    holds: two files written in turn are never merged. The caller changes the tree, then
+    sends SIGCONT."""
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        limit = int(f.read())
+    w.wait_for("ready")
+    w.proc.send_signal(signal.SIGSTOP)
+    wait_for(lambda: proc_state(w.proc.pid) == "T", DEADLINE, "watch to stop")
+    for i in range(limit + 100):
+        (tree / f"{i % 2}.tmp").write_bytes(b"x")
 
 
 def test_directories_made_while_events_were_lost_are_watched(gfs, bucket, db, tree):
-    with open("/proc/sys/fs/inotify/max_queued_events") as f:
-        limit = int(f.read())
     w = Watcher(gfs, tree, "--exclude", "*.tmp")
     try:
-        w.wait_for("ready")
-        # stopped, watch cannot drain its queue; two files written in turn are never merged
-        w.proc.send_signal(signal.SIGSTOP)
-        wait_stopped(w.proc.pid)
-        for i in range(limit + 100):
-            (tree / f"{i % 2}.tmp").write_bytes(b"x")
+        overflow(w, tree)  # stopped, watch cannot drain its queue
         (tree / "new").mkdir()
         (tree / "new" / "f.jpg").write_bytes(b"f")
         w.proc.send_signal(signal.SIGCONT)
@@ -271,15 +268,9 @@ def test_directories_made_while_events_were_lost_are_watched(gfs, bucket, db, tr
 def test_root_replaced_while_events_were_lost_is_watched(gfs, bucket, db, tree, tmp_path):
     """The old root's moving away was lost with the overflow: the pass after it watches the
     directory now at the path."""
-    with open("/proc/sys/fs/inotify/max_queued_events") as f:
-        limit = int(f.read())
     w = Watcher(gfs, tree, "--exclude", "*.tmp")
     try:
-        w.wait_for("ready")
-        w.proc.send_signal(signal.SIGSTOP)
-        wait_stopped(w.proc.pid)
-        for i in range(limit + 100):
-            (tree / f"{i % 2}.tmp").write_bytes(b"x")
+        overflow(w, tree)
         os.rename(tree, tmp_path / "old-root")
         (tree / "sub").mkdir(parents=True)
         (tree / "sub" / "f.jpg").write_bytes(b"f")

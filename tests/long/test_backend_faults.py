@@ -16,7 +16,7 @@ import time
 import gridfs
 import pytest
 
-from conftest import STORAGE, Backend, Gridfsctl, free_port, sha256
+from conftest import STORAGE, Backend, Gridfsctl, free_port, proc_state, sha256
 from longsuite import LONG, rng, tally  # noqa: F401 (fixtures)
 from state import incomplete_files, orphan_chunks, stored, temp_files, tree_files
 from test_crash import fill, mutate, timed
@@ -31,8 +31,7 @@ FAULTS = ["kill", "freeze", "restart"]
 
 def dead(pid):
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        return proc_state(pid) == "Z"
     except FileNotFoundError:
         return True
 

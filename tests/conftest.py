@@ -32,16 +32,22 @@ SAN_ENV = {
 SAN_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
-def wait_for(cond, deadline_s=60, what="condition", pace=0.02):
+def wait_for(cond, deadline_s=60, what="condition", pace=0.02, proc=None):
     """Polls cond() until it returns something truthy, which it returns; a
-    deadline, not a sleep (pace only spaces the polls: a costly cond wants more)."""
+    deadline, not a sleep (pace only spaces the polls: a costly cond wants more).
+    With proc, fails as soon as that process has exited. what names the
+    condition in the failure; a callable what is called then, so the message
+    can show the state it failed in."""
     end = time.monotonic() + deadline_s
     while True:
         v = cond()
         if v:
             return v
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"exited ({proc.returncode}) while waiting for "
+                                 f"{what() if callable(what) else what}")
         if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(pace)
 
 

@@ -6,12 +6,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 
 import pytest
 
 import planted
-from conftest import BIN, ROOT, free_port
+from conftest import BIN, ROOT, free_port, wait_for
 from test_core import help_exit_codes, man_exit_codes
 
 COMP = os.path.join(ROOT, "completions")
@@ -210,16 +209,15 @@ def test_fish(gfs, bindir, cwd, db):
 
 def tmux_screen(session, env, want, what, deadline_s=20):
     """Polls the tmux pane until want(lines) holds; returns the lines."""
-    end = time.monotonic() + deadline_s
     lines = []
-    while time.monotonic() < end:
+
+    def shown():
         out = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
                              text=True, env=env).stdout
-        lines = [line.rstrip() for line in out.splitlines()]
-        if want(lines):
-            return lines
-        time.sleep(0.05)
-    pytest.fail(f"zsh never showed {what}:\n" + "\n".join(lines))
+        lines[:] = [line.rstrip() for line in out.splitlines()]
+        return want(lines) and lines
+
+    return wait_for(shown, deadline_s, lambda: f"zsh to show {what}:\n" + "\n".join(lines), pace=0.05)
 
 
 def prompt_line(lines):

@@ -19,7 +19,7 @@ import conftest
 import jsonvocab
 
 import planted
-from conftest import ROOT, sha256
+from conftest import ROOT, sha256, wait_for
 
 CHUNK = 255 * 1024
 SIZES = {
@@ -459,9 +459,7 @@ def test_get_interrupted_leaves_no_temp_file(gfs, bucket, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     p = gfs.popen("get", "large", "-o", out / "large", stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not os.listdir(out) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)  # waiting for the temp file to exist, not for time to pass
+    wait_for_entries(out, p)
     p.send_signal(signal.SIGINT)
     err = p.stderr.read().decode()
     assert p.wait() == 130, err
@@ -496,16 +494,15 @@ def test_password_scrubbed_even_from_a_uri_the_driver_refuses(gfs):
     os.set_blocking(wr, True)
     p = gfs.popen("ls", "--uri", uri, stderr=wr, stdout=subprocess.DEVNULL)
     os.close(wr)
+
+    def blocked():
+        with open(f"/proc/{p.pid}/syscall") as f:
+            fields = f.read().split()
+        # write(2, ...) on x86_64 (1) or aarch64 (64)
+        return len(fields) > 1 and fields[0] in ("1", "64") and fields[1] == "0x2"
+
     try:
-        deadline = time.monotonic() + 30
-        blocked = False
-        while not blocked and p.poll() is None and time.monotonic() < deadline:
-            with open(f"/proc/{p.pid}/syscall") as f:
-                fields = f.read().split()
-            # write(2, ...) on x86_64 (1) or aarch64 (64)
-            blocked = len(fields) > 1 and fields[0] in ("1", "64") and fields[1] == "0x2"
-            time.sleep(0.001)
-        assert blocked, "gridfsctl did not block writing to stderr"
+        wait_for(blocked, 30, "gridfsctl to block writing to stderr", pace=0.001, proc=p)
         with open(f"/proc/{p.pid}/cmdline", "rb") as f:
             cmdline = f.read()
         assert b"hunter2" not in cmdline and b"user:xxxxxxx@" in cmdline
@@ -677,10 +674,10 @@ def test_get_empty_output_is_a_usage_error(gfs, bucket, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def wait_for_entries(path, proc, deadline_s=60):
-    deadline = time.monotonic() + deadline_s
-    while not os.listdir(path) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)  # polling for the temp file, not waiting for time to pass
+def wait_for_entries(path, proc, deadline_s=60, n=1):
+    """Waits until path holds n entries (a temp file) or proc has exited; the entries."""
+    wait_for(lambda: len(os.listdir(path)) >= n or proc.poll() is not None, deadline_s,
+             f"{n} entries in {path}", pace=0.001)
     return os.listdir(path)
 
 
@@ -698,9 +695,7 @@ def test_get_removes_temp_files_of_killed_gets_only(gfs, bucket, tmp_path):
         assert len(mine) == 1 and mine[0].startswith(".large.gridfsctl-"), mine
         # ...while one killed with SIGKILL leaves its own behind.
         killed = gfs.popen("get", "large", "-o", out / "large", stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while len(os.listdir(out)) < 2 and killed.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.001)  # polling for the temp file, not waiting for time to pass
+        wait_for_entries(out, killed, n=2)
         killed.kill()
         killed.wait()
         assert len(os.listdir(out)) == 2, os.listdir(out)
@@ -751,14 +746,10 @@ def test_put_killed_leaves_chunks_the_next_put_removes(gfs, db, tmp_path):
         # More than one bulk insert (8M): the first is on the server while put waits on stdin.
         p.stdin.write(os.urandom(9 * 1024 * 1024))
         p.stdin.flush()
-        deadline = time.monotonic() + 60
-        while db.fs.gridfsctl_uploads.count_documents({"filename": name}) == 0:
-            assert p.poll() is None and time.monotonic() < deadline, "no upload marker"
-            time.sleep(0.01)  # polling for the marker, not waiting for time to pass
-        fid = db.fs.gridfsctl_uploads.find_one({"filename": name})["_id"]
-        while db.fs.chunks.count_documents({"files_id": fid}) == 0:
-            assert p.poll() is None and time.monotonic() < deadline, "no chunks"
-            time.sleep(0.01)
+        fid = wait_for(lambda: db.fs.gridfsctl_uploads.find_one({"filename": name}), 60,
+                       "an upload marker", pace=0.01, proc=p)["_id"]
+        wait_for(lambda: db.fs.chunks.count_documents({"files_id": fid}), 60, "chunks",
+                 pace=0.01, proc=p)
         return p, fid
 
     small = tmp_path / "small.txt"

@@ -14,13 +14,12 @@ import shutil
 import signal
 import stat as statmod
 import subprocess
-import time
 
 import pytest
 from bson import Binary, Int64
 
 import planted
-from conftest import sha256
+from conftest import sha256, wait_for
 
 import jsonvocab
 
@@ -665,13 +664,12 @@ def test_interrupt_removes_partial_file(gfs, bucket, tmp_path, read):
     dst = tmp_path / "d"
     p = gfs.popen("mirror", dst, "--prefix", "i", "--jobs", "1", "--delete", "--read", read,
                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    def big_temp_file():
+        temps = [n for n in (os.listdir(dst) if dst.exists() else []) if n.startswith(".gridfsctl-mirror-")]
+        return any(os.path.getsize(dst / n) > 1024 * 1024 for n in temps if (dst / n).exists())
+
     try:
-        while time.monotonic() < deadline and p.poll() is None:
-            temps = [n for n in (os.listdir(dst) if dst.exists() else []) if n.startswith(".gridfsctl-mirror-")]
-            if any(os.path.getsize(dst / n) > 1024 * 1024 for n in temps if (dst / n).exists()):
-                break
-            time.sleep(0.005)  # polling a condition, not waiting for it to happen
+        wait_for(lambda: p.poll() is not None or big_temp_file(), 60, "a temp file over 1 MiB", pace=0.005)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
     finally:

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 import planted
-from conftest import BIN, ROOT, SAN_MARKERS, Binary, free_port, proc_state
+from conftest import BIN, ROOT, SAN_MARKERS, Binary, free_port, proc_state, wait_for
 
 PY = sys.executable
 F_SETPIPE_SZ = 1031
@@ -127,14 +127,12 @@ class Supervisor:
 
     def wait_status(self, name, pred, timeout=10.0):
         """Polls status (an RPC, not a sleep) until pred holds, with a deadline."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = self.status().get(name)
-            if last and pred(last):
-                return last
-            threading.Event().wait(0.05)  # between two status requests
-        raise AssertionError(f"status of {name} never matched: {last}")
+        last = [None]
+
+        def matched():
+            last[0] = self.status().get(name)
+            return last[0] if last[0] and pred(last[0]) else None
+        return wait_for(matched, timeout, lambda: f"status of {name} to match: {last[0]}", pace=0.05)
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
@@ -335,13 +333,9 @@ max_restarts = 64
         if "control socket" in line:
             break
     # 400 starts are over 360 KiB of event lines: more than the pipe and the buffer hold.
-    deadline = time.monotonic() + 60
-    while (n := total_restarts(s)) < 400:
-        assert time.monotonic() < deadline, n
-        threading.Event().wait(0.05)  # between two status requests
-    while total_restarts(s) < n + 40:  # and still restarting while lines are dropped
-        assert time.monotonic() < deadline, n
-        threading.Event().wait(0.05)
+    n = wait_for(lambda: (t := total_restarts(s)) >= 400 and t, 60, "400 restarts", pace=0.05)
+    # and still restarting while lines are dropped
+    wait_for(lambda: total_restarts(s) >= n + 40, 60, f"{n + 40} restarts", pace=0.05)
     assert s.proc.poll() is None
     s.read_stderr()
     i, note = s.wait_event(r"^\[(\d+) bytes dropped \((\d+) lines\): standard error was not "
@@ -484,10 +478,7 @@ def test_what_a_crashed_program_left_in_its_group_is_stopped(sup, workdir):
     _, line = s.wait_event(r"\[lg\] bg (\d+)", lines=s.output)
     bg = int(line.split()[-1])
     s.wait_event(r"lg: pid \d+ exited with code 3")
-    deadline = time.monotonic() + 10
-    while alive(bg) and time.monotonic() < deadline:
-        threading.Event().wait(0.02)  # until the leftover is gone, with a deadline
-    assert not alive(bg)
+    wait_for(lambda: not alive(bg), 10, "the leftover to be gone")
     assert s.stop() == 0
 
 
@@ -525,10 +516,7 @@ def test_stop_kills_what_ignores_the_stop_signal_after_the_main_process(sup, wor
     assert p.rc == 0 and p.text.strip() == "stopped", p
     s.wait_event(r"ig: what pid \d+ left in its process group did not stop within 0.5 s: "
                  r"sending SIGKILL")
-    deadline = time.monotonic() + 10
-    while group_members(pgid) and time.monotonic() < deadline:
-        threading.Event().wait(0.02)  # until SIGKILL has done its work, with a deadline
-    assert not group_members(pgid) and not alive(bg)
+    wait_for(lambda: not group_members(pgid) and not alive(bg), 10, "SIGKILL to have done its work")
     assert s.stop() == 0
 
 
@@ -660,12 +648,9 @@ log_max = 4K
 log_backups = 2
 """)
     s = sup(["-c", cfg])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the log is the only place the output goes
-        if os.path.exists(log) and open(log).read().endswith("done\n"):
-            break
-        threading.Event().wait(0.05)
-    assert open(log).read().endswith("done\n")
+    # the log is the only place the output goes
+    wait_for(lambda: os.path.exists(log) and open(log).read().endswith("done\n"), 10,
+             "the last line in the log", pace=0.05)
     assert os.path.exists(log + ".1") and os.path.exists(log + ".2") and not os.path.exists(log + ".3")
     for f in (log, log + ".1", log + ".2"):
         assert os.path.getsize(f) <= 4096
@@ -1198,10 +1183,7 @@ backoff_initial = 300ms
 """)
     s = sup(["-c", cfg])
     s.wait_event(r"serve: started pid")
-    deadline = time.monotonic() + 10
-    while not http_ok(port) and time.monotonic() < deadline:
-        threading.Event().wait(0.05)
-    assert http_ok(port)
+    wait_for(lambda: http_ok(port), 10, "serve to answer", pace=0.05)
     flood = []
     try:
         for _ in range(500):
@@ -1215,8 +1197,7 @@ backoff_initial = 300ms
             c.close()
     t0 = time.monotonic()
     s.wait_event(r"serve: started pid", after=i)
-    while not http_ok(port, timeout=0.5) and time.monotonic() - t0 < 5:
-        threading.Event().wait(0.02)
+    wait_for(lambda: http_ok(port, timeout=0.5), 5 - (time.monotonic() - t0), "serve to answer again")
     took = time.monotonic() - t0
     print(f"EMFILE seen -> answering again: {took:.3f} s")
     assert took < 2.0
@@ -1235,9 +1216,7 @@ listen = 127.0.0.1:{port}
 max_restarts = 2
 """)
     s = sup(["-c", cfg])
-    deadline = time.monotonic() + 10
-    while not http_ok(port) and time.monotonic() < deadline:
-        threading.Event().wait(0.05)
+    wait_for(lambda: http_ok(port), 10, "serve to answer", pace=0.05)
     pid = s.status()["serve"]["pid"]
     for _ in range(2):
         for path, agent in planted.RESTART_BAIT_REQUESTS:
@@ -1273,9 +1252,7 @@ startsecs = 1
 stop_grace = 5s
 """)
     s = sup(["-c", cfg])
-    deadline = time.monotonic() + 10
-    while not http_ok(port, "/hello.txt") and time.monotonic() < deadline:
-        threading.Event().wait(0.05)
+    wait_for(lambda: http_ok(port, "/hello.txt"), 10, "serve to answer", pace=0.05)
     ab = subprocess.Popen(["ab", "-q", "-n", "10000", "-c", "25", f"http://127.0.0.1:{port}/hello.txt"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     n = len(s.events)

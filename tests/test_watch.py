@@ -387,10 +387,8 @@ def wait_exact_bulk(db, root, deadline=DEADLINE):
 
 
 def wait_stderr(w, text):
-    end = time.monotonic() + DEADLINE
-    while not any(text in line for line in w.stderr):
-        assert w.proc.poll() is None and time.monotonic() < end, f"no '{text}' in {w.stderr}"
-        time.sleep(0.02)  # polling pace: the condition decides
+    wait_for(lambda: any(text in line for line in w.stderr), DEADLINE,
+             lambda: f"'{text}' in {w.stderr}", proc=w.proc)
 
 
 @pytest.fixture
@@ -620,10 +618,8 @@ def test_ten_thousand_files_copied_in_at_once(gfs, db, tree, tmp_path):
     try:
         w.wait_for("ready")
         subprocess.run(["cp", "-r", str(staging), str(tree / "burst")], check=True)
-        end = time.monotonic() + 600
-        while db.fs.files.count_documents({}) < 10001:
-            assert w.proc.poll() is None and time.monotonic() < end, w.stderr[-5:]
-            time.sleep(0.2)  # polling pace: the count decides
+        wait_for(lambda: db.fs.files.count_documents({}) >= 10001, 600,
+                 lambda: f"10001 files; {w.stderr[-5:]}", pace=0.2, proc=w.proc)
         wait_exact_bulk(db, tree)
     finally:
         assert w.stop() == 0
@@ -643,10 +639,8 @@ def test_unwatched_directories_are_named_and_rescanned(gfs, bucket, db, tree):
         assert sum("cannot watch" in line for line in w.stderr) == 9
         (tree / "d11" / "late.txt").write_bytes(b"late")
         (tree / "d0" / "late.txt").write_bytes(b"late")
-        end = time.monotonic() + DEADLINE
-        while db.fs.files.count_documents({"filename": {"$regex": "late"}}) < 2:
-            assert time.monotonic() < end, w.stderr
-            time.sleep(0.05)
+        wait_for(lambda: db.fs.files.count_documents({"filename": {"$regex": "late"}}) >= 2,
+                 DEADLINE, lambda: f"both late.txt stored; {w.stderr}", pace=0.05)
     finally:
         assert w.stop() == 0
 

@@ -20,6 +20,7 @@ import jsonvocab
 
 import planted
 from conftest import ROOT, sha256, wait_for
+from wireproxy import TcpProxy
 
 CHUNK = 255 * 1024
 SIZES = {
@@ -312,7 +313,7 @@ def test_help_and_version(gfs):
 
 # ---- review fixes: rm order, odd names, signals, option parsing -------------
 
-class RecordingProxy:
+class RecordingProxy(TcpProxy):
     """Forwards TCP to the backend and keeps what each client connection sent, in order.
 
     With cut_on, the first client message holding those bytes is not
@@ -320,27 +321,17 @@ class RecordingProxy:
     the backend dies mid-run."""
 
     def __init__(self, backend_port, cut_on=None):
-        self.target = ("127.0.0.1", backend_port)
         self.sent = []
         self.cut_on, self.cut, self.socks = cut_on, threading.Event(), []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.uri = f"mongodb://127.0.0.1:{self.sock.getsockname()[1]}/"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backend_port)
 
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.socks += [client, server]
-            buf = bytearray()
-            self.sent.append(buf)
-            threading.Thread(target=self._pump, args=(client, server, buf), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
+    def serve(self, client):
+        server = socket.create_connection(self.upstream)
+        self.socks += [client, server]
+        buf = bytearray()
+        self.sent.append(buf)
+        self.pump(self._pump, client, server, buf)
+        self.pump(self._pump, server, client, None)
 
     def _pump(self, src, dst, buf):
         # Bytes are recorded before they are forwarded, so all a command sent is
@@ -364,15 +355,12 @@ class RecordingProxy:
 
     def _cut(self):
         self.cut.set()
-        self.sock.close()
+        self.listener.close()
         for s in list(self.socks):
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-    def close(self):
-        self.sock.close()
 
 
 def test_rm_deletes_oldest_revision_first(gfs, bucket, backend, db):

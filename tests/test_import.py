@@ -13,6 +13,7 @@ import pytest
 import jsonvocab
 import planted
 from conftest import check_sanitizers, free_port, proc_state, Result, sha256, wait_for
+from wireproxy import TcpProxy
 
 CHUNK = 255 * 1024
 
@@ -875,37 +876,27 @@ def test_prefix_mirror_would_refuse_is_refused(gfs, db, tree):
     assert set(stored(db)) == {"ok/f.txt", "../x/f.txt"}
 
 
-class FreezingProxy:
+class FreezingProxy(TcpProxy):
     """Forwards TCP to the backend until a client sends `trigger`; from then on it
     forwards nothing on any connection (the trigger included) and accepts new ones
     without answering: what a SIGSTOPped server looks like from the client."""
 
     def __init__(self, backend_port, trigger):
         import threading
-        self.threading = threading
-        self.target, self.trigger = ("127.0.0.1", backend_port), trigger
+        self.trigger = trigger
         self.frozen = threading.Event()
         self.closed = threading.Event()
         self.socks = []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.uri = f"mongodb://127.0.0.1:{self.sock.getsockname()[1]}/"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backend_port)
 
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            self.socks.append(client)
-            if self.frozen.is_set():
-                continue
-            server = socket.create_connection(self.target)
-            self.socks.append(server)
-            for src, dst, watch in ((client, server, True), (server, client, False)):
-                self.threading.Thread(target=self._pump, args=(src, dst, watch), daemon=True).start()
+    def serve(self, client):
+        self.socks.append(client)
+        if self.frozen.is_set():
+            return
+        server = socket.create_connection(self.upstream)
+        self.socks.append(server)
+        self.pump(self._pump, client, server, True)
+        self.pump(self._pump, server, client, False)
 
     def _pump(self, src, dst, watch):
         tail = b""
@@ -923,7 +914,7 @@ class FreezingProxy:
 
     def close(self):
         self.closed.set()
-        for s in [self.sock] + self.socks:
+        for s in [self.listener] + self.socks:
             try:
                 s.close()
             except OSError:

@@ -81,39 +81,58 @@ class Rule:
         assert self.done.wait(DEADLINE), "the held request got no answer"
 
 
-class WireProxy:
-    def __init__(self, upstream_port):
+class TcpProxy:
+    """Listens on a port of 127.0.0.1 of its own and hands each client that
+    connects to serve(client), on the accepting thread, until close(). The
+    tests' proxies differ only in what they do with the bytes; a subclass
+    sets up its own state before calling this __init__, which starts accepting."""
+
+    def __init__(self, upstream_port, uri_options=""):
         self.upstream = ("127.0.0.1", upstream_port)
-        self.rules = []
-        self.lock = threading.Lock()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
-        self.uri = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
-        self.closed = False
+        self.uri = f"mongodb://127.0.0.1:{self.port}/{uri_options}"
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            self.serve(client)
+
+    def serve(self, client):
+        raise NotImplementedError
+
+    @staticmethod
+    def pump(target, *args):
+        """Runs target(*args) on a thread of its own, one per direction of a connection."""
+        threading.Thread(target=target, args=args, daemon=True).start()
+
+
+class WireProxy(TcpProxy):
+    def __init__(self, upstream_port):
+        self.rules = []
+        self.lock = threading.Lock()
+        super().__init__(upstream_port, "?directConnection=true")
 
     def add(self, rule):
         with self.lock:
             self.rules.append(rule)
         return rule
 
-    def close(self):
-        self.closed = True
-        self.listener.close()
-
-    def _accept(self):
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream)
-            pending = {}    # requestID -> rule waiting for its answer
-            threading.Thread(target=self._up, args=(client, server, pending), daemon=True).start()
-            threading.Thread(target=self._down, args=(server, client, pending), daemon=True).start()
+    def serve(self, client):
+        server = socket.create_connection(self.upstream)
+        pending = {}    # requestID -> rule waiting for its answer
+        self.pump(self._up, client, server, pending)
+        self.pump(self._down, server, client, pending)
 
     def _match(self, msg):
         cmd, value = command_of(msg)

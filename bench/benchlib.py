@@ -4,6 +4,10 @@ import subprocess
 import sys
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The binary every bench script runs unless told otherwise, as in tests/conftest.py.
+BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
+
 
 def run_timed(argv, env=None):
     """Runs argv to the end; returns (wall seconds, peak RSS in MiB, stdout, CPU seconds).
@@ -20,3 +24,27 @@ def run_timed(argv, env=None):
     if rc != 0:
         sys.exit(f"failed ({rc}): {' '.join(argv)}")
     return secs, ru.ru_maxrss / 1024, out, ru.ru_utime + ru.ru_stime
+
+
+def posters_db(binary, port, datadir, storage, tree, db_prefix):
+    """A backend on port (started in datadir with storage unless one answers
+    there) and a database db_prefix + N holding the N files of tree under
+    posters/, loaded with `binary import` unless it holds N files already, so a
+    series of runs loads it once. Returns (uri, db, N, environment for gridfsctl)."""
+    import pymongo
+    uri = f"mongodb://127.0.0.1:{port}/"
+    try:
+        pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000).admin.command("ping")
+    except Exception:
+        subprocess.run([os.path.join(ROOT, "scripts/backend"), "start", datadir, str(port), storage],
+                       check=True, stdout=subprocess.DEVNULL)
+    nfiles = sum(len(f) for _, _, f in os.walk(tree))
+    db = f"{db_prefix}{nfiles}"
+    env = dict(os.environ, GRIDFSCTL_URI=uri, GRIDFSCTL_CONFIG="/dev/null")
+    client = pymongo.MongoClient(uri)
+    if client[db].fs.files.count_documents({}) != nfiles:
+        client.drop_database(db)
+        secs = run_timed([binary, "import", tree, "--prefix", "posters", "--db", db], env)[0]
+        print(f"loaded {nfiles} files with gridfsctl import in {secs:.1f} s", file=sys.stderr)
+    client.close()
+    return uri, db, nfiles, env

@@ -23,9 +23,7 @@ import os
 import subprocess
 import sys
 
-from benchlib import run_timed
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BIN, ROOT, run_timed
 CHUNK = 255 * 1024
 BATCH = 8 << 20
 
@@ -84,7 +82,7 @@ def main():
     ap.add_argument("--port", type=int, default=27240)
     ap.add_argument("--datadir", default="/tmp/h-import/bench")
     ap.add_argument("--storage", default="sqlite")
-    ap.add_argument("--bin", default=os.path.join(ROOT, "gridfsctl"))
+    ap.add_argument("--bin", default=BIN)
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out (pymongo,ceiling)")
     ap.add_argument("--peer", nargs=4, metavar=("KIND", "URI", "DB", "TREE"), help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -22,9 +22,7 @@ import shutil
 import subprocess
 import sys
 
-from benchlib import run_timed
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BIN, posters_db, run_timed
 
 
 def pymongo_loop(uri, db, prefix, out):
@@ -57,7 +55,7 @@ def main():
     ap.add_argument("--datadir", default="/tmp/h-mirror/bench")
     ap.add_argument("--storage", default="postgresql")
     ap.add_argument("--out", default="/tmp/h-mirror/bench-out")
-    ap.add_argument("--bin", default=os.path.join(ROOT, "gridfsctl"))
+    ap.add_argument("--bin", default=BIN)
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--pymongo-loop", nargs=4, metavar=("URI", "DB", "PREFIX", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -65,21 +63,7 @@ def main():
         pymongo_loop(*a.pymongo_loop)
         return
 
-    import pymongo
-    uri = f"mongodb://127.0.0.1:{a.port}/"
-    try:
-        pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000).admin.command("ping")
-    except Exception:
-        subprocess.run([os.path.join(ROOT, "scripts/backend"), "start", a.datadir, str(a.port), a.storage],
-                       check=True, stdout=subprocess.DEVNULL)
-    nfiles = sum(len(f) for _, _, f in os.walk(a.tree))
-    db = f"mirrorbench_{nfiles}"
-    env = dict(os.environ, GRIDFSCTL_URI=uri, GRIDFSCTL_CONFIG="/dev/null")
-    client = pymongo.MongoClient(uri)
-    if client[db].fs.files.count_documents({}) != nfiles:
-        client.drop_database(db)
-        secs = run_timed([a.bin, "import", a.tree, "--prefix", "posters", "--db", db], env)[0]
-        print(f"loaded {nfiles} files with gridfsctl import in {secs:.1f} s", file=sys.stderr)
+    uri, db, nfiles, env = posters_db(a.bin, a.port, a.datadir, a.storage, a.tree, "mirrorbench_")
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(a.tree) for f in fs)
 
     results = {}

@@ -50,8 +50,8 @@ import time
 import urllib.parse
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
+from benchlib import BIN, ROOT
+
 BACKEND_PORT = 27351
 PORTS = {"serve": 18310, "nginx": 18311, "peer": 18312, "cold": 18313, "disk": 18314,
          "touch": 18315}

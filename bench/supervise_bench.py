@@ -26,7 +26,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BIN
+
 PY = sys.executable
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -180,7 +181,7 @@ def bench_logging(sup, d, lines):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("gridfsctl", nargs="?", default=os.path.join(ROOT, "gridfsctl"))
+    ap.add_argument("gridfsctl", nargs="?", default=BIN)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--lines", type=int, default=2_000_000)
     a = ap.parse_args()

@@ -22,9 +22,7 @@ import shutil
 import subprocess
 import sys
 
-from benchlib import run_timed
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BIN, ROOT, posters_db, run_timed
 PREFIX = "posters/00/"
 
 
@@ -36,7 +34,7 @@ def main():
     ap.add_argument("--port", type=int)
     ap.add_argument("--datadir")
     ap.add_argument("--out", default="/tmp/h-selective/bench-out")
-    ap.add_argument("--bin", default=os.path.join(ROOT, "gridfsctl"))
+    ap.add_argument("--bin", default=BIN)
     ap.add_argument("--before", metavar="BIN",
                     help="also time the prefix and sample runs with this (older) binary")
     ap.add_argument("--quick", action="store_true",
@@ -45,31 +43,17 @@ def main():
     port = a.port or (27461 if a.storage == "postgresql" else 27462)
     datadir = a.datadir or f"/tmp/h-selective/{a.storage}"
 
-    import pymongo
-    uri = f"mongodb://127.0.0.1:{port}/"
-    try:
-        pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000).admin.command("ping")
-    except Exception:
-        subprocess.run([os.path.join(ROOT, "scripts/backend"), "start", datadir, str(port), a.storage],
-                       check=True, stdout=subprocess.DEVNULL)
     if not os.path.isdir(a.tree):
         subprocess.run([sys.executable, os.path.join(ROOT, "bench/gen_posters.py"), a.tree, str(a.files)],
                        check=True)
-    nfiles = sum(len(f) for _, _, f in os.walk(a.tree))
-    db = f"sel{nfiles}"
-    env = dict(os.environ, GRIDFSCTL_URI=uri, GRIDFSCTL_CONFIG="/dev/null")
-    client = pymongo.MongoClient(uri)
-    if client[db].fs.files.count_documents({}) != nfiles:
-        client.drop_database(db)
-        secs = run_timed([a.bin, "import", a.tree, "--prefix", "posters", "--db", db], env)[0]
-        print(f"loaded {nfiles} files with gridfsctl import in {secs:.1f} s", file=sys.stderr)
+    _, db, nfiles, env = posters_db(a.bin, port, datadir, a.storage, a.tree, "sel")
     selected = sum(len(f) for _, _, f in os.walk(os.path.join(a.tree, PREFIX[len("posters/"):])))
 
     rows = []
 
     def verify(label, *args, binary=None):
         secs, rss, out, cpu = run_timed([binary or a.bin, "verify", "--db", db, "--json", *args], env)
-        s = json.loads(out.decode().strip().splitlines()[-1])
+        s = json.loads(out.decode().strip().splitlines()[-1])["summary"]
         assert s["problems"] == 0, s
         rows.append(("verify", label, secs, s["checked"], s["chunks"], s.get("strategy"), " ".join(args)))
         print(rows[-1], file=sys.stderr, flush=True)
@@ -79,7 +63,7 @@ def main():
         if fresh:
             shutil.rmtree(dst, ignore_errors=True)
         secs, rss, out, cpu = run_timed([binary or a.bin, "mirror", dst, "--db", db, "--json", *args], env)
-        s = json.loads(out.decode().strip().splitlines()[-1])
+        s = json.loads(out.decode().strip().splitlines()[-1])["summary"]
         assert s["failed"] == 0, s
         rows.append(("mirror", label, secs, s["written"], None, None, " ".join(args)))
         print(rows[-1], file=sys.stderr, flush=True)

@@ -156,10 +156,16 @@ class Result:
         return f"Result(rc={self.rc}, out={self.text[:400]!r}, err={self.err[:800]!r})"
 
 
-def check_sanitizers(res):
+def check_sanitizer_report(err, rc=None):
+    """Fails on a sanitizer report in err (a run's standard error) or, given
+    its exit status rc, on a sanitizer's own (see SAN_ENV)."""
     for marker in SAN_MARKERS:
-        assert marker not in res.err, f"sanitizer report:\n{res.err}"
-    assert res.rc not in (86, 87), f"sanitizer exit:\n{res.err}"
+        assert marker not in err, f"sanitizer report:\n{err}"
+    assert rc not in (86, 87), f"sanitizer exit:\n{err}"
+
+
+def check_sanitizers(res):
+    check_sanitizer_report(res.err, res.rc)
 
 
 class Binary:

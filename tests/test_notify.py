@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import SAN_MARKERS, free_port
+from conftest import check_sanitizer_report, free_port
 
 DEADLINE = 60
 
@@ -39,8 +39,7 @@ def finish(proc, sig=signal.SIGTERM):
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=DEADLINE)
     err = err.decode(errors="replace")
-    for m in SAN_MARKERS:
-        assert m not in err, err
+    check_sanitizer_report(err)
     return proc.returncode, err
 
 

@@ -16,7 +16,7 @@ import pytest
 from bson import ObjectId
 
 import planted
-from conftest import SAN_MARKERS, Backend, free_port, wait_for  # noqa: F401 (wait_for: other suites take it from here)
+from conftest import Backend, check_sanitizer_report, free_port, wait_for  # noqa: F401 (wait_for: other suites take it from here)
 
 HTTP_PORTS = range(18300, 18400)
 BACKEND_PORTS = range(27360, 27400)
@@ -88,8 +88,7 @@ class Server:
             rc = self.proc.returncode
         self.err.close()
         err = self.stderr()
-        for marker in SAN_MARKERS:
-            assert marker not in err, err
+        check_sanitizer_report(err)
         assert rc == 0, f"rc={rc}: {err}"
         return err
 

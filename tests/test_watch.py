@@ -16,7 +16,7 @@ import gridfs
 import pytest
 
 import jsonvocab
-from conftest import STORAGE, Backend, Gridfsctl, free_port, proc_state, wait_for
+from conftest import STORAGE, Backend, Gridfsctl, check_sanitizer_report, free_port, proc_state, wait_for
 from test_serve import Server
 
 DEADLINE = 30
@@ -88,8 +88,7 @@ class Watcher:
         for t in self.readers:
             t.join(timeout=DEADLINE)
         err = "".join(self.stderr)
-        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
-            assert marker not in err, err
+        check_sanitizer_report(err)
         return rc
 
 

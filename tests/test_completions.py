@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import planted
-from conftest import BIN, ROOT, free_port, wait_for
+from conftest import BIN, ROOT, Binary, free_port, wait_for
 from test_core import help_exit_codes, man_exit_codes
 
 COMP = os.path.join(ROOT, "completions")
@@ -274,8 +274,15 @@ def test_zsh(zsh, gfs, db):
 
 # ---- every verb's row: --help, usage, _options, man page, bash, zsh, fish, exit codes ----
 
+def run_ok(*args):
+    """The output of a run of the binary outside any test (collection, helpers)."""
+    r = Binary().run(*args)
+    assert r.rc == 0, r
+    return r.text
+
+
 def verbs():
-    return subprocess.run([BIN, "_options"], capture_output=True, text=True, check=True).stdout.split()
+    return run_ok("_options").split()
 
 
 HELP_OPTION = re.compile(r"^  (?:-(\w), |    )--([\w-]+)(?: (\S+))?(?:  |$)")
@@ -283,7 +290,7 @@ HELP_OPTION = re.compile(r"^  (?:-(\w), |    )--([\w-]+)(?: (\S+))?(?:  |$)")
 
 def help_options(verb):
     """{long: (short or None, argument name or None)} from the options part of --help."""
-    text = subprocess.run([BIN, verb, "--help"], capture_output=True, text=True, check=True).stdout
+    text = run_ok(verb, "--help")
     usage, rest = text.split("\n\n", 1)
     section = rest.split("options:\n", 1)[1].split("\n\n", 1)[0] if "options:\n" in rest else ""
     found = {}
@@ -296,21 +303,20 @@ def help_options(verb):
 
 def binary_options(verb):
     """{long: takes an argument} from _options, which the completions are built on."""
-    out = subprocess.run([BIN, "_options", verb], capture_output=True, text=True, check=True).stdout
+    out = run_ok("_options", verb)
     return {o[2:].rstrip("="): o.endswith("=") for o in out.split()}
 
 
 @pytest.mark.parametrize("verb", verbs())
-def test_verb_row_help_usage_options_and_man_page_agree(verb):
+def test_verb_row_help_usage_options_and_man_page_agree(gridfsctl, verb):
     """One table of rows per verb: --help, the usage line, _options, _complete
     and the man page name the same options, and the man page the same exit
     statuses as --help."""
     usage, shown = help_options(verb)
-    helptext = subprocess.run([BIN, verb, "--help"], capture_output=True, text=True).stdout
+    helptext = gridfsctl.run(verb, "--help").text
     offered = binary_options(verb)
     assert set(shown) == set(offered), verb
-    rows = {r.split("\t")[0][2:]: r.split("\t") for r in subprocess.run(
-        [BIN, "_complete", verb], capture_output=True, text=True, check=True).stdout.splitlines()}
+    rows = {r.split("\t")[0][2:]: r.split("\t") for r in run_ok("_complete", verb).splitlines()}
     with open(os.path.join(ROOT, "man", f"gridfsctl-{verb}.1.scd")) as f:
         man = f.read()
     for name, (short, arg) in shown.items():
@@ -323,7 +329,7 @@ def test_verb_row_help_usage_options_and_man_page_agree(verb):
         assert f"*--{name}*" in man, f"man/gridfsctl-{verb}.1.scd does not describe --{name}"
         if short:
             assert f"*-{short}*" in man, f"man/gridfsctl-{verb}.1.scd does not give -{short}"
-    codes = help_exit_codes(verb)
+    codes = help_exit_codes(gridfsctl, verb)
     assert codes == man_exit_codes(verb), verb
 
 

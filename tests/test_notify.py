@@ -80,11 +80,13 @@ def test_serve_unusable_notify_socket_is_said_not_fatal(gfs, tmp_path):
     p = gfs.popen("serve", "--listen", f"127.0.0.1:{free_port()}",
                   env={"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")},
                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    lines = (ln.decode() for ln in p.stderr if not DRIVER_SHM_WARNING.match(ln.decode()))
-    next(lines)  # "serving ..." comes before READY
-    line = next(lines)
+    try:
+        lines = (ln.decode() for ln in p.stderr if not DRIVER_SHM_WARNING.match(ln.decode()))
+        next(lines)  # "serving ..." comes before READY
+        line = next(lines)
+    finally:
+        rc, err = finish(p)
     assert "NOTIFY_SOCKET" in line and "nobody-listens" in line, line
-    rc, err = finish(p)
     assert rc == 0, err
 
 

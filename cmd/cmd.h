@@ -4,6 +4,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -208,12 +209,25 @@ int max_delete_option(const char *arg, struct gfs_max_delete *out);
 bool max_delete_fits(const struct gfs_max_delete *md, bool deleting);
 
 /*
- * For put, get and rm: SIGINT and SIGTERM only set stop_signal, which the
- * verb checks between chunks and files so it can clean up and exit 130. A
- * second signal kills as usual.
+ * Interrupts (cmd/interrupt.c), the one way every verb is asked to stop.
+ * After catch_interrupts(), the first SIGINT or SIGTERM sets stop_signal to
+ * its number and calls hook (NULL: none; it must be async-signal-safe); the
+ * verb checks stop_signal where it can stop cleanly, and exits 130. A
+ * second signal kills as usual. Worker threads may read stop_signal.
+ * INTERRUPT_RESTART: system calls the signal interrupts resume (SA_RESTART)
+ * instead of failing with EINTR.
  */
-extern volatile sig_atomic_t stop_signal;
-void catch_stop_signals(void);
+extern atomic_int stop_signal;
+enum { INTERRUPT_RESTART = 1 };
+void catch_interrupts(int flags, void (*hook)(int sig));
+/* Back to the default action of SIGINT and SIGTERM. */
+void release_interrupts(void);
+/*
+ * For an event loop: blocks SIGINT, SIGTERM and extra (0: none) in the
+ * calling thread, before any other thread exists, and returns a non-blocking
+ * signalfd that reads them (-1 on failure, errno set).
+ */
+int interrupt_signalfd(int extra);
 
 /* uri with ?name=value added, unless it sets name already; malloc'd, NULL when out of memory. */
 char *uri_with_option(const char *uri, const char *name, long value);

@@ -357,7 +357,7 @@ cmd_get(int argc, char **argv)
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
-	catch_stop_signals();
+	catch_interrupts(0, NULL);
 	gfs_file f;
 	int rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f);
 	if (rc == EXIT_OK) {

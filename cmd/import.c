@@ -195,29 +195,17 @@ print_summary(const struct import_cli *c, const gfs_import_stats *st, const gfs_
 
 static gfs_import *running;
 
-/* The first signal asks for a clean stop; a second one kills as the default would. */
+/* The first signal asks for a clean stop (cmd/interrupt.c); a second one kills. */
 static void
-on_signal(int sig)
+on_interrupt(int sig)
 {
+	(void)sig;
 	static const char msg[] =
 	    "gridfsctl import: stopping after the files in flight (interrupt again to abort)\n";
 	if (running)
 		gfs_import_cancel(running);
 	ssize_t r = write(STDERR_FILENO, msg, sizeof msg - 1);
 	(void)r;
-	signal(sig, SIG_DFL);
-}
-
-static void
-handle_signals(void)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
 }
 
 /* As mirror --delete does when the bucket has nothing: refuse, and say how to insist. */
@@ -250,12 +238,11 @@ run(struct import_cli *c)
 	gfs_import *imp = gfs_import_new(conn, &c->o);
 	c->progress = progress_start("import", 0, 0);
 	running = imp;
-	handle_signals();
+	catch_interrupts(INTERRUPT_RESTART, on_interrupt);
 	gfs_import_stats st;
 	gfs_error err;
 	bool ok = gfs_import_run(imp, &st, &err);
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
+	release_interrupts();
 	running = NULL;
 	progress_done(c->progress);
 	c->progress = NULL;

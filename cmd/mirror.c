@@ -89,25 +89,10 @@ struct mirror {
 	int running;
 };
 
-/*
- * Set by the signal handler, read by the worker threads: volatile
- * sig_atomic_t is only for a handler and the thread it interrupted, so
- * this is a C11 atomic, which a handler may store to when lock-free.
- */
-static atomic_int interrupted_flag;
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler needs a lock-free atomic_int");
-
-static void
-on_signal(int sig)
-{
-	(void)sig;
-	atomic_store(&interrupted_flag, 1);
-}
-
 static bool
 interrupted(void)
 {
-	return atomic_load(&interrupted_flag) != 0;
+	return atomic_load(&stop_signal) != 0;
 }
 
 static int
@@ -629,17 +614,6 @@ guard_deletes(struct mirror *m)
 	return exit_code_for(&err);
 }
 
-static void
-catch_signals(void)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-}
-
 static bool
 load_plan(struct mirror *m, gfs_error *err)
 {
@@ -733,7 +707,7 @@ mirror_run(struct mirror *m)
 		free(m->error);
 		return EXIT_USAGE;
 	}
-	catch_signals();
+	catch_interrupts(0, NULL);
 	/* The listing first: an unreachable backend should leave no empty DIR behind. */
 	gfs_error err;
 	int rc = EXIT_OK;
@@ -759,7 +733,7 @@ mirror_run(struct mirror *m)
 	m->opts.checksum = m->checksum;
 	m->opts.fsync = !m->no_fsync;
 	m->opts.create_mode = 0666 & ~um;
-	m->opts.stop = &interrupted_flag;
+	m->opts.stop = &stop_signal;
 	m->opts.clear = m->del;
 	m->opts.plan = &m->plan;
 	m->opts.removed = on_swept;

@@ -381,7 +381,7 @@ cmd_put(int argc, char **argv)
 	if (conn) {
 		struct put_job j = {.path = path, .name = name, .raw = raw, .fd = fd, .st = &st};
 		gfs_session *s = gfs_session_pop(conn);
-		catch_stop_signals();
+		catch_interrupts(0, NULL);
 		rc = recover_killed_puts(s);
 		if (rc == EXIT_OK) {
 			rc = upload(s, &o, &j);

@@ -212,7 +212,7 @@ cmd_rm(int argc, char **argv)
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
-	catch_stop_signals();
+	catch_interrupts(0, NULL);
 	int rc = EXIT_OK;
 	if (o.id) {
 		rc = o.dry_run ? dry_run(s, &o, NULL) : rm_id(s, &o);

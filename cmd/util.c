@@ -8,7 +8,6 @@
  * escaping already keeps every byte exact and inert.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,23 +169,6 @@ add_glob(const char ***list, size_t *n, const char *arg)
 {
 	*list = gfs_xreallocarray(*list, *n + 1, sizeof **list);
 	(*list)[(*n)++] = arg;
-}
-
-volatile sig_atomic_t stop_signal;
-
-static void
-on_stop_signal(int sig)
-{
-	stop_signal = sig;
-}
-
-void
-catch_stop_signals(void)
-{
-	struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND};
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
 }
 
 char *

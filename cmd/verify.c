@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -124,15 +123,6 @@ struct run {
 	uint64_t same, differ, only_disk, only_gridfs, damaged;
 	char failure[600];        /* why the run could not finish; "" when it did */
 };
-
-static volatile sig_atomic_t stop_flag;
-
-static void
-on_sigint(int sig)
-{
-	(void)sig;
-	stop_flag = 1;
-}
 
 static int
 on_opt(int opt, const char *arg, void *ctx)
@@ -393,10 +383,10 @@ walk_one(const gfs_walk_entry *e, void *ctx)
 		/* Every problem gets a repair result, or one fix would make the whole run succeed. */
 		if (w->r->o->repair)
 			emit_repair(w->r, "none", e->rel, NULL, "cannot be read on disk; left as it is", false);
-		return !stop_flag;
+		return !stop_signal;
 	}
 	if (e->kind != GFS_WALK_FILE)
-		return !stop_flag;
+		return !stop_signal;
 	if (walk_n == walk_cap) {
 		walk_cap = walk_cap ? walk_cap * 2 : 1024;
 		walk_files = realloc(walk_files, walk_cap * sizeof *walk_files);
@@ -414,7 +404,7 @@ walk_one(const gfs_walk_entry *e, void *ctx)
 	free(uname);
 	d->path = bson_strdup_printf("%s/%s", w->root, e->rel);
 	d->st = *e->st;
-	return !stop_flag;
+	return !stop_signal;
 }
 
 static int
@@ -603,7 +593,7 @@ compare_disk(struct run *r, gfs_session *s)
 
 	size_t i = 0, j = 0;
 	while (i < r->nrecs || j < walk_n) {
-		if (stop_flag)
+		if (stop_signal)
 			return EXIT_INTERRUPTED;
 		if (i < r->nrecs && !r->recs[i]->latest) {
 			i++;
@@ -767,7 +757,7 @@ repair_orphans(struct run *r, gfs_session *s, struct prob *q)
 static void
 repair(struct run *r, gfs_session *s)
 {
-	for (size_t i = 0; i < r->nprobs && !stop_flag; i++) {
+	for (size_t i = 0; i < r->nprobs && !stop_signal; i++) {
 		struct prob *q = &r->probs[i];
 		if (q->kind == GFS_VK_ORPHAN_CHUNKS && q->has_id) {
 			repair_orphans(r, s, q);
@@ -952,10 +942,7 @@ cmd_verify(int argc, char **argv)
 		}
 	}
 	/* A second ^C kills at once, even while the driver waits on the backend. */
-	struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESETHAND};
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	catch_interrupts(0, NULL);
 
 	gfs_verify_opts vo = {
 		.prefix = o.norm_prefix,
@@ -968,7 +955,7 @@ cmd_verify(int argc, char **argv)
 		.on_file = on_file,
 		.on_progress = on_progress,
 		.ctx = &r,
-		.stop = &stop_flag,
+		.stop = &stop_signal,
 		.own_import_lock = lock != NULL,
 	};
 	double t0 = gfs_mono_seconds();
@@ -989,7 +976,7 @@ cmd_verify(int argc, char **argv)
 			repair(&r, s);
 		gfs_session_push(s);
 	}
-	bool interrupted = stop_flag || rc == EXIT_INTERRUPTED;
+	bool interrupted = stop_signal || rc == EXIT_INTERRUPTED;
 	double secs = gfs_mono_seconds() - t0;
 	uint64_t problems = r.st.problems + r.extra_problems;
 	if (problems || !G.quiet || o.json)

@@ -1264,16 +1264,14 @@ say_ready(const struct watch_cli *w)
 }
 
 static int
-watch(struct watch_cli *w, const sigset_t *mask)
+watch(struct watch_cli *w, int sfd)
 {
-	int sfd = signalfd(-1, mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	gfs_error err;
 	/* Watches first, then the full pass: a change made during the pass is not missed. */
 	w->tree = gfs_inotree_open(w->o.dir, &w->o.walk, on_inotree_warning, w, &err);
 	if (!w->tree) {
 		warnx_("%s", err.msg);
-		close(sfd);
 		close(tfd);
 		return EXIT_LOCAL;
 	}
@@ -1290,7 +1288,6 @@ watch(struct watch_cli *w, const sigset_t *mask)
 		rc = run_loop(w, sfd, tfd);
 	}
 	gfs_inotree_close(w->tree);
-	close(sfd);
 	close(tfd);
 	return rc;
 }
@@ -1332,29 +1329,25 @@ cmd_watch(int argc, char **argv)
 	w.o.content_type = w.sel.content_type;
 	tree_select_walk(&w.sel, &w.o.walk);
 	w.pass_every_s = w.rescan_every_s;
-	/*
-	 * Blocked before any thread exists (the driver starts monitor threads),
-	 * so that the signals reach only the signalfd.
-	 */
-	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	/* Before any thread exists (the driver starts monitor threads): see cmd/interrupt.c. */
+	int sfd = interrupt_signalfd(SIGUSR1);
 	gfs_error err;
 	w.conn = connect_or_warn();
-	if (!w.conn)
+	if (!w.conn) {
+		close(sfd);
 		goto out;
+	}
 	if (!gfs_conn_ping(w.conn, &err)) {
 		rc = fail(&err);
 		gfs_conn_close(w.conn);
+		close(sfd);
 		goto out;
 	}
 	w.magic = gfs_magic_open(&err);
 	w.s = gfs_session_pop(w.conn);
 	w.pending = strmap_new(64);
-	rc = watch(&w, &mask);
+	rc = watch(&w, sfd);
+	close(sfd);
 	if (rc == EXIT_OK && w.failures)
 		rc = EXIT_PARTIAL;
 	strmap_each(w.pending, free_pending, NULL);

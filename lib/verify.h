@@ -27,7 +27,7 @@
 #ifndef GFS_VERIFY_H
 #define GFS_VERIFY_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "gfs.h"
 #include "readplan.h"
@@ -109,7 +109,7 @@ typedef struct gfs_verify_opts {
 	gfs_verify_file_fn on_file;  /* may be NULL */
 	gfs_verify_progress_fn on_progress;  /* may be NULL; called now and then */
 	void *ctx;
-	volatile sig_atomic_t *stop; /* when it becomes non-zero the pass ends with GFS_ECANCELED */
+	const atomic_int *stop;      /* when it becomes non-zero the pass ends with GFS_ECANCELED */
 	/*
 	 * The caller holds the import lock, so no import is at work: chunks that
 	 * upload markers name are an interrupted import's leftovers (orphans).

@@ -1,40 +1,21 @@
 /*
  * gridfsctl watch: keep a bucket in step with a directory through inotify.
  *
- * Changes wait in a table keyed by path (the latest event decides) until
- * the path has been quiet for the settle time. A change that fails stays
- * in the table: a failure of the backend starts an outage, during which
- * nothing is tried but a ping, with backoff; once the backend answers,
- * everything waiting is acted on. A local failure is retried for that
- * path alone, with backoff. The table is bounded: past the bound it is
- * dropped and a full pass (an import) owed instead. The files due
- * together are stored together, through import's batched, parallel
- * workers (gfs_import_paths), when there are more than a few.
- *
- * Moves within the tree are renames in GridFS. Their order matters (a
- * name moved away may be made again at once), so they, and the removals
- * they must follow, wait in a queue that is acted on before the table.
+ * The loop, its table of changes waiting to settle, its retries and full
+ * passes are lib/watchloop.c. This file parses options, prints what the
+ * loop reports (human lines or JSON), speaks the sd_notify protocol and
+ * takes the signals: SIGINT and SIGTERM stop watching, SIGUSR1 prints a
+ * status line.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/timerfd.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "../lib/import.h"
-#include "../lib/inotree.h"
-#include "../lib/names.h"
 #include "../lib/sdnotify.h"
-#include "../lib/strmap.h"
-#include "../lib/watch.h"
+#include "../lib/watchloop.h"
 #include "cmd.h"
 
 enum {
@@ -62,80 +43,18 @@ static const struct cmd_opt watch_opts[] = {
 	CMD_OPT_END,
 };
 
-/* A file found by listing must stay the same at least this long: nothing says it is complete. */
-#define FOUND_SETTLE_MS 200
-/* Backoff of retries, from the first to the cap. */
-#define RETRY_FIRST_MS 250
-#define BACKEND_RETRY_CAP_MS 5000
-#define LOCAL_RETRY_CAP_MS 60000
-/* Full passes for directories that cannot be watched, when --rescan-every does not say. */
-#define UNWATCHED_RESCAN_S 60
 #define DEFAULT_MAX_PENDING 100000
-/*
- * Files stored in one batch through import's workers, at most: between
- * batches the loop reads inotify, so that a long burst does not overflow
- * the kernel's queue while a batch is being written.
- */
-#define BATCH_MAX 2000
-/*
- * Fewer files than this go one by one, as put stores them: a batch's
- * fixed cost (the import lock, a thread, a libmagic handle per worker)
- * is more than a few files' round trips, and a single change is the
- * latency that matters.
- */
-#define BATCH_MIN 8
-
-/* FILE_FOUND: found in a new directory, never seen closed; it may still be written. */
-enum file_change { FILE_NONE, FILE_CHANGED, FILE_FOUND, FILE_REMOVED };
-
-/*
- * A path with changes not yet acted on. A folder removed and a file made
- * under the same name within the settle time are both facts: one pending
- * kind would lose the folder's removal and leave its files stored.
- */
-struct pending {
-	char *rel;
-	bool dir_removed;
-	enum file_change file;
-	struct stat seen;     /* FILE_FOUND: as last looked at */
-	int64_t due_ms;
-	int64_t since_ms;     /* wall clock of the first change not acted on */
-	unsigned attempts;    /* failed local attempts, for the backoff */
-	bool failed;          /* the batch it was in could not store it */
-};
-
-/* A move, or a removal a move must follow, in the order they happened. */
-struct op {
-	bool move;
-	bool is_dir;
-	char *from;           /* the move's source; NULL for a removal */
-	char *rel;            /* the move's target, or what is removed */
-	int64_t since_ms;
-	struct op *next;
-};
 
 struct watch_cli {
 	gfs_watch_opts o;
 	struct tree_select sel;
 	bool delete, initial, json, unwatched_fail;
 	gfs_max_delete max_delete;
-	bool over_limit;      /* --max-delete stopped watching */
 	long settle_ms, jobs, rescan_every_s, max_pending;
-	gfs_conn *conn;
-	gfs_session *s;
-	gfs_magic *magic;
-	gfs_inotree *tree;
-	strmap *pending;
-	struct op *ops, **ops_tail;
-	size_t n_ops;
-	uint64_t failures;
-	/* full passes: owed after lost events or a dropped table, and periodic */
-	bool pass_owed, overflowed;
-	long pass_every_s;    /* 0: none */
-	int64_t next_pass_ms;
-	/* an outage of the backend */
-	bool down;
-	int64_t down_since_ms, retry_ms, backoff_ms;
+	gfs_watcher *watcher;
+	uint64_t failures;    /* actions given up on */
+	int sfd;              /* SIGINT, SIGTERM and SIGUSR1 */
+	int rc;               /* set when a signal says stop */
 };
 
 static int
@@ -180,12 +99,6 @@ on_opt(int opt, const char *arg, void *ctx)
 	return -1;
 }
 
-static int64_t
-mono_ms(void)
-{
-	return (int64_t)(gfs_mono_seconds() * 1000);
-}
-
 static void
 emit_json(bson_t *doc)
 {
@@ -221,1074 +134,186 @@ sd_notify_(const char *msg)
 		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
 }
 
-/* ---- the table of pending changes ------------------------------------- */
-
-static size_t
-waiting(const struct watch_cli *w)
-{
-	return strmap_count(w->pending) + w->n_ops;
-}
-
 static void
-oldest_of(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	const struct pending *p = value;
-	int64_t *oldest = ctx;
-	if (!*oldest || p->since_ms < *oldest)
-		*oldest = p->since_ms;
-}
-
-/* Wall clock ms of the oldest change waiting; 0 when none does. */
-static int64_t
-oldest_waiting(const struct watch_cli *w)
-{
-	int64_t oldest = 0;
-	strmap_each(w->pending, oldest_of, &oldest);
-	for (const struct op *op = w->ops; op; op = op->next)
-		if (!oldest || op->since_ms < oldest)
-			oldest = op->since_ms;
-	return oldest;
-}
-
-static void
-free_pending(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	(void)ctx;
-	struct pending *p = value;
-	free(p->rel);
-	free(p);
-}
-
-static void
-free_ops(struct watch_cli *w)
-{
-	while (w->ops) {
-		struct op *op = w->ops;
-		w->ops = op->next;
-		free(op->from);
-		free(op->rel);
-		free(op);
-	}
-	w->ops_tail = &w->ops;
-	w->n_ops = 0;
-}
-
-/* Past the bound, single changes give way to one full pass, which finds them all again. */
-static void
-drop_all(struct watch_cli *w)
-{
-	warnx_("more than %ld changes wait; a full pass of %s replaces them", w->max_pending, w->o.dir);
-	strmap_each(w->pending, free_pending, NULL);
-	strmap_free(w->pending);
-	w->pending = strmap_new(64);
-	free_ops(w);
-	w->pass_owed = true;
-}
-
-static void
-drop_pending(struct watch_cli *w, struct pending *p)
-{
-	strmap_del(w->pending, p->rel);
-	free(p->rel);
-	free(p);
-}
-
-static struct pending *
-pending_for(struct watch_cli *w, const char *rel)
-{
-	struct pending *p = strmap_get(w->pending, rel);
-	if (p)
-		return p;
-	p = calloc(1, sizeof *p);
-	if (!p)
-		abort();
-	p->rel = strdup(rel);
-	p->since_ms = gfs_now_ms();
-	strmap_put(w->pending, p->rel, p);
-	return p;
-}
-
-static void
-push_op(struct watch_cli *w, bool move, const char *from, const char *rel, bool is_dir)
-{
-	struct op *op = calloc(1, sizeof *op);
-	if (!op)
-		abort();
-	op->move = move;
-	op->is_dir = is_dir;
-	op->from = from ? strdup(from) : NULL;
-	op->rel = strdup(rel);
-	op->since_ms = gfs_now_ms();
-	*w->ops_tail = op;
-	w->ops_tail = &op->next;
-	w->n_ops++;
-}
-
-/*
- * Looks at a found file again; true when its size and mtime are those
- * seen a settle time ago. A file that cannot be looked at is left for
- * gfs_watch_sync_file to report.
- */
-static bool
-unchanged_since_seen(const struct watch_cli *w, struct pending *p)
-{
-	char *path;
-	if (asprintf(&path, "%s/%s", w->o.dir, p->rel) < 0)
-		abort();
-	struct stat st;
-	int rc = lstat(path, &st);
-	free(path);
-	if (rc < 0)
-		return true;
-	bool same = st.st_size == p->seen.st_size && st.st_mtim.tv_sec == p->seen.st_mtim.tv_sec &&
-	            st.st_mtim.tv_nsec == p->seen.st_mtim.tv_nsec;
-	p->seen = st;
-	return same;
-}
-
-static int64_t
-found_settle_ms(const struct watch_cli *w)
-{
-	return w->settle_ms > FOUND_SETTLE_MS ? w->settle_ms : FOUND_SETTLE_MS;
-}
-
-/* Whether rel is top or below it. */
-static bool
-is_under(const char *rel, const char *top)
-{
-	size_t n = strlen(top);
-	return strncmp(rel, top, n) == 0 && (rel[n] == '\0' || rel[n] == '/');
-}
-
-struct related {
-	const char *a, *b;
-	struct pending **v;
-	size_t n;
-};
-
-static void
-collect_related(const char *key, void *value, void *ctx)
-{
-	struct related *r = ctx;
-	if (is_under(key, r->a) || is_under(r->a, key) || (r->b && (is_under(key, r->b) || is_under(r->b, key))))
-		r->v[r->n++] = value;
-}
-
-static int
-by_rel(const void *a, const void *b)
-{
-	const struct pending *x = *(struct pending *const *)a, *y = *(struct pending *const *)b;
-	return strcmp(x->rel, y->rel);
-}
-
-/*
- * Before a move is queued, the removals waiting at its ends, above them
- * and below them are queued ahead of it: applied after the rename, they
- * would remove what it brought.
- */
-static void
-queue_removals_before(struct watch_cli *w, const char *from, const char *to)
-{
-	struct related r = {.a = from, .b = to};
-	r.v = malloc((strmap_count(w->pending) + 1) * sizeof *r.v);
-	if (!r.v)
-		abort();
-	strmap_each(w->pending, collect_related, &r);
-	qsort(r.v, r.n, sizeof *r.v, by_rel);
-	for (size_t i = 0; i < r.n; i++) {
-		struct pending *p = r.v[i];
-		if (p->dir_removed)
-			push_op(w, false, NULL, p->rel, true);
-		p->dir_removed = false;
-	}
-	for (size_t i = 0; i < r.n; i++) {
-		struct pending *p = r.v[i];
-		if (p->file == FILE_REMOVED && is_under(p->rel, to)) {
-			push_op(w, false, NULL, p->rel, false);
-			p->file = FILE_NONE;
-		}
-		if (p->file == FILE_NONE && !p->dir_removed)
-			drop_pending(w, p);
-	}
-	free(r.v);
-}
-
-/* What waits under a directory moved away waits under its new name. */
-static void
-rekey_under(struct watch_cli *w, const char *from, const char *to)
-{
-	struct related r = {.a = from};
-	r.v = malloc((strmap_count(w->pending) + 1) * sizeof *r.v);
-	if (!r.v)
-		abort();
-	strmap_each(w->pending, collect_related, &r);
-	size_t cut = strlen(from);
-	for (size_t i = 0; i < r.n; i++) {
-		struct pending *p = r.v[i];
-		if (!is_under(p->rel, from) || !p->rel[cut])
-			continue;
-		char *rel;
-		if (asprintf(&rel, "%s%s", to, p->rel + cut) < 0)
-			abort();
-		enum file_change file = p->file;
-		struct stat seen = p->seen;
-		drop_pending(w, p);
-		if (file == FILE_CHANGED || file == FILE_FOUND) {
-			struct pending *q = pending_for(w, rel);
-			q->file = file;
-			q->seen = seen;
-			q->due_ms = mono_ms() + w->settle_ms;
-		}
-		free(rel);
-	}
-	free(r.v);
-}
-
-static void on_change(const gfs_inotree_event *ev, void *ctx);
-
-static void
-on_moved(struct watch_cli *w, const gfs_inotree_event *ev)
-{
-	bool is_dir = ev->kind == GFS_INO_DIR_MOVED;
-	if (!w->delete) {
-		/* the old name stays stored: the new one needs its own copy */
-		if (is_dir)
-			gfs_inotree_list(w->tree, ev->rel, on_change, w);
-		else
-			on_change(&(gfs_inotree_event){.kind = GFS_INO_CHANGED, .rel = ev->rel}, w);
-		return;
-	}
-	queue_removals_before(w, ev->from, ev->rel);
-	struct pending *src = strmap_get(w->pending, ev->from);
-	bool carried = !is_dir && src && (src->file == FILE_CHANGED || src->file == FILE_FOUND);
-	if (carried) {
-		/* not stored yet as it is: the copy renamed is stale, the new name is stored after */
-		src->file = FILE_NONE;
-		if (!src->dir_removed)
-			drop_pending(w, src);
-	}
-	if (is_dir)
-		rekey_under(w, ev->from, ev->rel);
-	push_op(w, true, ev->from, ev->rel, is_dir);
-	if (carried) {
-		struct pending *p = pending_for(w, ev->rel);
-		p->file = FILE_CHANGED;
-		p->due_ms = mono_ms() + w->settle_ms;
-	}
-}
-
-static void
-on_change(const gfs_inotree_event *ev, void *ctx)
-{
-	struct watch_cli *w = ctx;
-	if (ev->kind == GFS_INO_OVERFLOW) {
-		w->pass_owed = w->overflowed = true;
-		return;
-	}
-	if (ev->kind == GFS_INO_MOVED || ev->kind == GFS_INO_DIR_MOVED) {
-		on_moved(w, ev);
-	} else {
-		struct pending *p = pending_for(w, ev->rel);
-		/* For the file, the latest event decides: written then removed is removed. */
-		if (ev->kind == GFS_INO_DIR_REMOVED) {
-			p->dir_removed = true;
-		} else if (ev->kind == GFS_INO_CHANGED) {
-			p->file = FILE_CHANGED;
-		} else if (ev->kind == GFS_INO_REMOVED) {
-			p->file = FILE_REMOVED;
-		} else if (ev->kind == GFS_INO_FOUND && p->file != FILE_CHANGED) {
-			p->file = FILE_FOUND;
-			unchanged_since_seen(w, p);
-		}
-		p->due_ms = mono_ms() + (p->file == FILE_FOUND ? found_settle_ms(w) : w->settle_ms);
-	}
-	if ((long)waiting(w) > w->max_pending)
-		drop_all(w);
-}
-
-static void
-on_inotree_warning(const char *rel, const char *reason, void *ctx)
-{
-	struct watch_cli *w = ctx;
-	warnx_("%s/%s: cannot watch: %s", w->o.dir, rel, reason);
-}
-
-/* ---- the backend and its outages ------------------------------------- */
-
-static void
-backend_down(struct watch_cli *w, const gfs_error *err)
-{
-	w->backoff_ms = w->backoff_ms ? w->backoff_ms * 2 : RETRY_FIRST_MS;
-	if (w->backoff_ms > BACKEND_RETRY_CAP_MS)
-		w->backoff_ms = BACKEND_RETRY_CAP_MS;
-	w->retry_ms = mono_ms() + w->backoff_ms;
-	if (w->down)
-		return;
-	/* once per outage: a line per file would bury the one that matters */
-	w->down = true;
-	w->down_since_ms = gfs_now_ms();
-	warnx_("backend unreachable: %s; %zu changes wait, retrying", err->msg, waiting(w));
-	sd_notify_("STATUS=backend unreachable; changes wait");
-	if (w->json && !G.quiet) {
-		bson_t doc;
-		json_event(&doc, "backend-down");
-		BSON_APPEND_UTF8(&doc, "error", err->msg);
-		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
-		BSON_APPEND_DATE_TIME(&doc, "since", w->down_since_ms);
-		emit_json(&doc);
-	}
-}
-
-/* During an outage, a ping when the backoff says; true once the backend answers again. */
-static bool
-backend_up(struct watch_cli *w)
-{
-	if (!w->down)
-		return true;
-	if (mono_ms() < w->retry_ms)
-		return false;
-	gfs_error err;
-	if (!gfs_conn_ping(w->conn, &err)) {
-		backend_down(w, &err);
-		return false;
-	}
-	int64_t secs = (gfs_now_ms() - w->down_since_ms) / 1000;
-	warnx_("backend reachable again after %lld s; acting on %zu changes", (long long)secs, waiting(w));
-	sd_notify_("STATUS=watching");
-	if (w->json && !G.quiet) {
-		bson_t doc;
-		json_event(&doc, "backend-up");
-		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
-		BSON_APPEND_DATE_TIME(&doc, "since", w->down_since_ms);
-		emit_json(&doc);
-	}
-	w->down = false;
-	w->backoff_ms = 0;
-	return true;
-}
-
-/*
- * A failed action: of the backend, an outage starts and the change waits
- * for it; of the local side, this path alone is retried later.
- * Either way the change stays.
- */
-static void
-action_failed(struct watch_cli *w, struct pending *p, const char *what, const gfs_error *err)
-{
-	if (err->code == GFS_EBACKEND) {
-		backend_down(w, err);
-		return;
-	}
-	if (!p) {
-		warnx_("%s: %s", what, err->msg);
-		w->failures++;
-		return;
-	}
-	if (p->attempts++ == 0)
-		warnx_("%s: %s; retrying", what, err->msg);
-	int64_t wait = (int64_t)RETRY_FIRST_MS << (p->attempts < 8 ? p->attempts : 8);
-	p->due_ms = mono_ms() + (wait < LOCAL_RETRY_CAP_MS ? wait : LOCAL_RETRY_CAP_MS);
-}
-
-/* ---- acting on changes ----------------------------------------------- */
-
-static void
-report_removed(const struct watch_cli *w, const char *rel, bool is_dir, uint64_t removed)
-{
-	if (!is_dir && !removed)
-		return;
-	/* A folder's files may have gone one by one already; its own removal is still news. */
-	char *name = gfs_prefix_join(w->o.prefix, rel);
-	report(w, is_dir ? "removed-folder" : "removed", name, -1);
-	free(name);
-}
-
-/* True when done; false when it must wait (the change stays). */
-static bool
-remove_path(struct watch_cli *w, struct pending *p, const char *rel, bool is_dir)
-{
-	gfs_error err;
-	uint64_t removed;
-	if (!gfs_watch_remove(w->s, &w->o, rel, is_dir, &removed, &err)) {
-		action_failed(w, p, rel, &err);
-		return false;
-	}
-	report_removed(w, rel, is_dir, removed);
-	return true;
-}
-
-static bool
-sync_path(struct watch_cli *w, struct pending *p)
-{
-	gfs_error err;
-	enum gfs_watch_action a;
-	char *name;
-	int64_t bytes;
-	bool ok = gfs_watch_sync_file(w->s, w->magic, &w->o, p->rel, p->file == FILE_CHANGED, &a, &name,
-	                              &bytes, &err);
-	if (!ok)
-		action_failed(w, p, p->rel, &err);
-	else if (a == GFS_WATCH_UPLOADED || a == GFS_WATCH_REPLACED)
-		report(w, gfs_watch_action_name(a), name, bytes);
-	free(name);
-	return ok;
-}
-
-static void
-report_moved(const struct watch_cli *w, const struct op *op, uint64_t moved)
+report_moved(const struct watch_cli *w, const gfs_watcher_event *ev)
 {
 	if (G.quiet)
 		return;
-	char *from = gfs_prefix_join(w->o.prefix, op->from), *to = gfs_prefix_join(w->o.prefix, op->rel);
 	if (w->json) {
 		bson_t doc;
-		json_event(&doc, op->is_dir ? "moved-folder" : "moved");
-		json_filename(&doc, to);
-		BSON_APPEND_UTF8(&doc, "from", from);
-		BSON_APPEND_INT64(&doc, "files", (int64_t)moved);
+		json_event(&doc, ev->is_dir ? "moved-folder" : "moved");
+		json_filename(&doc, ev->name);
+		BSON_APPEND_UTF8(&doc, "from", ev->from);
+		BSON_APPEND_INT64(&doc, "files", (int64_t)ev->files);
 		emit_json(&doc);
 	} else {
-		human_line(stdout, "%s %s -> %s", op->is_dir ? "moved-folder" : "moved", from, to);
+		human_line(stdout, "%s %s -> %s", ev->is_dir ? "moved-folder" : "moved", ev->from, ev->name);
 		fflush(stdout);
 	}
-	free(from);
-	free(to);
-}
-
-/* A move that cannot be a rename (a name that is not UTF-8): stored again, the old removed. */
-static void
-move_by_copy(struct watch_cli *w, const struct op *op)
-{
-	push_op(w, false, NULL, op->from, op->is_dir);
-	if (op->is_dir) {
-		gfs_inotree_list(w->tree, op->rel, on_change, w);
-		return;
-	}
-	struct pending *p = pending_for(w, op->rel);
-	p->file = FILE_CHANGED;
-	p->due_ms = mono_ms();
-}
-
-static bool
-apply_op(struct watch_cli *w, struct op *op)
-{
-	if (!op->move)
-		return remove_path(w, NULL, op->rel, op->is_dir) || !w->down;
-	gfs_error err;
-	uint64_t moved;
-	if (gfs_watch_move(w->s, &w->o, op->from, op->rel, op->is_dir, &moved, &err)) {
-		if (moved)
-			report_moved(w, op, moved);
-		else if (!op->is_dir)
-			move_by_copy(w, op); /* nothing was stored under the old name */
-		return true;
-	}
-	if (err.code == GFS_EINVAL) {
-		move_by_copy(w, op);
-		return true;
-	}
-	action_failed(w, NULL, op->rel, &err);
-	return !w->down;
-}
-
-/* Acts on the queue in order; stops at an outage, leaving the rest queued. */
-static void
-process_ops(struct watch_cli *w)
-{
-	while (w->ops && !w->down) {
-		struct op *op = w->ops;
-		if (!apply_op(w, op))
-			break;
-		w->ops = op->next;
-		if (!w->ops)
-			w->ops_tail = &w->ops;
-		w->n_ops--;
-		free(op->from);
-		free(op->rel);
-		free(op);
-	}
-}
-
-struct due {
-	struct pending **v;
-	size_t n;
-	int64_t now;
-};
-
-static void
-collect_due(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	struct due *d = ctx;
-	struct pending *p = value;
-	if (p->due_ms <= d->now)
-		d->v[d->n++] = p;
-}
-
-/*
- * A file the batch could not store stays, retried with backoff; one that
- * is gone meanwhile is not a failure: its removal is news of its own.
- */
-static void
-on_batch_event(const gfs_import_event *ev, void *ctx)
-{
-	struct watch_cli *w = ctx;
-	if (ev->kind == GFS_IMPORT_UPLOADED || ev->kind == GFS_IMPORT_REPLACED) {
-		report(w, ev->kind == GFS_IMPORT_UPLOADED ? "uploaded" : "replaced", ev->name, ev->bytes);
-		return;
-	}
-	if (ev->kind == GFS_IMPORT_NOTICE) {
-		warnx_("%s", ev->reason);
-		return;
-	}
-	struct pending *p = ev->kind == GFS_IMPORT_FAILED && ev->path ? strmap_get(w->pending, ev->path) : NULL;
-	if (!p)
-		return;
-	char *path;
-	if (asprintf(&path, "%s/%s", w->o.dir, p->rel) < 0)
-		abort();
-	struct stat st;
-	bool gone = lstat(path, &st) < 0 && errno == ENOENT;
-	free(path);
-	if (gone)
-		return;
-	p->failed = true;
-	gfs_error err;
-	gfs_error_set(&err, GFS_ELOCAL, "%s", ev->reason ? ev->reason : "failed");
-	action_failed(w, p, p->rel, &err);
-}
-
-/* One at a time, as put does: when another import holds the lock that batches need. */
-static void
-sync_one_by_one(struct watch_cli *w, struct pending **v, size_t n)
-{
-	for (size_t i = 0; i < n && !w->down; i++)
-		if (sync_path(w, v[i]))
-			drop_pending(w, v[i]);
-}
-
-/* Stores the files of v in one batch through import's engine; what fails stays. */
-static void
-sync_batch(struct watch_cli *w, struct pending **v, size_t n)
-{
-	if (n < BATCH_MIN) {
-		sync_one_by_one(w, v, n);
-		return;
-	}
-	gfs_import_path *paths = malloc(n * sizeof *paths);
-	if (!paths)
-		abort();
-	for (size_t i = 0; i < n; i++) {
-		paths[i].rel = v[i]->rel;
-		paths[i].changed = v[i]->file == FILE_CHANGED;
-		v[i]->failed = false;
-	}
-	gfs_import_opts io = {
-		.dir = w->o.dir,
-		.prefix = w->o.prefix,
-		.walk = w->o.walk,
-		.content_type = w->o.content_type,
-		.keep_revisions = w->o.keep_revisions,
-		.chunk_size = w->o.chunk_size,
-		.jobs = (int)w->jobs,
-		.on_event = on_batch_event,
-		.ctx = w,
-	};
-	gfs_import *imp = gfs_import_new(w->conn, &io);
-	gfs_import_stats st;
-	gfs_error err;
-	bool ok = gfs_import_paths(imp, paths, n, &st, &err);
-	gfs_import_free(imp);
-	free(paths);
-	if (!ok && err.code == GFS_EBUSY) {
-		sync_one_by_one(w, v, n);
-		return;
-	}
-	if (!ok) {
-		/* all or nothing again: what was stored is found stored by the retry, and not stored twice */
-		if (err.code == GFS_EBACKEND)
-			backend_down(w, &err);
-		else
-			for (size_t i = 0; i < n; i++)
-				action_failed(w, v[i], v[i]->rel, &err);
-		return;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (!v[i]->failed)
-			drop_pending(w, v[i]);
 }
 
 static void
-process_pending(struct watch_cli *w, bool all)
-{
-	struct due d = {.now = all ? INT64_MAX : mono_ms()};
-	d.v = malloc((strmap_count(w->pending) + 1) * sizeof *d.v);
-	if (!d.v)
-		abort();
-	strmap_each(w->pending, collect_due, &d);
-	/* sorted, so that a folder's removal comes before what is made under it */
-	qsort(d.v, d.n, sizeof *d.v, by_rel);
-	/* removals first, one by one; the files to store are then stored together */
-	size_t nsync = 0;
-	for (size_t i = 0; i < d.n && !w->down && (all || nsync < BATCH_MAX); i++) {
-		struct pending *p = d.v[i];
-		if (!all && p->file == FILE_FOUND && !unchanged_since_seen(w, p)) {
-			p->due_ms = mono_ms() + found_settle_ms(w); /* still being written */
-			continue;
-		}
-		if (p->dir_removed && w->delete && !remove_path(w, p, p->rel, true))
-			continue;
-		p->dir_removed = false;
-		if (p->file == FILE_CHANGED || p->file == FILE_FOUND)
-			d.v[nsync++] = p; /* i >= nsync: the slot is read already */
-		else if (p->file != FILE_REMOVED || !w->delete || remove_path(w, p, p->rel, false))
-			drop_pending(w, p);
-	}
-	if (nsync && !w->down)
-		sync_batch(w, d.v, nsync);
-	free(d.v);
-}
-
-/* ---- full passes ----------------------------------------------------- */
-
-static void
-on_import_event(const gfs_import_event *ev, void *ctx)
-{
-	struct watch_cli *w = ctx;
-	if (ev->kind == GFS_IMPORT_FAILED || ev->kind == GFS_IMPORT_NOTICE) {
-		warnx_("%s%s%s", ev->name ? ev->name : ev->path ? ev->path : "",
-		       ev->name || ev->path ? ": " : "", ev->reason ? ev->reason : "failed");
-		if (ev->kind == GFS_IMPORT_FAILED)
-			w->failures++;
-	}
-}
-
-static void
-report_pass(const struct watch_cli *w, const gfs_import_stats *st)
+report_pass(const struct watch_cli *w, const gfs_watcher_event *ev)
 {
 	if (!w->json || G.quiet)
 		return;
+	const gfs_import_stats *st = ev->stats;
 	bson_t doc;
 	json_event(&doc, "synced");
 	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)(st->uploaded + st->replaced));
 	BSON_APPEND_INT64(&doc, "deleted", (int64_t)st->deleted);
 	BSON_APPEND_INT64(&doc, "failed", (int64_t)st->failed);
-	BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
+	BSON_APPEND_INT64(&doc, "unwatched", (int64_t)ev->unwatched);
 	emit_json(&doc);
 }
 
-/* An import of the whole directory; false (err set) when it could not run to the end. */
-static bool
-full_pass(struct watch_cli *w, gfs_error *err)
+/* Once per outage: a line per file would bury the one that matters. */
+static void
+report_down(const struct watch_cli *w, const gfs_watcher_event *ev)
 {
-	gfs_import_opts io = {
-		.dir = w->o.dir,
-		.prefix = w->o.prefix,
-		.walk = w->o.walk,
-		.content_type = w->o.content_type,
-		.delete_missing = w->delete,
-		.max_delete = w->max_delete,
-		.keep_revisions = w->o.keep_revisions,
-		.jobs = (int)w->jobs,
-		.on_event = on_import_event,
-		.ctx = w,
-	};
-	gfs_import *imp = gfs_import_new(w->conn, &io);
-	gfs_import_stats st;
-	bool ok = gfs_import_run(imp, &st, err);
-	gfs_import_free(imp);
-	if (ok)
-		report_pass(w, &st);
-	return ok;
+	warnx_("backend unreachable: %s; %zu changes wait, retrying", ev->message, ev->pending);
+	sd_notify_("STATUS=backend unreachable; changes wait");
+	if (w->json && !G.quiet) {
+		bson_t doc;
+		json_event(&doc, "backend-down");
+		BSON_APPEND_UTF8(&doc, "error", ev->message);
+		BSON_APPEND_INT64(&doc, "pending", (int64_t)ev->pending);
+		BSON_APPEND_DATE_TIME(&doc, "since", ev->since_ms);
+		emit_json(&doc);
+	}
 }
 
 static void
-schedule_pass(struct watch_cli *w)
+report_up(const struct watch_cli *w, const gfs_watcher_event *ev)
 {
-	w->next_pass_ms = w->pass_every_s ? mono_ms() + w->pass_every_s * 1000 : 0;
+	int64_t secs = (gfs_now_ms() - ev->since_ms) / 1000;
+	warnx_("backend reachable again after %lld s; acting on %zu changes", (long long)secs, ev->pending);
+	sd_notify_("STATUS=watching");
+	if (w->json && !G.quiet) {
+		bson_t doc;
+		json_event(&doc, "backend-up");
+		BSON_APPEND_INT64(&doc, "pending", (int64_t)ev->pending);
+		BSON_APPEND_DATE_TIME(&doc, "since", ev->since_ms);
+		emit_json(&doc);
+	}
 }
 
-/* Directories that cannot be watched are covered by periodic passes, or end watching. */
-static bool
-check_unwatched(struct watch_cli *w)
+static void
+on_event(const gfs_watcher_event *ev, void *ctx)
 {
-	size_t n = gfs_inotree_unwatched(w->tree);
-	if (!n)
-		return true;
-	if (w->unwatched_fail) {
-		warnx_("%zu directories under %s cannot be watched (--unwatched fail)", n, w->o.dir);
-		return false;
+	struct watch_cli *w = ctx;
+	switch (ev->kind) {
+	case GFS_WEV_WARNING: warnx_("%s", ev->message); break;
+	case GFS_WEV_ACTION: report(w, ev->action, ev->name, ev->bytes); break;
+	case GFS_WEV_MOVED: report_moved(w, ev); break;
+	case GFS_WEV_SYNCED: report_pass(w, ev); break;
+	case GFS_WEV_BACKEND_DOWN: report_down(w, ev); break;
+	case GFS_WEV_BACKEND_UP: report_up(w, ev); break;
 	}
-	if (!w->pass_every_s) {
-		w->pass_every_s = UNWATCHED_RESCAN_S;
-		schedule_pass(w);
-		warnx_("%zu directories under %s cannot be watched; a full pass every %ld s covers them",
-		       n, w->o.dir, w->pass_every_s);
-	}
-	return true;
 }
 
-/* The pass owed, or the periodic one, once the queue is done; false when watching must end. */
-static bool
-maybe_pass(struct watch_cli *w)
-{
-	if (w->next_pass_ms && mono_ms() >= w->next_pass_ms)
-		w->pass_owed = true;
-	if (!w->pass_owed || w->down || w->ops)
-		return true;
-	if (w->overflowed)
-		warnx_("inotify lost events; rescanning %s", w->o.dir);
-	gfs_error err;
-	if (w->next_pass_ms && !gfs_inotree_rewalk(w->tree, &err)) {
-		warnx_("%s", err.msg);
-		return false;
-	}
-	if (!full_pass(w, &err)) {
-		if (err.code == GFS_ELIMIT) {
-			warnx_("%s", err.msg);
-			w->over_limit = true;
-			return false;
-		}
-		if (err.code == GFS_EBACKEND || err.code == GFS_EBUSY) {
-			/* a pass is all or nothing: owed still, tried when the backend answers */
-			backend_down(w, &err);
-			return true;
-		}
-		warnx_("%s", err.msg);
-		w->failures++;
-	}
-	w->pass_owed = w->overflowed = false;
-	schedule_pass(w);
-	return check_unwatched(w);
-}
-
-/* ---- status ---------------------------------------------------------- */
-
+/* SIGUSR1: what waits, and since when, on stderr (and as JSON with --json). */
 static void
 status_line(const struct watch_cli *w)
 {
-	int64_t oldest = oldest_waiting(w);
+	gfs_watcher_status st;
+	gfs_watcher_status_of(w->watcher, &st);
 	if (w->json && !G.quiet) {
 		bson_t doc;
 		json_event(&doc, "status");
-		BSON_APPEND_INT64(&doc, "pending", (int64_t)waiting(w));
-		if (oldest)
-			BSON_APPEND_DATE_TIME(&doc, "since", oldest);
-		BSON_APPEND_BOOL(&doc, "backend", !w->down);
-		if (w->down)
-			BSON_APPEND_DATE_TIME(&doc, "downSince", w->down_since_ms);
-		BSON_APPEND_BOOL(&doc, "passOwed", w->pass_owed);
-		BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(w->tree));
-		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
+		BSON_APPEND_INT64(&doc, "pending", (int64_t)st.pending);
+		if (st.oldest_ms)
+			BSON_APPEND_DATE_TIME(&doc, "since", st.oldest_ms);
+		BSON_APPEND_BOOL(&doc, "backend", !st.down);
+		if (st.down)
+			BSON_APPEND_DATE_TIME(&doc, "downSince", st.down_since_ms);
+		BSON_APPEND_BOOL(&doc, "passOwed", st.pass_owed);
+		BSON_APPEND_INT64(&doc, "directories", (int64_t)st.directories);
+		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)st.unwatched);
 		emit_json(&doc);
 	}
 	int64_t now = gfs_now_ms();
-	fprintf(stderr, "%s watch: %zu changes waiting", progname, waiting(w));
-	if (oldest)
-		fprintf(stderr, " (the oldest for %lld s)", (long long)(now - oldest) / 1000);
-	if (w->down)
-		fprintf(stderr, "; backend unreachable for %lld s", (long long)(now - w->down_since_ms) / 1000);
-	if (w->pass_owed)
+	fprintf(stderr, "%s watch: %zu changes waiting", progname, st.pending);
+	if (st.oldest_ms)
+		fprintf(stderr, " (the oldest for %lld s)", (long long)(now - st.oldest_ms) / 1000);
+	if (st.down)
+		fprintf(stderr, "; backend unreachable for %lld s", (long long)(now - st.down_since_ms) / 1000);
+	if (st.pass_owed)
 		fprintf(stderr, "; a full pass is owed");
-	fprintf(stderr, "; %zu directories watched, %zu not\n", gfs_inotree_count(w->tree),
-	        gfs_inotree_unwatched(w->tree));
+	fprintf(stderr, "; %zu directories watched, %zu not\n", st.directories, st.unwatched);
 }
 
-/* ---- the loop -------------------------------------------------------- */
-
-struct earliest {
-	int64_t at;
-};
-
-static void
-earliest_due(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	const struct pending *p = value;
-	struct earliest *e = ctx;
-	if (e->at < 0 || p->due_ms < e->at)
-		e->at = p->due_ms;
-}
-
-/* When something is next to do, in ms from now; -1 for nothing. */
-static int64_t
-next_wakeup(const struct watch_cli *w)
-{
-	struct earliest e = {.at = -1};
-	if (w->down) {
-		e.at = w->retry_ms;
-	} else {
-		strmap_each(w->pending, earliest_due, &e);
-		if (w->ops || w->pass_owed)
-			e.at = 0;
-		if (w->next_pass_ms && (e.at < 0 || w->next_pass_ms < e.at))
-			e.at = w->next_pass_ms;
-	}
-	if (e.at < 0)
-		return -1;
-	int64_t wait = e.at - mono_ms();
-	return wait > 0 ? wait : 0;
-}
-
-static void
-arm(int tfd, int64_t ms)
-{
-	struct itimerspec its = {0};
-	if (ms >= 0) {
-		if (ms == 0)
-			ms = 1;
-		its.it_value.tv_sec = ms / 1000;
-		its.it_value.tv_nsec = (ms % 1000) * 1000000;
-	}
-	timerfd_settime(tfd, 0, &its, NULL);
-}
-
-/* ---- --max-delete ---------------------------------------------------- */
-
-struct removals {
-	struct watch_cli *w;
-	int64_t now;
-	uint64_t files;
-	bool due;             /* one of them is to be carried out now */
-	char *last;           /* the name counted last: revisions of one name count once */
-	bool ok;
-	gfs_error err;
-};
-
+/* One signal: false when it says stop (w->rc set). */
 static bool
-count_name(const gfs_file *f, void *ctx)
+on_signal(void *ctx)
 {
-	struct removals *r = ctx;
-	if (r->last && f->filename && strcmp(r->last, f->filename) == 0)
-		return true;
-	free(r->last);
-	r->last = f->filename ? strdup(f->filename) : NULL;
-	r->files++;
-	return true;
-}
-
-/* Adds the stored names under the folder rel ("" for the whole prefix). */
-static void
-count_stored(struct removals *r, const char *rel)
-{
-	if (!r->ok)
-		return;
-	char *name = rel[0] ? gfs_prefix_join(r->w->o.prefix, rel) : strdup(r->w->o.prefix ? r->w->o.prefix : "");
-	size_t len = strlen(name);
-	char *folder = malloc(len + 2);
-	if (!folder)
-		abort();
-	snprintf(folder, len + 2, "%s%s", name, len && name[len - 1] != '/' ? "/" : "");
-	r->ok = gfs_list(r->w->s, folder, count_name, r, &r->err);
-	free(r->last);
-	r->last = NULL;
-	free(folder);
-	free(name);
-}
-
-static void
-count_due_removal(const char *key, void *value, void *ctx)
-{
-	(void)key;
-	struct removals *r = ctx;
-	const struct pending *p = value;
-	if (!p->dir_removed && p->file != FILE_REMOVED)
-		return;
-	r->due |= p->due_ms <= r->now;
-	if (p->dir_removed)
-		count_stored(r, p->rel);
-	if (p->file == FILE_REMOVED)
-		r->files++;
-}
-
-/*
- * --max-delete between full passes: "a run" is every removal waiting when
- * the first of them is due (queued, settled or still settling: a burst
- * within --settle of its first removal is one batch), counted in stored
- * files before any is carried out. Over the limit, none is, and watching
- * ends (exit 7): a mass removal is what an rm -rf in the wrong place looks
- * like.
- */
-static bool
-removals_within_limit(struct watch_cli *w, bool all)
-{
-	if (!w->delete || !w->max_delete.set)
-		return true;
-	struct removals r = {.w = w, .now = all ? INT64_MAX : mono_ms(), .ok = true};
-	for (const struct op *op = w->ops; op; op = op->next) {
-		if (op->move)
-			continue;
-		if (op->is_dir)
-			count_stored(&r, op->rel);
-		else
-			r.files++;
-		r.due = true;
-	}
-	strmap_each(w->pending, count_due_removal, &r);
-	uint64_t removing = r.files;
-	if (!r.due)
-		return true;
-	if (r.ok && removing > 0 && w->max_delete.percent) {
-		r.files = 0;
-		count_stored(&r, "");
-	}
-	gfs_error err;
-	if (!r.ok) {
-		backend_down(w, &r.err);
-		return true; /* nothing is done while it is down */
-	}
-	if (gfs_max_delete_check(&w->max_delete, removing, r.files, "watch --delete", &err))
-		return true;
-	if (!w->over_limit)
-		warnx_("%s", err.msg);
-	w->over_limit = true;
-	return false;
-}
-
-/* Does what is due; false when watching must end. */
-static bool
-work(struct watch_cli *w, bool all)
-{
-	if (!backend_up(w))
-		return true;
-	if (!removals_within_limit(w, all))
-		return false;
-	process_ops(w);
-	if (!maybe_pass(w))
-		return false;
-	if (!w->down)
-		process_pending(w, all);
-	return true;
-}
-
-/* One signal: false when it says stop (rc set). */
-static bool
-on_signal(struct watch_cli *w, int sfd, int *rc)
-{
+	struct watch_cli *w = ctx;
 	struct signalfd_siginfo si;
-	if (read(sfd, &si, sizeof si) != sizeof si)
+	if (read(w->sfd, &si, sizeof si) != sizeof si)
 		return true;
 	if (si.ssi_signo == SIGUSR1) {
 		status_line(w);
 		return true;
 	}
-	*rc = si.ssi_signo == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
+	w->rc = si.ssi_signo == SIGINT ? EXIT_INTERRUPTED : EXIT_OK;
 	return false;
-}
-
-/* At the end, one more try of everything waiting; what is left is said, not lost silently. */
-static void
-finish(struct watch_cli *w)
-{
-	sd_notify_("STOPPING=1");
-	if (w->down)
-		w->retry_ms = 0;
-	work(w, true);
-	if (waiting(w) || w->pass_owed) {
-		warnx_("stopping with %zu changes not acted on%s", waiting(w),
-		       w->pass_owed ? " and a full pass owed" : "");
-		w->failures++;
-	}
-}
-
-static int
-run_loop(struct watch_cli *w, int sfd, int tfd)
-{
-	int ep = epoll_create1(EPOLL_CLOEXEC);
-	int fds[] = {gfs_inotree_fd(w->tree), sfd, tfd};
-	for (size_t i = 0; i < 3; i++) {
-		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-		epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
-	}
-	int rc = EXIT_OK;
-	bool go = true;
-	arm(tfd, next_wakeup(w));
-	while (go) {
-		struct epoll_event evs[4];
-		int n = epoll_wait(ep, evs, 4, -1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			warn_("epoll");
-			rc = EXIT_LOCAL;
-			break;
-		}
-		bool timer = false;
-		for (int i = 0; i < n && go; i++) {
-			int fd = evs[i].data.fd;
-			if (fd == sfd) {
-				go = on_signal(w, sfd, &rc);
-			} else if (fd == tfd) {
-				uint64_t ticks;
-				timer = read(tfd, &ticks, sizeof ticks) > 0 || timer;
-			} else {
-				gfs_error err;
-				if (!gfs_inotree_read(w->tree, on_change, w, &err)) {
-					warnx_("%s", err.msg);
-					go = false;
-					rc = EXIT_LOCAL;
-				}
-			}
-		}
-		/* events alone only move deadlines; the work is done when the timer says */
-		if (go && timer && !work(w, false)) {
-			go = false;
-			rc = w->over_limit ? EXIT_LIMIT : EXIT_LOCAL;
-		}
-		arm(tfd, next_wakeup(w));
-	}
-	finish(w);
-	close(ep);
-	return rc;
 }
 
 static void
 say_ready(const struct watch_cli *w)
 {
+	gfs_watcher_status st;
+	gfs_watcher_status_of(w->watcher, &st);
 	char msg[128];
-	snprintf(msg, sizeof msg, "READY=1\nSTATUS=watching %zu directories", gfs_inotree_count(w->tree));
+	snprintf(msg, sizeof msg, "READY=1\nSTATUS=watching %zu directories", st.directories);
 	sd_notify_(msg);
 	if (G.quiet)
 		return;
 	if (w->json) {
 		bson_t doc;
 		json_event(&doc, "ready");
-		BSON_APPEND_INT64(&doc, "directories", (int64_t)gfs_inotree_count(w->tree));
-		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)gfs_inotree_unwatched(w->tree));
+		BSON_APPEND_INT64(&doc, "directories", (int64_t)st.directories);
+		BSON_APPEND_INT64(&doc, "unwatched", (int64_t)st.unwatched);
 		emit_json(&doc);
 	}
 	fprintf(stderr, "%s watch: ready: watching %s (%zu directories%s)\n", progname, w->o.dir,
-	        gfs_inotree_count(w->tree), gfs_inotree_unwatched(w->tree) ? ", some not watched" : "");
+	        st.directories, st.unwatched ? ", some not watched" : "");
 }
 
+/* The watcher from start to finish; an exit status. */
 static int
-watch(struct watch_cli *w, int sfd)
+watch(struct watch_cli *w, gfs_conn *conn)
 {
-	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	gfs_watcher_opts wo = {
+		.o = w->o,
+		.delete = w->delete,
+		.initial = w->initial,
+		.unwatched_fail = w->unwatched_fail,
+		.max_delete = w->max_delete,
+		.settle_ms = w->settle_ms,
+		.jobs = w->jobs,
+		.rescan_every_s = w->rescan_every_s,
+		.max_pending = w->max_pending,
+		.on_event = on_event,
+		.ctx = w,
+	};
+	w->watcher = gfs_watcher_new(conn, &wo);
 	gfs_error err;
-	/* Watches first, then the full pass: a change made during the pass is not missed. */
-	w->tree = gfs_inotree_open(w->o.dir, &w->o.walk, on_inotree_warning, w, &err);
-	if (!w->tree) {
-		warnx_("%s", err.msg);
-		close(tfd);
-		return EXIT_LOCAL;
-	}
-	int rc = EXIT_OK;
-	schedule_pass(w);
-	if (!check_unwatched(w))
-		rc = EXIT_LOCAL;
-	else if (w->initial && !full_pass(w, &err)) {
-		warnx_("%s", err.msg);
-		rc = exit_code_for(&err);
-	}
-	if (rc == EXIT_OK) {
+	int rc;
+	if (!gfs_watcher_start(w->watcher, &err)) {
+		rc = exit_code_for(&err);   /* the cause is said already */
+	} else {
 		say_ready(w);
-		rc = run_loop(w, sfd, tfd);
+		enum gfs_watcher_end end = gfs_watcher_run(w->watcher, w->sfd, on_signal, w);
+		rc = end == GFS_WATCHER_ASKED ? w->rc : end == GFS_WATCHER_LIMIT ? EXIT_LIMIT : EXIT_LOCAL;
+		sd_notify_("STOPPING=1");
+		gfs_watcher_finish(w->watcher);
 	}
-	gfs_inotree_close(w->tree);
-	close(tfd);
+	gfs_watcher_status st;
+	gfs_watcher_status_of(w->watcher, &st);
+	w->failures = st.failures;
+	gfs_watcher_free(w->watcher);
+	w->watcher = NULL;
 	return rc;
 }
 
@@ -1313,7 +338,6 @@ cmd_watch(int argc, char **argv)
 	double started = gfs_mono_seconds();
 	struct watch_cli w = {.initial = true, .settle_ms = 50, .jobs = 4, .max_pending = DEFAULT_MAX_PENDING};
 	w.o.keep_revisions = 1;
-	w.ops_tail = &w.ops;
 	int i = parse_options(argc, argv, &cmd_watch_entry, on_opt, &w);
 	int rc = EXIT_USAGE;
 	if (i < 0)
@@ -1328,34 +352,25 @@ cmd_watch(int argc, char **argv)
 	w.o.prefix = w.sel.prefix;
 	w.o.content_type = w.sel.content_type;
 	tree_select_walk(&w.sel, &w.o.walk);
-	w.pass_every_s = w.rescan_every_s;
 	/* Before any thread exists (the driver starts monitor threads): see cmd/interrupt.c. */
-	int sfd = interrupt_signalfd(SIGUSR1);
+	w.sfd = interrupt_signalfd(SIGUSR1);
 	gfs_error err;
-	w.conn = connect_or_warn();
-	if (!w.conn) {
-		close(sfd);
+	gfs_conn *conn = connect_or_warn();
+	if (!conn) {
+		close(w.sfd);
 		goto out;
 	}
-	if (!gfs_conn_ping(w.conn, &err)) {
+	if (!gfs_conn_ping(conn, &err)) {
 		rc = fail(&err);
-		gfs_conn_close(w.conn);
-		close(sfd);
+		gfs_conn_close(conn);
+		close(w.sfd);
 		goto out;
 	}
-	w.magic = gfs_magic_open(&err);
-	w.s = gfs_session_pop(w.conn);
-	w.pending = strmap_new(64);
-	rc = watch(&w, sfd);
-	close(sfd);
+	rc = watch(&w, conn);
+	close(w.sfd);
 	if (rc == EXIT_OK && w.failures)
 		rc = EXIT_PARTIAL;
-	strmap_each(w.pending, free_pending, NULL);
-	strmap_free(w.pending);
-	free_ops(&w);
-	gfs_session_push(w.s);
-	gfs_magic_close(w.magic);
-	gfs_conn_close(w.conn);
+	gfs_conn_close(conn);
 out:
 	if (w.json && i >= 0)
 		print_summary(&w, rc, gfs_mono_seconds() - started);

@@ -128,12 +128,7 @@ gfs_verify_disk_problem(gfs_verify_disk *r, const gfs_verify_problem *p)
 {
 	if (p->kind == GFS_VK_IN_PROGRESS)
 		return;   /* another process's work: nothing to repair */
-	if (r->nprobs == r->capprobs) {
-		r->capprobs = r->capprobs ? r->capprobs * 2 : 16;
-		r->probs = realloc(r->probs, r->capprobs * sizeof *r->probs);
-		if (!r->probs)
-			abort();
-	}
+	GFS_GROW(r->probs, r->nprobs + 1, r->capprobs, 16);
 	struct prob *q = &r->probs[r->nprobs++];
 	memset(q, 0, sizeof *q);
 	q->kind = p->kind;
@@ -166,12 +161,7 @@ gfs_verify_disk_file(gfs_verify_disk *r, const gfs_verify_file *v)
 	/* Only a disk comparison needs every file. */
 	if (!r->o.dir || !v->file->filename)
 		return;
-	if (r->nrecs == r->caprecs) {
-		r->caprecs = r->caprecs ? r->caprecs * 2 : 1024;
-		r->recs = realloc(r->recs, r->caprecs * sizeof *r->recs);
-		if (!r->recs)
-			abort();
-	}
+	GFS_GROW(r->recs, r->nrecs + 1, r->caprecs, 1024);
 	struct rec *rc = gfs_xcalloc(1, sizeof *rc);
 	r->recs[r->nrecs++] = rc;
 	for (size_t i = first; i < r->nprobs; i++)
@@ -210,17 +200,10 @@ walk_one(const gfs_walk_entry *e, void *ctx)
 	}
 	if (e->kind != GFS_WALK_FILE)
 		return !stopped(r);
-	if (r->nfiles == r->capfiles) {
-		r->capfiles = r->capfiles ? r->capfiles * 2 : 1024;
-		r->files = realloc(r->files, r->capfiles * sizeof *r->files);
-		if (!r->files)
-			abort();
-	}
+	GFS_GROW(r->files, r->nfiles + 1, r->capfiles, 1024);
 	struct dfile *d = &r->files[r->nfiles++];
 	d->rel_len = e->rel_len;
-	d->rel = malloc(e->rel_len + 1);
-	if (!d->rel)
-		abort();
+	d->rel = gfs_xmalloc(e->rel_len + 1);
 	memcpy(d->rel, e->rel, e->rel_len + 1);
 	char *uname = gfs_name_from_bytes(e->rel, e->rel_len, &d->escaped);
 	d->name = gfs_prefix_join(w->prefix, uname);
@@ -283,7 +266,7 @@ upload(gfs_session *s, const struct dfile *d, const char *content_type, gfs_erro
 		gfs_error merr;
 		gfs_magic *m = gfs_magic_open(&merr);
 		if (m && n >= 0)
-			sniffed = strdup(gfs_magic_type(m, head, (size_t)n));
+			sniffed = gfs_xstrdup(gfs_magic_type(m, head, (size_t)n));
 		gfs_magic_close(m);
 		content_type = sniffed;
 	}
@@ -294,7 +277,7 @@ upload(gfs_session *s, const struct dfile *d, const char *content_type, gfs_erro
 		free(sniffed);
 		return false;
 	}
-	int64_t mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	int64_t mtime_ns = gfs_stat_mtime_ns(&st);
 	int64_t mtime_ms = mtime_ns >= 0 ? mtime_ns / 1000000 : -((-mtime_ns + 999999) / 1000000);
 	bson_t meta = BSON_INITIALIZER;
 	BSON_APPEND_DATE_TIME(&meta, "mtime", mtime_ms);

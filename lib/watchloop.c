@@ -212,10 +212,8 @@ pending_for(gfs_watcher *w, const char *rel)
 	struct pending *p = strmap_get(w->pending, rel);
 	if (p)
 		return p;
-	p = calloc(1, sizeof *p);
-	if (!p)
-		abort();
-	p->rel = strdup(rel);
+	p = gfs_xcalloc(1, sizeof *p);
+	p->rel = gfs_xstrdup(rel);
 	p->since_ms = gfs_now_ms();
 	strmap_put(w->pending, p->rel, p);
 	return p;
@@ -224,13 +222,11 @@ pending_for(gfs_watcher *w, const char *rel)
 static void
 push_op(gfs_watcher *w, bool move, const char *from, const char *rel, bool is_dir)
 {
-	struct op *op = calloc(1, sizeof *op);
-	if (!op)
-		abort();
+	struct op *op = gfs_xcalloc(1, sizeof *op);
 	op->move = move;
 	op->is_dir = is_dir;
-	op->from = from ? strdup(from) : NULL;
-	op->rel = strdup(rel);
+	op->from = gfs_xstrdup(from);
+	op->rel = gfs_xstrdup(rel);
 	op->since_ms = gfs_now_ms();
 	*w->ops_tail = op;
 	w->ops_tail = &op->next;
@@ -303,9 +299,7 @@ static void
 queue_removals_before(gfs_watcher *w, const char *from, const char *to)
 {
 	struct related r = {.a = from, .b = to};
-	r.v = malloc((strmap_count(w->pending) + 1) * sizeof *r.v);
-	if (!r.v)
-		abort();
+	r.v = gfs_xreallocarray(NULL, strmap_count(w->pending) + 1, sizeof *r.v);
 	strmap_each(w->pending, collect_related, &r);
 	qsort(r.v, r.n, sizeof *r.v, by_rel);
 	for (size_t i = 0; i < r.n; i++) {
@@ -331,9 +325,7 @@ static void
 rekey_under(gfs_watcher *w, const char *from, const char *to)
 {
 	struct related r = {.a = from};
-	r.v = malloc((strmap_count(w->pending) + 1) * sizeof *r.v);
-	if (!r.v)
-		abort();
+	r.v = gfs_xreallocarray(NULL, strmap_count(w->pending) + 1, sizeof *r.v);
 	strmap_each(w->pending, collect_related, &r);
 	size_t cut = strlen(from);
 	for (size_t i = 0; i < r.n; i++) {
@@ -664,9 +656,7 @@ sync_batch(gfs_watcher *w, struct pending **v, size_t n)
 		sync_one_by_one(w, v, n);
 		return;
 	}
-	gfs_import_path *paths = malloc(n * sizeof *paths);
-	if (!paths)
-		abort();
+	gfs_import_path *paths = gfs_xreallocarray(NULL, n, sizeof *paths);
 	for (size_t i = 0; i < n; i++) {
 		paths[i].rel = v[i]->rel;
 		paths[i].changed = v[i]->file == FILE_CHANGED;
@@ -711,9 +701,7 @@ static void
 process_pending(gfs_watcher *w, bool all)
 {
 	struct due d = {.now = all ? INT64_MAX : mono_ms()};
-	d.v = malloc((strmap_count(w->pending) + 1) * sizeof *d.v);
-	if (!d.v)
-		abort();
+	d.v = gfs_xreallocarray(NULL, strmap_count(w->pending) + 1, sizeof *d.v);
 	strmap_each(w->pending, collect_due, &d);
 	/* sorted, so that a folder's removal comes before what is made under it */
 	qsort(d.v, d.n, sizeof *d.v, by_rel);
@@ -913,7 +901,7 @@ count_name(const gfs_file *f, void *ctx)
 	if (r->last && f->filename && strcmp(r->last, f->filename) == 0)
 		return true;
 	free(r->last);
-	r->last = f->filename ? strdup(f->filename) : NULL;
+	r->last = gfs_xstrdup(f->filename);
 	r->files++;
 	return true;
 }
@@ -924,11 +912,9 @@ count_stored(struct removals *r, const char *rel)
 {
 	if (!r->ok)
 		return;
-	char *name = rel[0] ? gfs_prefix_join(r->w->o.prefix, rel) : strdup(r->w->o.prefix ? r->w->o.prefix : "");
+	char *name = rel[0] ? gfs_prefix_join(r->w->o.prefix, rel) : gfs_xstrdup(r->w->o.prefix ? r->w->o.prefix : "");
 	size_t len = strlen(name);
-	char *folder = malloc(len + 2);
-	if (!folder)
-		abort();
+	char *folder = gfs_xmalloc(len + 2);
 	snprintf(folder, len + 2, "%s%s", name, len && name[len - 1] != '/' ? "/" : "");
 	r->ok = gfs_list(r->w->s, folder, count_name, r, &r->err);
 	free(r->last);

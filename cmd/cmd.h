@@ -160,6 +160,9 @@ int exit_code_for(const gfs_error *err);
 /* Prints err as one line and returns its exit code. */
 int fail(const gfs_error *err);
 
+/* systemd's Type=notify (lib/sdnotify.h) for serve and watch: a failure is said, never fatal. */
+void notify_systemd(const char *state);
+
 /* Connects with the globals; prints a one-line error and returns NULL on failure. */
 gfs_conn *connect_or_warn(void);
 

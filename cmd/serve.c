@@ -252,14 +252,6 @@ inherited_socket(void)
 	return fd;
 }
 
-/* systemd's Type=notify (lib/sdnotify.h); a failure is said, never fatal. */
-static void
-notify(const char *state)
-{
-	if (gfs_sd_notify(state) < 0)
-		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
-}
-
 /*
  * The next signal of set; meanwhile WATCHDOG=1 at half the interval systemd
  * asked for, on a deadline that signals in between (SIGHUP) do not push
@@ -278,7 +270,7 @@ wait_signal(const sigset_t *set)
 	for (;;) {
 		double now = gfs_mono_seconds();
 		if (next_ping <= now) {
-			notify("WATCHDOG=1");
+			notify_systemd("WATCHDOG=1");
 			next_ping = now + every;
 		}
 		double left = next_ping - now;
@@ -394,14 +386,14 @@ serve_until_stopped(httpserve *srv, struct serve_opts *o, sigset_t *set)
 			warnx_("serving http://%s%s%s:%u/", strchr(o->host, ':') ? "[" : "", o->host,
 			       strchr(o->host, ':') ? "]" : "", httpserve_port(srv));
 	}
-	notify("READY=1\nSTATUS=serving");
+	notify_systemd("READY=1\nSTATUS=serving");
 	int sig = wait_signal(set);
 	while (sig != SIGTERM && sig != SIGINT) {
 		if (sig == SIGHUP && o->log && o->log != stdout)
 			o->log = reopen_log(srv, o->access_log, o->log);
 		sig = wait_signal(set);
 	}
-	notify("STOPPING=1");
+	notify_systemd("STOPPING=1");
 	if (!G.quiet)
 		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");
 	httpserve_quiesce(srv);

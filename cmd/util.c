@@ -15,6 +15,7 @@
 #include "cmd.h"
 #include "../lib/maxdelete.h"
 #include "../lib/names.h"
+#include "../lib/sdnotify.h"
 
 /*
  * Length of the printable character at s[0..len), 0 when it is a control
@@ -207,4 +208,11 @@ max_delete_fits(const struct gfs_max_delete *md, bool deleting)
 		return true;
 	usage_error("--max-delete bounds --delete, which is not given");
 	return false;
+}
+
+void
+notify_systemd(const char *state)
+{
+	if (gfs_sd_notify(state) < 0)
+		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
 }

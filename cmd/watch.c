@@ -6,12 +6,22 @@
  * loop reports (human lines or JSON), speaks the sd_notify protocol and
  * takes the signals: SIGINT and SIGTERM stop watching, SIGUSR1 prints a
  * status line.
+ *
+ * Under a systemd watchdog (WatchdogSec=), WATCHDOG=1 goes out at most half
+ * an interval apart while the loop turns: a timer beside the signals wakes
+ * it when nothing else does. A full pass or a batch blocks the loop, so
+ * each file they handle is a sign of life too; what is left unpinged is a
+ * wait longer than the interval on one call, which the unit's WatchdogSec
+ * must allow for (contrib/systemd/gridfsctl-watch.service).
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "../lib/sdnotify.h"
@@ -53,8 +63,13 @@ struct watch_cli {
 	long settle_ms, jobs, rescan_every_s, max_pending;
 	gfs_watcher *watcher;
 	uint64_t failures;    /* actions given up on */
+	uint64_t uploaded, removed, moved;   /* for the summary */
 	int sfd;              /* SIGINT, SIGTERM and SIGUSR1 */
 	int rc;               /* set when a signal says stop */
+	/* the systemd watchdog: every_ms 0 when none is asked for */
+	int64_t ping_every_ms;
+	_Atomic int64_t next_ping_ms;
+	int tfd, ep;          /* its timer, and one epoll set of it and sfd for the loop */
 };
 
 static int
@@ -126,12 +141,29 @@ report(const struct watch_cli *w, const char *event, const char *name, int64_t b
 	}
 }
 
-/* The sd_notify protocol (lib/sdnotify.h); a failure is said, never fatal. */
-static void
-sd_notify_(const char *msg)
+static int64_t
+mono_ms(void)
 {
-	if (gfs_sd_notify(msg) < 0)
-		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
+	return gfs_clock_ns(CLOCK_MONOTONIC) / 1000000;
+}
+
+/* WATCHDOG=1 unless one went out less than ping_every_ms ago; from any thread. */
+static void
+ping_if_due(struct watch_cli *w)
+{
+	if (!w->ping_every_ms)
+		return;
+	int64_t now = mono_ms();
+	int64_t next = atomic_load(&w->next_ping_ms);
+	if (now < next || !atomic_compare_exchange_strong(&w->next_ping_ms, &next, now + w->ping_every_ms))
+		return;
+	notify_systemd("WATCHDOG=1");
+}
+
+static void
+on_progress(void *ctx)
+{
+	ping_if_due(ctx);
 }
 
 static void
@@ -172,7 +204,7 @@ static void
 report_down(const struct watch_cli *w, const gfs_watcher_event *ev)
 {
 	warnx_("backend unreachable: %s; %zu changes wait, retrying", ev->message, ev->pending);
-	sd_notify_("STATUS=backend unreachable; changes wait");
+	notify_systemd("STATUS=backend unreachable; changes wait");
 	if (w->json && !G.quiet) {
 		bson_t doc;
 		json_event(&doc, "backend-down");
@@ -188,7 +220,7 @@ report_up(const struct watch_cli *w, const gfs_watcher_event *ev)
 {
 	int64_t secs = (gfs_now_ms() - ev->since_ms) / 1000;
 	warnx_("backend reachable again after %lld s; acting on %zu changes", (long long)secs, ev->pending);
-	sd_notify_("STATUS=watching");
+	notify_systemd("STATUS=watching");
 	if (w->json && !G.quiet) {
 		bson_t doc;
 		json_event(&doc, "backend-up");
@@ -199,14 +231,31 @@ report_up(const struct watch_cli *w, const gfs_watcher_event *ev)
 }
 
 static void
+count_action(struct watch_cli *w, const char *action)
+{
+	if (strcmp(action, "uploaded") == 0 || strcmp(action, "replaced") == 0)
+		w->uploaded++;
+	else if (strncmp(action, "removed", 7) == 0)
+		w->removed++;
+}
+
+static void
+count_pass(struct watch_cli *w, const gfs_import_stats *st)
+{
+	w->uploaded += st->uploaded + st->replaced;
+	w->removed += st->deleted;
+}
+
+static void
 on_event(const gfs_watcher_event *ev, void *ctx)
 {
 	struct watch_cli *w = ctx;
+	ping_if_due(w);
 	switch (ev->kind) {
 	case GFS_WEV_WARNING: warnx_("%s", ev->message); break;
-	case GFS_WEV_ACTION: report(w, ev->action, ev->name, ev->bytes); break;
-	case GFS_WEV_MOVED: report_moved(w, ev); break;
-	case GFS_WEV_SYNCED: report_pass(w, ev); break;
+	case GFS_WEV_ACTION: count_action(w, ev->action); report(w, ev->action, ev->name, ev->bytes); break;
+	case GFS_WEV_MOVED: w->moved++; report_moved(w, ev); break;
+	case GFS_WEV_SYNCED: count_pass(w, ev->stats); report_pass(w, ev); break;
 	case GFS_WEV_BACKEND_DOWN: report_down(w, ev); break;
 	case GFS_WEV_BACKEND_UP: report_up(w, ev); break;
 	}
@@ -243,11 +292,14 @@ status_line(const struct watch_cli *w)
 	fprintf(stderr, "; %zu directories watched, %zu not\n", st.directories, st.unwatched);
 }
 
-/* One signal: false when it says stop (w->rc set). */
+/* The watchdog's timer, or one signal: false when a signal says stop (w->rc set). */
 static bool
 on_signal(void *ctx)
 {
 	struct watch_cli *w = ctx;
+	uint64_t ticks;
+	if (w->tfd >= 0 && read(w->tfd, &ticks, sizeof ticks) == sizeof ticks)
+		ping_if_due(w);
 	struct signalfd_siginfo si;
 	if (read(w->sfd, &si, sizeof si) != sizeof si)
 		return true;
@@ -266,7 +318,7 @@ say_ready(const struct watch_cli *w)
 	gfs_watcher_status_of(w->watcher, &st);
 	char msg[128];
 	snprintf(msg, sizeof msg, "READY=1\nSTATUS=watching %zu directories", st.directories);
-	sd_notify_(msg);
+	notify_systemd(msg);
 	if (G.quiet)
 		return;
 	if (w->json) {
@@ -278,6 +330,46 @@ say_ready(const struct watch_cli *w)
 	}
 	fprintf(stderr, "%s watch: ready: watching %s (%zu directories%s)\n", progname, w->o.dir,
 	        st.directories, st.unwatched ? ", some not watched" : "");
+}
+
+/*
+ * The descriptor the loop watches for us: the signalfd alone, or with a
+ * watchdog, one epoll set of it and a timer ticking at a quarter of the
+ * interval (so a ping, due at half of it, is never a whole one late).
+ */
+static int
+loop_fd(struct watch_cli *w)
+{
+	w->tfd = w->ep = -1;
+	uint64_t usec = gfs_sd_watchdog_usec();
+	if (!usec)
+		return w->sfd;
+	w->ping_every_ms = usec < 2000 ? 1 : (int64_t)(usec / 2000);
+	int64_t tick_ns = (int64_t)usec * 250;
+	struct itimerspec its = {
+		.it_interval = {.tv_sec = tick_ns / 1000000000, .tv_nsec = tick_ns % 1000000000},
+	};
+	its.it_value = its.it_interval;
+	w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	w->ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event sev = {.events = EPOLLIN, .data.fd = w->sfd};
+	struct epoll_event tev = {.events = EPOLLIN, .data.fd = w->tfd};
+	if (w->tfd < 0 || w->ep < 0 || timerfd_settime(w->tfd, 0, &its, NULL) < 0 ||
+	    epoll_ctl(w->ep, EPOLL_CTL_ADD, w->sfd, &sev) < 0 ||
+	    epoll_ctl(w->ep, EPOLL_CTL_ADD, w->tfd, &tev) < 0) {
+		warn_("the systemd watchdog's timer");
+		return w->sfd;   /* pings then come only with events and passes */
+	}
+	return w->ep;
+}
+
+static void
+loop_fd_close(struct watch_cli *w)
+{
+	if (w->ep >= 0)
+		close(w->ep);
+	if (w->tfd >= 0)
+		close(w->tfd);
 }
 
 /* The watcher from start to finish; an exit status. */
@@ -295,6 +387,7 @@ watch(struct watch_cli *w, gfs_conn *conn)
 		.rescan_every_s = w->rescan_every_s,
 		.max_pending = w->max_pending,
 		.on_event = on_event,
+		.on_progress = on_progress,
 		.ctx = w,
 	};
 	w->watcher = gfs_watcher_new(conn, &wo);
@@ -304,9 +397,10 @@ watch(struct watch_cli *w, gfs_conn *conn)
 		rc = exit_code_for(&err);   /* the cause is said already */
 	} else {
 		say_ready(w);
-		enum gfs_watcher_end end = gfs_watcher_run(w->watcher, w->sfd, on_signal, w);
+		enum gfs_watcher_end end = gfs_watcher_run(w->watcher, loop_fd(w), on_signal, w);
+		loop_fd_close(w);
 		rc = end == GFS_WATCHER_ASKED ? w->rc : end == GFS_WATCHER_LIMIT ? EXIT_LIMIT : EXIT_LOCAL;
-		sd_notify_("STOPPING=1");
+		notify_systemd("STOPPING=1");
 		gfs_watcher_finish(w->watcher);
 	}
 	gfs_watcher_status st;
@@ -323,6 +417,9 @@ print_summary(const struct watch_cli *w, int rc, double seconds)
 {
 	struct json_summary sum;
 	json_summary_begin(&sum, "watch", false);
+	BSON_APPEND_INT64(&sum.body, "uploaded", (int64_t)w->uploaded);
+	BSON_APPEND_INT64(&sum.body, "removed", (int64_t)w->removed);
+	BSON_APPEND_INT64(&sum.body, "moved", (int64_t)w->moved);
 	BSON_APPEND_INT64(&sum.body, "failed", (int64_t)w->failures);
 	const char *error = NULL;
 	if (rc == EXIT_INTERRUPTED)

@@ -80,6 +80,7 @@ struct gfs_watcher {
 	bool over_limit;      /* --max-delete stopped watching */
 	long settle_ms, jobs, max_pending;
 	gfs_watcher_event_fn on_event;
+	void (*on_progress)(void *ctx);
 	void *ctx;
 	gfs_conn *conn;
 	gfs_session *s;
@@ -614,6 +615,8 @@ static void
 on_batch_event(const gfs_import_event *ev, void *ctx)
 {
 	gfs_watcher *w = ctx;
+	if (w->on_progress)
+		w->on_progress(w->ctx);
 	if (ev->kind == GFS_IMPORT_UPLOADED || ev->kind == GFS_IMPORT_REPLACED) {
 		report(w, ev->kind == GFS_IMPORT_UPLOADED ? "uploaded" : "replaced", ev->name, ev->bytes);
 		return;
@@ -732,6 +735,8 @@ static void
 on_import_event(const gfs_import_event *ev, void *ctx)
 {
 	gfs_watcher *w = ctx;
+	if (w->on_progress)
+		w->on_progress(w->ctx);
 	if (ev->kind == GFS_IMPORT_FAILED || ev->kind == GFS_IMPORT_NOTICE) {
 		warning(w, "%s%s%s", ev->name ? ev->name : ev->path ? ev->path : "",
 		       ev->name || ev->path ? ": " : "", ev->reason ? ev->reason : "failed");
@@ -1102,6 +1107,7 @@ gfs_watcher_new(gfs_conn *conn, const gfs_watcher_opts *o)
 	w->max_pending = o->max_pending;
 	w->pass_every_s = o->rescan_every_s;
 	w->on_event = o->on_event;
+	w->on_progress = o->on_progress;
 	w->ctx = o->ctx;
 	w->conn = conn;
 	w->ops_tail = &w->ops;

@@ -71,6 +71,12 @@ typedef struct gfs_watcher_opts {
 	long rescan_every_s;        /* 0: no periodic full pass */
 	long max_pending;           /* changes kept waiting before a full pass replaces them */
 	gfs_watcher_event_fn on_event;
+	/*
+	 * A sign of life while the loop waits on a full pass or a batch: called
+	 * for each file they handle (stored, skipped or failed), from any
+	 * thread, one call at a time, with ctx. NULL: none.
+	 */
+	void (*on_progress)(void *ctx);
 	void *ctx;
 } gfs_watcher_opts;
 

@@ -101,12 +101,15 @@ def test_verify(gfs, bucket, db, tmp_path):
 def test_watch(gfs, bucket, tmp_path):
     d = tmp_path / "w"
     d.mkdir()
-    w = Watcher(gfs, d)
+    (d / "first.txt").write_bytes(b"stored by the first pass")
+    w = Watcher(gfs, d, "--delete")
     try:
         ready = w.wait_for("ready")
         (d / "n.txt").write_bytes(b"new")
         ev = w.wait_for("uploaded", "n.txt")
         assert ev["bytes"] == 3 and ready["time"] <= ev["time"]
+        (d / "first.txt").unlink()
+        w.wait_for("removed", "first.txt")
     finally:
         rc = w.stop(signal.SIGTERM)
     assert rc == 0
@@ -116,6 +119,9 @@ def test_watch(gfs, bucket, tmp_path):
         if e is not None:
             rest.append(e)
     assert rest and rest[-1]["summary"]["verb"] == "watch" and "error" not in rest[-1]["summary"]
+    # what it did, the first pass included
+    assert {k: rest[-1]["summary"][k] for k in ("uploaded", "removed", "moved", "failed")} == \
+        {"uploaded": 2, "removed": 1, "moved": 0, "failed": 0}, rest[-1]
 
 
 def test_writer_keeps_durations_short_and_dates_iso(gfs, bucket, tmp_path, tree):

@@ -126,3 +126,20 @@ def test_watch_still_notifies_through_the_library(gfs, notify, tmp_path):
         rc, err = finish(p)
     messages_until(sock, "STOPPING=1")
     assert rc == 0, err
+
+
+def test_watch_feeds_the_watchdog_while_idle(gfs, notify, tmp_path):
+    # nothing changes in the tree: the pings come from watch's own timer, not from events
+    sock, path = notify
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    p = gfs.popen("watch", str(tree), env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"},
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        messages_until(sock, "READY=1")
+        for _ in range(3):
+            messages_until(sock, "WATCHDOG=1")
+    finally:
+        rc, err = finish(p)
+    messages_until(sock, "STOPPING=1")
+    assert rc == 0, err

@@ -36,6 +36,7 @@ static const struct cmd_opt mirror_opts[] = {
 	CMD_OPT(0, "backup-dir", "DIR", "move what --delete or an overwrite would destroy there (same "
 	        "relative path; not inside the mirrored DIR)", .id = OPT_BACKUP_DIR),
 	CMD_OPT('n', "dry-run", NULL, "print what would be done, change nothing"),
+	CMD_OPT('v', "verbose", NULL, "print each file written, fixed or deleted"),
 	CMD_OPT('j', "jobs", "N", "files read in parallel (default 4)"),
 	CMD_OPT('c', "checksum", NULL, "compare content by sha256, not size and mtime"),
 	CMD_OPT(0, "no-fsync", NULL, "do not fsync files and directories (faster, not crash-safe)",
@@ -44,7 +45,7 @@ static const struct cmd_opt mirror_opts[] = {
 	        "what the server serves from an index), each (a query per file, --jobs at once), "
 	        "batched (files_id $in batches) or scan (one sorted pass over all chunks)",
 	        .id = OPT_READ, .values = "auto each batched scan"),
-	CMD_OPT(0, "json", NULL, "a JSON summary at the end; with --dry-run, one object per action",
+	CMD_OPT(0, "json", NULL, "a JSON summary at the end; with --dry-run or -v, one object per action",
 	        .id = OPT_JSON),
 	CMD_OPT_END,
 };
@@ -58,7 +59,7 @@ enum { RES_PENDING, RES_SKIP, RES_TODO, RES_WRITE, RES_ATTRS, RES_FAILED };
 struct mirror {
 	/* options */
 	const char *dir, *prefix, *backup_dir;
-	bool del, allow_empty, dry_run, checksum, no_fsync, json;
+	bool del, allow_empty, dry_run, verbose, checksum, no_fsync, json;
 	gfs_max_delete max_delete;
 	gfs_backup backup;
 	long jobs;
@@ -106,6 +107,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_MAX_DELETE: return max_delete_option(arg, &m->max_delete);
 	case OPT_BACKUP_DIR: m->backup_dir = arg; return 0;
 	case 'n': m->dry_run = true; return 0;
+	case 'v': m->verbose = true; return 0;
 	case 'c': m->checksum = true; return 0;
 	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
 	case OPT_JSON: m->json = true; return 0;
@@ -464,12 +466,14 @@ print_action(struct mirror *m, const char *action, const char *rel, size_t len,
 	free(path);
 }
 
+/* In name order: what a dry run would write, or (-v) what was written. */
 static void
-print_planned_actions(struct mirror *m)
+print_file_actions(struct mirror *m)
 {
+	unsigned char write = m->dry_run ? RES_TODO : RES_WRITE;
 	for (size_t i = 0; i < m->plan.count; i++) {
 		const struct gfs_mirror_item *it = &m->plan.items[i];
-		if (m->results[i] == RES_TODO)
+		if (m->results[i] == write)
 			print_action(m, "write", it->rel, it->rel_len, it);
 		else if (m->results[i] == RES_ATTRS)
 			print_action(m, "attrs", it->rel, it->rel_len, it);
@@ -491,7 +495,7 @@ on_swept(enum gfs_mirror_sweep_kind kind, const char *rel, size_t len, const gfs
 	case GFS_MIRROR_DELETE: atomic_fetch_add(&m->deleted, 1); break;
 	case GFS_MIRROR_RMDIR: atomic_fetch_add(&m->rmdirs, 1); break;
 	}
-	if (m->dry_run) {
+	if (m->dry_run || m->verbose) {
 		const char *names[] = {"clean", "delete", "rmdir"};
 		print_action(m, names[kind], rel, len, NULL);
 	}
@@ -740,8 +744,8 @@ mirror_run(struct mirror *m)
 	m->opts.removed_ctx = m;
 
 	run_workers(m);
-	if (m->dry_run)
-		print_planned_actions(m);
+	if (m->dry_run || m->verbose)
+		print_file_actions(m);
 	sweep(m);
 	if (interrupted())
 		reportf(m, "interrupted; files finished so far are in place");

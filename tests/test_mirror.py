@@ -554,6 +554,31 @@ def test_dry_run_then_delete(gfs, bucket, tmp_path):
     assert (dst / "keep/a").read_bytes() == b"a"
 
 
+def test_verbose_prints_what_was_done(gfs, bucket, tmp_path):
+    store(bucket, "v/keep/a", b"a")
+    store(bucket, "v/new", b"new")
+    store(bucket, "v/same", b"same")
+    dst = tmp_path / "d"
+    assert gfs.run("mirror", dst, "--prefix", "v").rc == 0
+    (dst / "keep/a").write_bytes(b"stale")
+    (dst / "new").unlink()
+    (dst / "gone.txt").write_bytes(b"x")
+    (dst / "olddir").mkdir()
+
+    r = gfs.run("mirror", dst, "--prefix", "v", "--delete", "-v")
+    assert r.rc == 0, r
+    assert set(r.text.splitlines()) == {"write keep/a", "write new", "delete gone.txt", "rmdir olddir"}, r.text
+    assert sorted(os.listdir(dst)) == ["keep", "new", "same"]
+
+    (dst / "new").write_bytes(b"changed")
+    r = gfs.run("mirror", dst, "--prefix", "v", "-v", "--json")
+    assert r.rc == 0, r
+    objs = jsonvocab.parse(r.text, "mirror")
+    assert [(o["event"], o["path"]) for o in objs if "event" in o] == [("write", "new")], r.text
+    assert not any("dryRun" in o for o in objs if "event" in o)
+    assert (dst / "new").read_bytes() == b"new"
+
+
 def test_delete_with_nothing_stored_refuses(gfs, bucket, tmp_path):
     """A mistyped --prefix or an empty bucket must not turn --delete into wiping DIR."""
     store(bucket, "real/a", b"a")

@@ -187,12 +187,7 @@ struct victims {
 static void
 victim_add(struct victims *vs, struct dentry *e)
 {
-	if (vs->n == vs->cap) {
-		vs->cap = vs->cap ? vs->cap * 2 : 16;
-		vs->v = realloc(vs->v, vs->cap * sizeof *vs->v);
-		if (!vs->v)
-			abort();
-	}
+	GFS_GROW(vs->v, vs->n + 1, vs->cap, 16);
 	vs->v[vs->n++] = e;
 }
 

@@ -12,6 +12,7 @@
 
 #include "httpcache.h"
 #include "strmap.h"
+#include "util.h"
 
 /* The negative cache is cleared whole when it reaches this many names. */
 #define NEG_MAX 100000
@@ -35,9 +36,7 @@ struct neg {
 http_cache_body *
 http_cache_body_new(size_t len)
 {
-	http_cache_body *b = malloc(sizeof *b + (len ? len : 1));
-	if (!b)
-		abort();
+	http_cache_body *b = gfs_xmalloc(sizeof *b + (len ? len : 1));
 	atomic_init(&b->refs, 1);
 	b->len = len;
 	return b;
@@ -66,9 +65,7 @@ http_cache_body_release_cb(void *cls)
 http_cache *
 http_cache_new(size_t max_bytes, void (*free_user)(void *))
 {
-	http_cache *c = calloc(1, sizeof *c);
-	if (!c)
-		abort();
+	http_cache *c = gfs_xcalloc(1, sizeof *c);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->neg_mu, NULL);
 	c->map = strmap_new(4096);
@@ -238,11 +235,8 @@ http_cache_entry *
 http_cache_put(http_cache *c, const char *key, http_cache_body *body, struct MHD_Response *resp,
                void *user)
 {
-	http_cache_entry *e = calloc(1, sizeof *e);
-	char *k = strdup(key);
-	if (!e || !k)
-		abort();
-	e->key = k;
+	http_cache_entry *e = gfs_xcalloc(1, sizeof *e);
+	e->key = gfs_xstrdup(key);
 	e->body = http_cache_body_ref(body);
 	e->resp = resp;
 	e->user = user;
@@ -286,9 +280,7 @@ void
 http_cache_neg_put(http_cache *c, const char *key, int64_t expires_ms)
 {
 	size_t len = strlen(key);
-	struct neg *n = malloc(sizeof *n + len + 1);
-	if (!n)
-		abort();
+	struct neg *n = gfs_xmalloc(sizeof *n + len + 1);
 	n->expires_ms = expires_ms;
 	memcpy(n->key, key, len + 1);
 	pthread_mutex_lock(&c->neg_mu);

@@ -495,9 +495,7 @@ start_fetch(struct req *r, gfs_meta *m)
 	j->kind = JOB_FETCH;
 	j->meta = gfs_meta_ref(m);
 	size_t n = strlen(m->cache_key) + 3;
-	j->key = malloc(n);
-	if (!j->key)
-		abort();
+	j->key = gfs_xmalloc(n);
 	snprintf(j->key, n, "F:%s", m->cache_key);
 	return wait_for_job(r, j);
 }
@@ -641,9 +639,7 @@ send_stream(struct req *r)
 static bool
 stream_push(struct stream *s, const uint8_t *data, size_t len)
 {
-	struct sbuf *b = malloc(sizeof *b + len);
-	if (!b)
-		abort();
+	struct sbuf *b = gfs_xmalloc(sizeof *b + len);
 	memcpy(b->data, data, len);
 	b->len = len;
 	b->off = 0;
@@ -1220,9 +1216,7 @@ serve_by_name(struct req *r, const char *path)
 		return send_status(r, 404);
 	char buf[1024];
 	size_t need = strlen(srv->prefix) + strlen(path) + 1;
-	char *name = need <= sizeof buf ? buf : malloc(need);
-	if (!name)
-		abort();
+	char *name = need <= sizeof buf ? buf : gfs_xmalloc(need);
 	snprintf(name, need, "%s%s", srv->prefix, path);
 	enum MHD_Result ret;
 	if (rev == -1 && name_index_loaded(srv->index)) {
@@ -1236,9 +1230,7 @@ serve_by_name(struct req *r, const char *path)
 		}
 	} else {
 		size_t klen = need + 24;
-		char *lkey = malloc(klen);
-		if (!lkey)
-			abort();
+		char *lkey = gfs_xmalloc(klen);
 		snprintf(lkey, klen, "N:%d:%s", rev, name);
 		if (http_cache_neg_has(srv->cache, lkey, gfs_now_ms()))
 			ret = send_status(r, 404);
@@ -1705,9 +1697,7 @@ bprintf(struct buf *b, const char *fmt, ...)
 			return;
 		}
 		b->cap = b->cap * 2 + (size_t)(n > 0 ? n : 0);
-		b->p = realloc(b->p, b->cap);
-		if (!b->p)
-			abort();
+		b->p = gfs_xreallocarray(b->p, b->cap, 1);
 	}
 }
 
@@ -1717,9 +1707,7 @@ static enum MHD_Result
 serve_metrics(struct req *r)
 {
 	struct httpserve *srv = r->srv;
-	struct buf b = {malloc(8192), 0, 8192};
-	if (!b.p)
-		abort();
+	struct buf b = {gfs_xmalloc(8192), 0, 8192};
 	bprintf(&b, "# HELP " P "requests_total Requests answered, by status.\n# TYPE " P "requests_total counter\n");
 	for (int s = 100; s < 600; s++) {
 		uint64_t n = atomic_load(&srv->status_count[s]);

@@ -58,9 +58,7 @@ gfs_meta_key(const bson_value_t *id)
 	if (!text || id->value_type == BSON_TYPE_OID)
 		return text;
 	size_t n = strlen(text) + 8;
-	char *key = malloc(n);
-	if (!key)
-		abort();
+	char *key = gfs_xmalloc(n);
 	snprintf(key, n, "~%02x:%s", (unsigned)id->value_type, text);
 	free(text);
 	return key;
@@ -75,9 +73,7 @@ static char *
 make_cache_key(const gfs_meta *m)
 {
 	size_t n = strlen(m->key) + strlen(m->etag) + 32;
-	char *key = malloc(n);
-	if (!key)
-		abort();
+	char *key = gfs_xmalloc(n);
 	snprintf(key, n, "%s %lld %s", m->key, (long long)m->length, m->etag);
 	return key;
 }
@@ -85,9 +81,7 @@ make_cache_key(const gfs_meta *m)
 gfs_meta *
 gfs_meta_from_file(const gfs_file *f)
 {
-	gfs_meta *m = calloc(1, sizeof *m);
-	if (!m)
-		abort();
+	gfs_meta *m = gfs_xcalloc(1, sizeof *m);
 	atomic_init(&m->refs, 1);
 	m->name = f->filename ? gfs_xstrdup(f->filename) : NULL;
 	m->key = gfs_meta_key(&f->id);
@@ -150,9 +144,7 @@ gfs_meta_file(const gfs_meta *m, gfs_file *out)
 name_index *
 name_index_new(const char *prefix)
 {
-	name_index *ix = calloc(1, sizeof *ix);
-	if (!ix)
-		abort();
+	name_index *ix = gfs_xcalloc(1, sizeof *ix);
 	pthread_rwlock_init(&ix->lock, NULL);
 	ix->prefix = gfs_xstrdup(prefix ? prefix : "");
 	ix->by_name = strmap_new(1024);
@@ -283,12 +275,7 @@ collect(const char *key, void *value, void *ctx)
 {
 	(void)key;
 	struct collected *c = ctx;
-	if (c->n == c->cap) {
-		c->cap = c->cap ? c->cap * 2 : 16;
-		c->items = realloc(c->items, c->cap * sizeof *c->items);
-		if (!c->items)
-			abort();
-	}
+	GFS_GROW(c->items, c->n + 1, c->cap, 16);
 	c->items[c->n++] = value;
 }
 

@@ -1,6 +1,7 @@
 /* Small things every part needs: clocks, allocation and number parsing. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,19 @@ gfs_xstrndup(const char *s, size_t n)
 	if (!d)
 		abort();
 	return d;
+}
+
+char *
+gfs_xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s;
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		abort();
+	return s;
 }
 
 void

@@ -36,6 +36,8 @@ void *gfs_xreallocarray(void *p, size_t n, size_t size);
 char *gfs_xstrdup(const char *s);
 /* A copy of at most n bytes of s, always terminated. */
 char *gfs_xstrndup(const char *s, size_t n);
+/* asprintf(3) into a new string. */
+char *gfs_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
  * Makes room for need elements in the array p of capacity cap (both lvalues;

@@ -217,13 +217,8 @@ collect_name(const gfs_file *f, void *ctx)
 		return true;
 	if (ns->n && strcmp(ns->v[ns->n - 1], f->filename) == 0)
 		return true;
-	if (ns->n == ns->cap) {
-		ns->cap = ns->cap ? ns->cap * 2 : 16;
-		ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
-		if (!ns->v)
-			abort();
-	}
-	ns->v[ns->n++] = strdup(f->filename);
+	GFS_GROW(ns->v, ns->n + 1, ns->cap, 16);
+	ns->v[ns->n++] = gfs_xstrdup(f->filename);
 	return true;
 }
 
@@ -275,12 +270,7 @@ collect_ref(const gfs_file *f, void *ctx)
 	bson_iter_t it;
 	if (bson_iter_init(&it, f->doc) && bson_iter_find_descendant(&it, "metadata." GFS_RAWNAME_FIELD, &it))
 		r->raw = true;
-	if (r->n == r->cap) {
-		r->cap = r->cap ? r->cap * 2 : 16;
-		r->v = realloc(r->v, r->cap * sizeof *r->v);
-		if (!r->v)
-			abort();
-	}
+	GFS_GROW(r->v, r->n + 1, r->cap, 16);
 	bson_value_copy(&f->id, &r->v[r->n].id);
 	r->v[r->n++].name = strdup(f->filename);
 	return true;
@@ -326,8 +316,7 @@ rename_all(gfs_session *s, const struct doc_refs *r, size_t cut, const char *to,
 		bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, set;
 		BSON_APPEND_UTF8(&sel, "filename", r->v[i].name);
 		char *name;
-		if (asprintf(&name, "%s%s", to, r->v[i].name + cut) < 0)
-			abort();
+		name = gfs_xasprintf("%s%s", to, r->v[i].name + cut);
 		BSON_APPEND_DOCUMENT_BEGIN(&upd, "$set", &set);
 		BSON_APPEND_UTF8(&set, "filename", name);
 		bson_append_document_end(&upd, &set);

@@ -243,8 +243,7 @@ static bool
 unchanged_since_seen(const gfs_watcher *w, struct pending *p)
 {
 	char *path;
-	if (asprintf(&path, "%s/%s", w->o.dir, p->rel) < 0)
-		abort();
+	path = gfs_xasprintf("%s/%s", w->o.dir, p->rel);
 	struct stat st;
 	int rc = lstat(path, &st);
 	free(path);
@@ -334,8 +333,7 @@ rekey_under(gfs_watcher *w, const char *from, const char *to)
 		if (!is_under(p->rel, from) || !p->rel[cut])
 			continue;
 		char *rel;
-		if (asprintf(&rel, "%s%s", to, p->rel + cut) < 0)
-			abort();
+		rel = gfs_xasprintf("%s%s", to, p->rel + cut);
 		enum file_change file = p->file;
 		struct stat seen = p->seen;
 		drop_pending(w, p);
@@ -629,8 +627,7 @@ on_batch_event(const gfs_import_event *ev, void *ctx)
 	if (!p)
 		return;
 	char *path;
-	if (asprintf(&path, "%s/%s", w->o.dir, p->rel) < 0)
-		abort();
+	path = gfs_xasprintf("%s/%s", w->o.dir, p->rel);
 	struct stat st;
 	bool gone = lstat(path, &st) < 0 && errno == ENOENT;
 	free(path);

@@ -315,7 +315,7 @@ scan(disktier *t, gfs_error *err)
 		e = gfs_xcalloc(1, sizeof *e);
 		memcpy(e->name, de->d_name, strlen(de->d_name) + 1); /* checked: at most 66 */
 		e->size = (uint64_t)st.st_size;
-		e->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+		e->mtime = gfs_stat_mtime_ns(&st);
 		victim_add(&all, e);
 	}
 	closedir(d);

@@ -860,11 +860,9 @@ static void
 files_doc(gfs_import *imp, const struct upload *u, int64_t now, bson_t *doc)
 {
 	const struct stat *st = &u->st;
-	int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	int64_t ns = gfs_stat_mtime_ns(st);
 	bson_t meta = BSON_INITIALIZER;
-	/* Floor division, so times before 1970 round the same way as after. */
-	int64_t ms = ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000);
-	BSON_APPEND_DATE_TIME(&meta, "mtime", ms);
+	BSON_APPEND_DATE_TIME(&meta, "mtime", gfs_mtime_ms(ns));
 	BSON_APPEND_INT64(&meta, "mtimeNs", ns);
 	if (u->racy)
 		BSON_APPEND_BOOL(&meta, "mtimeRacy", true);
@@ -1066,20 +1064,6 @@ same_file_state(const struct stat *a, const struct stat *b)
 	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec && a->st_ino == b->st_ino;
 }
 
-static int64_t
-mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
-static int64_t
-realtime_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /*
  * "Racily clean", as git says: a file modified within RACY_WINDOW_NS of
  * the start of its read (or later, by a clock ahead of ours) may have
@@ -1088,7 +1072,7 @@ realtime_ns(void)
 static bool
 racy_state(const struct stat *st, int64_t read_start_ns)
 {
-	return mtime_ns(st) >= read_start_ns - RACY_WINDOW_NS;
+	return gfs_stat_mtime_ns(st) >= read_start_ns - RACY_WINDOW_NS;
 }
 
 /* The content proved the same long enough after its mtime: size and mtime can be trusted again. */
@@ -1103,7 +1087,7 @@ settle(struct worker *w, const struct job *j)
 	}
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, unset;
 	BSON_APPEND_OID(&filter, "_id", &j->old_id);
-	BSON_APPEND_INT64(&filter, "metadata.mtimeNs", mtime_ns(&j->st));
+	BSON_APPEND_INT64(&filter, "metadata.mtimeNs", gfs_stat_mtime_ns(&j->st));
 	BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
 	BSON_APPEND_UTF8(&unset, "metadata.mtimeRacy", "");
 	bson_append_document_end(&update, &unset);
@@ -1195,7 +1179,7 @@ process(struct worker *w, struct job *j)
 	}
 	/* O_NONBLOCK only kept a FIFO swapped in since the walk from hanging the open. */
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	bool racy = racy_state(&before, realtime_ns());
+	bool racy = racy_state(&before, gfs_clock_ns(CLOCK_REALTIME));
 	if (j->old_sha[0] && before.st_size == j->st.st_size) {
 		char hex[65];
 		if (!hash_file(w, fd, before.st_size, hex)) {
@@ -1209,7 +1193,7 @@ process(struct worker *w, struct job *j)
 			close(fd);
 			/* Settle only a state read well after its mtime, and the one stored. */
 			bool settled = true;
-			if (j->settle && !racy && mtime_ns(&before) == mtime_ns(&j->st))
+			if (j->settle && !racy && gfs_stat_mtime_ns(&before) == gfs_stat_mtime_ns(&j->st))
 				settled = settle(w, j);
 			if (settled)
 				skip_unchanged(imp, j);
@@ -1315,9 +1299,9 @@ unchanged(const struct entry *e, const struct stat *st)
 {
 	if (e->length != (int64_t)st->st_size || !e->has_mtime)
 		return false;
-	int64_t ns = mtime_ns(st);
+	int64_t ns = gfs_stat_mtime_ns(st);
 	if (e->mtime_ms_only)
-		return e->mtime_ns / 1000000 == (ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000));
+		return e->mtime_ns / 1000000 == gfs_mtime_ms(ns);
 	return e->mtime_ns == ns;
 }
 

@@ -44,6 +44,12 @@ gfs_stat_mtime_ns(const struct stat *st)
 	return gfs_timespec_ns(&st->st_mtim);
 }
 
+int64_t
+gfs_mtime_ms(int64_t ns)
+{
+	return ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000);
+}
+
 void
 gfs_iso8601(int64_t ms, char buf[32])
 {

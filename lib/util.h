@@ -21,6 +21,8 @@ int64_t gfs_timespec_ns(const struct timespec *ts);
 int64_t gfs_timespec_ms(const struct timespec *ts);
 /* st's mtime in ns since the epoch, as stored in metadata.mtimeNs. */
 int64_t gfs_stat_mtime_ns(const struct stat *st);
+/* ns as the ms of metadata.mtime: floored, so times before 1970 round as later ones do. */
+int64_t gfs_mtime_ms(int64_t ns);
 
 /*
  * Allocation that cannot fail: out of memory aborts (nothing here can go on

@@ -277,13 +277,8 @@ upload(gfs_session *s, const struct dfile *d, const char *content_type, gfs_erro
 		free(sniffed);
 		return false;
 	}
-	int64_t mtime_ns = gfs_stat_mtime_ns(&st);
-	int64_t mtime_ms = mtime_ns >= 0 ? mtime_ns / 1000000 : -((-mtime_ns + 999999) / 1000000);
 	bson_t meta = BSON_INITIALIZER;
-	BSON_APPEND_DATE_TIME(&meta, "mtime", mtime_ms);
-	BSON_APPEND_INT64(&meta, "mtimeNs", mtime_ns);
-	BSON_APPEND_INT64(&meta, "size", (int64_t)st.st_size);
-	BSON_APPEND_INT32(&meta, "mode", (int32_t)(st.st_mode & 07777));
+	gfs_metadata_from_stat(&meta, &st);
 	if (d->escaped)
 		BSON_APPEND_BINARY(&meta, GFS_RAWNAME_FIELD, BSON_SUBTYPE_BINARY,
 		                (const uint8_t *)d->rel, (uint32_t)d->rel_len);

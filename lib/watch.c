@@ -31,12 +31,6 @@ stored_name(const gfs_watch_opts *o, const char *rel, bool *escaped)
 	return name;
 }
 
-static int64_t
-mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
 /* Reads the first block for libmagic, then hands the data on to gfs_put. */
 struct typed_source {
 	int fd;
@@ -135,7 +129,7 @@ same_content(int fd, const char *hex)
 static bool
 stored_is_current(const gfs_file *old, const struct stat *st, bool changed, int fd)
 {
-	if (old->length != st->st_size || old->mtime_ns != mtime_ns(st))
+	if (old->length != st->st_size || old->mtime_ns != gfs_stat_mtime_ns(st))
 		return false;
 	return !changed || same_content(fd, old->sha256);
 }

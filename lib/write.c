@@ -130,7 +130,7 @@ void
 gfs_metadata_from_stat(bson_t *meta, const struct stat *st)
 {
 	int64_t ns = gfs_stat_mtime_ns(st);
-	BSON_APPEND_DATE_TIME(meta, "mtime", ns / 1000000);
+	BSON_APPEND_DATE_TIME(meta, "mtime", gfs_mtime_ms(ns));
 	BSON_APPEND_INT64(meta, "mtimeNs", ns);
 	BSON_APPEND_INT64(meta, "size", (int64_t)st->st_size);
 	BSON_APPEND_INT32(meta, "mode", (int32_t)(st->st_mode & 07777));

@@ -1,4 +1,5 @@
 """gridfsctl import against the real backend, checked through pymongo/gridfs."""
+import datetime
 import json
 import os
 import shutil
@@ -211,6 +212,23 @@ def test_checksum_ignores_touch(gfs, db, tree):
     s = summary(gfs.run("import", tree, "--json"))
     assert (s["skipped"], s["replaced"]) == (0, 1)
     assert db.fs.files.find_one({"filename": "f"})["metadata"]["mtimeNs"] == 1_400_000_005_000_000_000
+
+
+def test_mtime_before_1970_rounds_alike_in_import_put_and_verify(gfs, db, tree, tmp_path):
+    """metadata.mtime is the ms floor of the mtime, before 1970 too, whichever verb stored it."""
+    ns = -1_500_000_500  # 1969-12-31T23:59:58.4999995
+    write(tree / "f", b"old", mtime_ns=ns)
+    assert gfs.run("import", tree, "--prefix", "i").rc == 0
+    assert gfs.run("put", tree / "f", "-n", "p").rc == 0
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    write(disk / "f", b"old", mtime_ns=ns)
+    r = gfs.run("verify", "--prefix", "v", "--against", disk, "--repair")  # uploads v/f, only on disk
+    assert r.rc == 0, r
+    want = datetime.datetime(1969, 12, 31, 23, 59, 58, 499000)
+    for name in ("i/f", "p", "v/f"):
+        meta = db.fs.files.find_one({"filename": name})["metadata"]
+        assert (meta["mtime"], meta["mtimeNs"]) == (want, ns), (name, meta)
 
 
 def test_racily_clean_file_is_checked_again(gfs, db, bucket, tree):

@@ -1380,11 +1380,9 @@ static struct entry *
 mark_seen(gfs_import *imp, const gfs_walk_entry *e)
 {
 	bool escaped;
-	char *rel_name = gfs_name_from_bytes(e->rel, e->rel_len, &escaped);
-	char *name = gfs_prefix_join(imp->prefix, rel_name);
+	char *name = gfs_stored_name(imp->prefix, e->rel, e->rel_len, &escaped);
 	struct entry *ent = entry_get(imp->names, name);
 	ent->seen = true;
-	free(rel_name);
 	free(name);
 	return ent;
 }
@@ -1421,9 +1419,7 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	pthread_mutex_unlock(&imp->mu);
 
 	bool escaped;
-	char *rel_name = gfs_name_from_bytes(e->rel, e->rel_len, &escaped);
-	char *name = gfs_prefix_join(imp->prefix, rel_name);
-	free(rel_name);
+	char *name = gfs_stored_name(imp->prefix, e->rel, e->rel_len, &escaped);
 	char reason[300];
 	if (strlen(name) > GFS_IMPORT_MAX_NAME) {
 		snprintf(reason, sizeof reason, "name too long (%zu bytes, at most %d)", strlen(name),
@@ -1802,9 +1798,7 @@ path_names(const gfs_import *imp, const gfs_import_path *paths, size_t n)
 	char **names = gfs_xcalloc(n + 1, sizeof *names);
 	for (size_t i = 0; i < n; i++) {
 		bool escaped;
-		char *rel_name = gfs_name_from_bytes(paths[i].rel, strlen(paths[i].rel), &escaped);
-		names[i] = gfs_prefix_join(imp->prefix, rel_name);
-		free(rel_name);
+		names[i] = gfs_stored_name(imp->prefix, paths[i].rel, strlen(paths[i].rel), &escaped);
 	}
 	return names;
 }

@@ -24,11 +24,18 @@ char *
 gfs_prefix_join(const char *prefix, const char *rel)
 {
 	char *p = gfs_prefix_normalize(prefix);
-	char *out = bson_strdup_printf("%s%s", p, rel);
-	char *copy = strdup(out);
-	bson_free(out);
+	char *out = gfs_xasprintf("%s%s", p, rel);
 	free(p);
-	return copy;
+	return out;
+}
+
+char *
+gfs_stored_name(const char *prefix, const char *rel, size_t len, bool *escaped)
+{
+	char *utf8 = gfs_name_from_bytes(rel, len, escaped);
+	char *name = gfs_prefix_join(prefix, utf8);
+	free(utf8);
+	return name;
 }
 
 const char *

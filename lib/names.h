@@ -33,6 +33,8 @@ bool gfs_utf8_valid(const char *bytes, size_t len);
  * to be written as %XX (the caller then stores metadata.rawName). Caller frees.
  */
 char *gfs_name_from_bytes(const char *bytes, size_t len, bool *escaped);
+/* The filename the path rel[0..len) is stored under below prefix (gfs_name_from_bytes). */
+char *gfs_stored_name(const char *prefix, const char *rel, size_t len, bool *escaped);
 /*
  * Reads metadata.rawName of a files document, if present: returns a malloc'd
  * NUL-terminated copy and its length, else NULL.

@@ -205,9 +205,7 @@ walk_one(const gfs_walk_entry *e, void *ctx)
 	d->rel_len = e->rel_len;
 	d->rel = gfs_xmalloc(e->rel_len + 1);
 	memcpy(d->rel, e->rel, e->rel_len + 1);
-	char *uname = gfs_name_from_bytes(e->rel, e->rel_len, &d->escaped);
-	d->name = gfs_prefix_join(w->prefix, uname);
-	free(uname);
+	d->name = gfs_stored_name(w->prefix, e->rel, e->rel_len, &d->escaped);
 	d->path = bson_strdup_printf("%s/%s", w->root, e->rel);
 	d->st = *e->st;
 	return !stopped(r);

@@ -21,15 +21,6 @@ gfs_watch_action_name(enum gfs_watch_action a)
 	return "unknown";
 }
 
-/* The stored name of rel, and whether its bytes had to be escaped. */
-static char *
-stored_name(const gfs_watch_opts *o, const char *rel, bool *escaped)
-{
-	char *utf8 = gfs_name_from_bytes(rel, strlen(rel), escaped);
-	char *name = gfs_prefix_join(o->prefix, utf8);
-	free(utf8);
-	return name;
-}
 
 /* Reads the first block for libmagic, then hands the data on to gfs_put. */
 struct typed_source {
@@ -157,7 +148,7 @@ gfs_watch_sync_file(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 
 	bool escaped;
-	char *name = stored_name(o, rel, &escaped);
+	char *name = gfs_stored_name(o->prefix, rel, strlen(rel), &escaped);
 	gfs_file old;
 	gfs_error ferr;
 	bool have_old = gfs_find_by_name(s, name, -1, &old, &ferr);
@@ -222,7 +213,7 @@ gfs_watch_remove(gfs_session *s, const gfs_watch_opts *o, const char *rel, bool 
 {
 	*removed = 0;
 	bool escaped;
-	char *name = stored_name(o, rel, &escaped);
+	char *name = gfs_stored_name(o->prefix, rel, strlen(rel), &escaped);
 	if (!is_dir) {
 		bool ok = remove_name(s, name, removed, err);
 		free(name);
@@ -343,7 +334,8 @@ gfs_watch_move(gfs_session *s, const gfs_watch_opts *o, const char *from, const 
 {
 	*moved = 0;
 	bool esc_from, esc_to;
-	char *old_name = stored_name(o, from, &esc_from), *new_name = stored_name(o, to, &esc_to);
+	char *old_name = gfs_stored_name(o->prefix, from, strlen(from), &esc_from),
+	     *new_name = gfs_stored_name(o->prefix, to, strlen(to), &esc_to);
 	struct doc_refs src = {0}, dst = {0};
 	bool ok = !esc_from && !esc_to;
 	if (!ok)

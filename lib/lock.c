@@ -28,6 +28,7 @@ struct gfs_lock {
 	pthread_cond_t cond;
 	bool stop;
 	atomic_bool lost;
+	int64_t generation;
 };
 
 struct identity {
@@ -361,11 +362,39 @@ gfs_owner_gone(const bson_t *doc)
 	return holder_gone(doc, &me);
 }
 
+/* Counts this take (see lock.h); 0 when the count cannot be had, which followers take as a gap. */
+static int64_t
+count_take(gfs_lock *l)
+{
+	char *id = gfs_xasprintf("%s%s", l->name, GFS_LOCK_TAKEN_SUFFIX);
+	bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, inc, reply;
+	BSON_APPEND_UTF8(&query, "_id", id);
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
+	BSON_APPEND_INT64(&inc, "n", 1);
+	bson_append_document_end(&update, &inc);
+	mongoc_find_and_modify_opts_t *fam = mongoc_find_and_modify_opts_new();
+	mongoc_find_and_modify_opts_set_update(fam, &update);
+	mongoc_find_and_modify_opts_set_flags(
+	    fam, MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+	int64_t n = 0;
+	bson_iter_t it, v;
+	if (mongoc_collection_find_and_modify_with_opts(l->coll, &query, fam, &reply, NULL) &&
+	    bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value.n", &v) &&
+	    BSON_ITER_HOLDS_NUMBER(&v))
+		n = bson_iter_as_int64(&v);
+	bson_destroy(&reply);
+	mongoc_find_and_modify_opts_destroy(fam);
+	bson_destroy(&update);
+	bson_destroy(&query);
+	free(id);
+	return n;
+}
+
 gfs_lock *
 gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 {
 	gfs_lock *l = gfs_xcalloc(1, sizeof *l);
-	l->name = strdup(name);
+	l->name = gfs_xstrdup(name);
 	l->ttl_s = ttl_s > 0 ? ttl_s : GFS_LOCK_DEFAULT_TTL;
 	l->s = gfs_session_pop(conn);
 	char *coll = bson_strdup_printf("%s.%s", gfs_conn_bucket(conn), GFS_LOCKS_SUFFIX);
@@ -387,6 +416,7 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 		free(l);
 		return NULL;
 	}
+	l->generation = count_take(l);
 	/* The heartbeat must not take the signals the caller handles. */
 	sigset_t all, old;
 	sigfillset(&all);
@@ -395,6 +425,12 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 		abort();
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return l;
+}
+
+int64_t
+gfs_lock_generation(const gfs_lock *l)
+{
+	return l ? l->generation : 0;
 }
 
 bool

@@ -9,6 +9,11 @@
  * is stale, and may be taken over, once its expiry has passed (hosts' clocks
  * must roughly agree), or at once when its owner ran on this host since the
  * same boot and that process is gone (a kill -9 leaves no wait behind).
+ *
+ * Every take also counts in {_id: NAME GFS_LOCK_TAKEN_SUFFIX, n}: a holder
+ * that finds its next take numbered one past its last knows that nobody
+ * held the lock in between (watch trusts what it knows of the bucket on
+ * that ground).
  */
 #ifndef GFS_LOCK_H
 #define GFS_LOCK_H
@@ -17,6 +22,7 @@
 
 #define GFS_LOCKS_SUFFIX "gridfsctl_locks"
 #define GFS_LOCK_DEFAULT_TTL 60
+#define GFS_LOCK_TAKEN_SUFFIX ".taken"
 
 typedef struct gfs_lock gfs_lock;
 
@@ -29,6 +35,8 @@ gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_erro
  * check it right before each write that others' clean-up must not race.
  */
 bool gfs_lock_lost(gfs_lock *l);
+/* This take's number among all takes of the lock's name, from 1; 0 when it could not be counted. */
+int64_t gfs_lock_generation(const gfs_lock *l);
 /*
  * Whether someone holds the lock now (not expired, holder not known gone),
  * without taking it: 1 held, 0 free, -1 error (err set).

@@ -763,12 +763,13 @@ load_existing(gfs_import *imp, gfs_session *s, gfs_error *err)
 }
 
 /*
- * The state of one name, by equality. gfs_import_paths looks names up one
- * by one, each while the workers store the paths queued before it, so the
- * round trips cost little on either backend. A query for many names at
- * once would save them on MongoDB, but FerretDB pushes down only
- * equality: an $in of names, or a range of them, reads the whole files
- * collection there, and took seconds a batch at a few thousand files.
+ * The state of one name, by equality, for gfs_import_paths: only for names
+ * not known absent (opts.known), one by one, each while the workers store
+ * the paths queued before it. A query for many names at once would save
+ * round trips on MongoDB, but FerretDB pushes down only equality: an $in
+ * of names, or a range of them, reads the whole files collection there,
+ * and took seconds a batch at a few thousand files. Known names spare the
+ * lookups on both: a burst of new files asks nothing.
  */
 static bool
 load_name(gfs_import *imp, gfs_session *s, const char *name, gfs_error *err)
@@ -1477,6 +1478,8 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 		job_free(j);
 		return true;
 	}
+	if (imp->o.known)
+		gfs_known_names_add(imp->o.known, j->name);
 	queue_push(&imp->q, j);
 	return true;
 }
@@ -1684,6 +1687,14 @@ fit_fds(gfs_import *imp, gfs_error *err)
 	return true;
 }
 
+static void
+know_existing(const char *name, void *value, void *ctx)
+{
+	const struct entry *e = value;
+	if (e->existing)
+		gfs_known_names_add(ctx, name);
+}
+
 static bool
 prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
@@ -1701,7 +1712,13 @@ prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 		if (!recover(imp, s, false, err))
 			return false;
 	}
-	return load_existing(imp, s, err);
+	if (!load_existing(imp, s, err))
+		return false;
+	if (imp->o.known && !imp->o.dry_run) {
+		gfs_known_names_begin(imp->o.known, gfs_lock_generation(imp->lock));
+		strmap_each(imp->names, know_existing, imp->o.known);
+	}
+	return true;
 }
 
 bool
@@ -1828,9 +1845,12 @@ gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n, gfs_im
 	bool ok = imp->root_fd >= 0 && fit_pool(imp, s, err) && fit_fds(imp, err) &&
 	          gfs_ensure_indexes(s, err) && take_lock(imp, err);
 	struct worker *ws = gfs_xcalloc((size_t)imp->o.jobs, sizeof *ws);
+	if (ok && imp->o.known)
+		gfs_known_names_follow(imp->o.known, gfs_lock_generation(imp->lock));
 	if (ok && (ok = workers_start(imp, ws, err))) {
 		for (size_t i = 0; ok && i < n && !stopping(imp); i++)
-			if ((ok = load_name(imp, s, names[i], err)))
+			if (gfs_known_names_absent(imp->o.known, names[i]) ||
+			    (ok = load_name(imp, s, names[i], err)))
 				queue_path(imp, &paths[i]);
 		queue_close(&imp->q);
 		for (int i = 0; i < imp->o.jobs; i++)

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "gfs.h"
+#include "knownnames.h"
 #include "maxdelete.h"
 #include "walk.h"
 
@@ -103,6 +104,12 @@ typedef struct gfs_import_opts {
 	size_t batch_bytes;          /* chunk data per bulk insert */
 	int32_t chunk_size;          /* 0: the default */
 	int lock_ttl;                /* seconds; 0: the default */
+	/*
+	 * NULL, or the names a long-running writer knows stored (knownnames.h):
+	 * a full run fills it, gfs_import_paths asks the server only for names
+	 * it does not know absent, and both add what they store.
+	 */
+	gfs_known_names *known;
 	gfs_import_event_fn on_event;
 	void *ctx;
 } gfs_import_opts;
@@ -132,7 +139,7 @@ typedef struct gfs_import_path {
  * Stores the files at the given paths, as gfs_import_run would have found
  * them, through the same batched, parallel workers (at most one per path):
  * watch's way to store many settled changes at once. Reads the state of
- * those names only, walks nothing, removes nothing but the old revisions
+ * those names only (and of none that opts.known says absent), walks nothing, removes nothing but the old revisions
  * of what it stores, and leaves recovery to full runs; it holds the
  * import lock while it writes (GFS_EBUSY when another holds it). A path
  * that is gone or is not a regular file is passed over without an event.

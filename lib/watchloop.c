@@ -17,6 +17,7 @@
 
 #include "import.h"
 #include "inotree.h"
+#include "knownnames.h"
 #include "names.h"
 #include "strmap.h"
 #include "util.h"
@@ -88,6 +89,7 @@ struct gfs_watcher {
 	gfs_inotree *tree;
 	int tfd;              /* the timer of what is next due */
 	strmap *pending;
+	gfs_known_names *known;   /* so that a burst of new names needs no lookups */
 	struct op *ops, **ops_tail;
 	size_t n_ops;
 	uint64_t failures;
@@ -493,6 +495,13 @@ report_removed(const gfs_watcher *w, const char *rel, bool is_dir, uint64_t remo
 	free(name);
 }
 
+static char *
+stored_name(const gfs_watcher *w, const char *rel)
+{
+	bool escaped;
+	return gfs_stored_name(w->o.prefix, rel, strlen(rel), &escaped);
+}
+
 /* True when done; false when it must wait (the change stays). */
 static bool
 remove_path(gfs_watcher *w, struct pending *p, const char *rel, bool is_dir)
@@ -503,6 +512,12 @@ remove_path(gfs_watcher *w, struct pending *p, const char *rel, bool is_dir)
 		action_failed(w, p, rel, &err);
 		return false;
 	}
+	char *name = stored_name(w, rel);
+	if (is_dir)
+		gfs_known_names_forget_folder(w->known, name);
+	else
+		gfs_known_names_forget(w->known, name);
+	free(name);
 	report_removed(w, rel, is_dir, removed);
 	return true;
 }
@@ -512,7 +527,9 @@ sync_path(gfs_watcher *w, struct pending *p)
 {
 	gfs_error err;
 	enum gfs_watch_action a;
-	char *name;
+	char *name = stored_name(w, p->rel);
+	gfs_known_names_add(w->known, name); /* before: a write whose reply is lost may land */
+	free(name);
 	int64_t bytes;
 	bool ok = gfs_watch_sync_file(w->s, w->magic, &w->o, p->rel, p->file == FILE_CHANGED, &a, &name,
 	                              &bytes, &err);
@@ -556,7 +573,19 @@ apply_op(gfs_watcher *w, struct op *op)
 		return remove_path(w, NULL, op->rel, op->is_dir) || !w->down;
 	gfs_error err;
 	uint64_t moved;
-	if (gfs_watch_move(w->s, &w->o, op->from, op->rel, op->is_dir, &moved, &err)) {
+	char *from = stored_name(w, op->from), *to = stored_name(w, op->rel);
+	if (op->is_dir)
+		gfs_known_names_copy_folder(w->known, from, to);
+	else
+		gfs_known_names_add(w->known, to);
+	bool ok = gfs_watch_move(w->s, &w->o, op->from, op->rel, op->is_dir, &moved, &err);
+	if (ok && op->is_dir)
+		gfs_known_names_forget_folder(w->known, from);
+	else if (ok)
+		gfs_known_names_forget(w->known, from);
+	free(from);
+	free(to);
+	if (ok) {
 		if (moved)
 			report_moved(w, op, moved);
 		else if (!op->is_dir)
@@ -670,6 +699,7 @@ sync_batch(gfs_watcher *w, struct pending **v, size_t n)
 		.keep_revisions = w->o.keep_revisions,
 		.chunk_size = w->o.chunk_size,
 		.jobs = (int)w->jobs,
+		.known = w->known,
 		.on_event = on_batch_event,
 		.ctx = w,
 	};
@@ -763,6 +793,7 @@ full_pass(gfs_watcher *w, gfs_error *err)
 		.max_delete = w->max_delete,
 		.keep_revisions = w->o.keep_revisions,
 		.jobs = (int)w->jobs,
+		.known = w->known,
 		.on_event = on_import_event,
 		.ctx = w,
 	};
@@ -1112,6 +1143,7 @@ gfs_watcher_new(gfs_conn *conn, const gfs_watcher_opts *o)
 	w->magic = gfs_magic_open(&err);   /* NULL: the type is left to the server's default */
 	w->s = gfs_session_pop(conn);
 	w->pending = strmap_new(64);
+	w->known = gfs_known_names_new();
 	w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	return w;
 }
@@ -1123,6 +1155,7 @@ gfs_watcher_free(gfs_watcher *w)
 		return;
 	strmap_each(w->pending, free_pending, NULL);
 	strmap_free(w->pending);
+	gfs_known_names_free(w->known);
 	free_ops(w);
 	if (w->tree)
 		gfs_inotree_close(w->tree);

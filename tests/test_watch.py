@@ -607,6 +607,76 @@ def test_burst_stored_while_another_import_holds_the_lock(gfs, bucket, db, tree)
         assert w.stop() == 0
 
 
+def revisions(db, names):
+    return {n: db.fs.files.count_documents({"filename": n}) for n in names}
+
+
+def wait_all(w, event, names):
+    """Waits for event on every name, in whatever order they come."""
+    left = set(names)
+    while left:
+        left.discard(w.wait_for(event)["filename"])
+
+
+def store_sentinel(w, tree, name):
+    """Waits until watch has stored a file written now: the batches before it are over."""
+    (tree / name).write_bytes(os.urandom(64))
+    w.wait_for("uploaded", name)
+
+
+def test_names_another_import_stored_are_not_stored_twice(gfs, bucket, db, tree, tmp_path):
+    """watch stores a burst of new names without asking the server for each, trusting what it
+    knows of the bucket; an import that held the lock since watch last did ends that trust."""
+    w = Watcher(gfs, tree)
+    try:
+        w.wait_for("ready")
+        other = tmp_path / "other"
+        (other / "b").mkdir(parents=True)
+        same = {f"b/{i}.bin": os.urandom(100 + i) for i in range(10)}
+        differ = {f"b/{i}.bin": os.urandom(100 + i) for i in range(10, 20)}
+        for name, data in {**same, **differ}.items():
+            (other / name).write_bytes(data)
+        r = gfs.run("import", other)
+        assert r.rc == 0, r
+        (tree / "b").mkdir()
+        for name, data in same.items():
+            (tree / name).write_bytes(data)  # the bytes the import stored: nothing to do
+        for name in differ:
+            (tree / name).write_bytes(os.urandom(50))
+        wait_all(w, "replaced", differ)
+        store_sentinel(w, tree, "sentinel.bin")
+        assert revisions(db, [*same, *differ]) == {n: 1 for n in [*same, *differ]}
+        wait_exact(db, bucket, tree)
+    finally:
+        assert w.stop() == 0
+
+
+def test_names_moved_with_their_folder_are_still_known(gfs, bucket, db, tree):
+    """After a folder rename, a change under the new name is a new revision of the moved file,
+    not a second file of the same name."""
+    (tree / "f").mkdir()
+    names = [f"{i}.txt" for i in range(10)]
+    for n in names:
+        (tree / "f" / n).write_bytes(b"first " + n.encode())
+    w = Watcher(gfs, tree, "--delete")
+    try:
+        w.wait_for("ready")
+        os.rename(tree / "f", tree / "g")
+        w.wait_for("moved-folder", "g")
+        for n in names:
+            (tree / "g" / n).write_bytes(b"second " + n.encode())
+        wait_all(w, "replaced", [f"g/{n}" for n in names])
+        assert revisions(db, [f"g/{n}" for n in names]) == {f"g/{n}": 1 for n in names}
+        os.rename(tree / "g" / "0.txt", tree / "moved.txt")
+        w.wait_for("moved", "moved.txt")
+        (tree / "moved.txt").write_bytes(b"third")
+        w.wait_for("replaced", "moved.txt")
+        assert revisions(db, ["moved.txt", "g/0.txt"]) == {"moved.txt": 1, "g/0.txt": 0}
+        wait_exact(db, bucket, tree)
+    finally:
+        assert w.stop() == 0
+
+
 def test_ten_thousand_files_copied_in_at_once(gfs, db, tree, tmp_path):
     staging = tmp_path / "staging"
     for i in range(10000):

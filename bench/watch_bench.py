@@ -2,7 +2,7 @@
 """watch: latency from close() to readable through pymongo, and a burst's throughput against import.
 
     flock /tmp/gridfsctl-bench.lock python3 bench/watch_bench.py [--bin ./gridfsctl] [--stored 2200] \
-        [--samples 100] [--burst 10000]
+        [--samples 100] [--burst 10000] [--workdir DIR]
 
 Starts a backend of its own (scripts/backend, a free port, a temporary directory), stores --stored
 files with a first pass, then writes --samples files one at a time, each once the previous one is
@@ -10,6 +10,12 @@ readable, and times close() to the first pymongo read that finds it. Then writes
 once and times until all are stored, and imports the same files into another database with
 `gridfsctl import` for comparison. Prints one line per measure, and how watch stored the burst
 (events one file each, full passes, and whether inotify's queue overflowed, which makes a full pass).
+
+The trees go in a new directory under --workdir (default: the system's temporary directory). On
+ext4, creating files within minutes of a mass removal on the same file system is slow (the inode
+allocator passes over recently freed inodes: `recently_deleted` in a profile of cp), so the copy
+itself can take seconds after another benchmark or test run cleaned up; the line "the copy took"
+shows it. A tmpfs workdir (/dev/shm) measures watch without that.
 """
 import argparse
 import json
@@ -82,8 +88,9 @@ def main():
     ap.add_argument("--stored", type=int, default=2200)
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--burst", type=int, default=10000)
+    ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
-    top = tempfile.mkdtemp(prefix="watch_bench.")
+    top = tempfile.mkdtemp(prefix="watch_bench.", dir=a.workdir)
     b = Backend(os.path.join(top, "backend"), free_port(), "postgresql")
     b.start()
     w = None

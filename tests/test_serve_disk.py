@@ -6,6 +6,7 @@ import hashlib
 import os
 import random
 import re
+import resource
 import stat
 import subprocess
 
@@ -326,3 +327,54 @@ def test_tier_is_bounded_and_evicts_least_recently_used(bucket, serve, tmp_path)
     wait_for(lambda: sha(files["lru/5.bin"]) not in entries(d), 30, "lru/5 to be evicted")
     assert s.get("/lru/5.bin")[2] == files["lru/5.bin"]
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == reads + 2
+
+
+def open_entries(pid, d):
+    """The tier entries the server holds open, by name."""
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if os.path.dirname(target) == str(d) and os.path.basename(target) != "tmp":
+            out.add(os.path.basename(target))
+    return out
+
+
+def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
+    files = {f"o/{i}.bin": os.urandom(1000 + i) for i in range(100)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d))
+    fetch_all(s, bucket, files)
+    settle(s, 100)
+    s.stop()
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))  # 64 entries kept open
+
+    s = serve("--cache-dir", str(d), preexec_fn=low_limit)
+    names = list(files)
+    first, rest = names[:64], names[64:]
+    c = s.conn()
+    fetch_all(s, bucket, {n: files[n] for n in first}, conn=c)
+    # While the set has room, every tier hit is kept open.
+    assert s.metrics()["gridfsctl_serve_disk_open_entries"] == 64
+    wanted = {sha(files[n]) for n in first}
+    assert open_entries(s.proc.pid, d) == wanted
+    # Full: a file asked for once is sent from a descriptor of its own, closed
+    # when sent, and pushes none of the others out.
+    fetch_all(s, bucket, {n: files[n] for n in rest}, conn=c)
+    wait_for(lambda: open_entries(s.proc.pid, d) == wanted, 30, "one-off descriptors to close")
+    # Asked for again: kept open, in place of another.
+    again = rest[0]
+    assert s.get(quote(again), conn=c)[2] == files[again]
+    c.close()
+    wait_for(lambda: sha(files[again]) in open_entries(s.proc.pid, d)
+             and len(open_entries(s.proc.pid, d)) == 64, 30, "the file asked for again to be open")
+    m = s.metrics()
+    assert m["gridfsctl_serve_disk_open_entries"] == 64
+    assert m["gridfsctl_serve_disk_hits_total"] == 101
+    assert m["gridfsctl_serve_backend_reads_total"] == 0

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +56,7 @@ struct req {
 	char version[16];
 	char *referer, *agent;   /* only kept when there is an access log */
 	bool handled, head, range;
+	bool corked;             /* see cork() */
 	bool bad_target;         /* the raw target holds %00 */
 	uintptr_t target;        /* where libmicrohttpd holds the raw target, and its length */
 	size_t target_len;       /* up to the first NUL */
@@ -357,6 +360,26 @@ no_body(void *cls, uint64_t pos, char *buf, size_t max)
 }
 
 /*
+ * libmicrohttpd 0.9.75 sends a descriptor response's headers by themselves,
+ * pushed, then the body by sendfile: two segments where one would do, each
+ * costing the receiver's path too (on loopback, CPU of this machine). With
+ * the socket corked until the response is done (on_completed), they leave
+ * together, as nginx's tcp_nopush has them: at c=100 on 52,000 posters,
+ * 2.4 segments per request instead of 4.2 and about a fifth less CPU (see
+ * docs/benchmarks.md). Without it nothing is lost but that, so a failure
+ * is not reported.
+ */
+static void
+cork(struct req *r, bool on)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	int v = on;
+	if (ci && setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v) == 0)
+		r->corked = on;
+}
+
+/*
  * A disk tier hit, sent from the descriptor (sendfile), never copied: the
  * response owns fd and closes it when the last connection is done with it.
  */
@@ -381,6 +404,8 @@ send_disk(struct req *r, const gfs_meta *m, int fd)
 	add_file_headers(r->srv, resp, m, true);
 	if (r->range)
 		add_content_range(resp, r, m);
+	if (len)
+		cork(r, true);
 	return queue_once(r, r->range ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp, len);
 }
 
@@ -431,6 +456,14 @@ admit(struct httpserve *srv, const char *key)
 			atomic_store_explicit(&srv->seen[i], 0, memory_order_relaxed);
 	}
 	return false;
+}
+
+static enum MHD_Result
+send_kept(struct req *r, const gfs_meta *m)
+{
+	if (m->length > 0)
+		cork(r, true);
+	return queue(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
 }
 
 /* Keeps fd open as m's entry; NULL (fd closed) when no response can be made. */
@@ -1166,12 +1199,12 @@ serve_body(struct req *r, gfs_meta *m)
 	if (srv->tier) {
 		bool keep = srv->open && !r->range;
 		if (keep && (r->open_entry = open_kept(srv, m)))
-			return queue(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
+			return send_kept(r, m);
 		int fd = disktier_get(srv->tier, m);
 		if (fd >= 0 && !(keep && admit(srv, m->cache_key)))
 			return send_disk(r, m, fd);
 		if (fd >= 0 && (r->open_entry = keep_open(srv, m, fd)))
-			return queue(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
+			return send_kept(r, m);
 	}
 	if (atomic_load(&srv->backend_down))
 		return send_status(r, 503);
@@ -1646,6 +1679,8 @@ on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (!r)
 		return;
 	*req_cls = NULL;
+	if (r->corked)
+		cork(r, false);
 	header_due(srv, conn);
 	/* A request libmicrohttpd refused before our handler saw it was answered 4xx by it. */
 	unsigned status = r->status ? r->status : r->handled ? 499 : 400;

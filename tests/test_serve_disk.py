@@ -7,7 +7,9 @@ import os
 import random
 import re
 import resource
+import socket
 import stat
+import struct
 import subprocess
 
 import pytest
@@ -378,3 +380,40 @@ def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
     assert m["gridfsctl_serve_disk_open_entries"] == 64
     assert m["gridfsctl_serve_disk_hits_total"] == 101
     assert m["gridfsctl_serve_backend_reads_total"] == 0
+
+
+def data_segments_in(sock):
+    """Segments carrying data that arrived on sock (struct tcp_info's tcpi_data_segs_in)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return struct.unpack_from("I", info, 152)[0]
+
+
+def test_tier_hit_sends_headers_and_body_together(bucket, serve, tmp_path):
+    files = {f"seg/{i}.bin": os.urandom(20000 + i) for i in range(20)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d))
+    fetch_all(s, bucket, files)
+    settle(s, 20)
+    s.stop()
+    # A fresh server: every body from the tier, from entries kept open and (a low limit
+    # keeps the open set at 16) from one-off descriptors, and a range.
+    s = serve("--cache-dir", str(d), preexec_fn=lambda: resource.setrlimit(
+        resource.RLIMIT_NOFILE, (64, 64)))
+    c = s.conn()
+    c.connect()
+    before = data_segments_in(c.sock)
+    asked = 0
+    for _ in range(2):
+        for name, data in files.items():
+            assert s.get(quote(name), conn=c)[2] == data
+            asked += 1
+    status, _, body = s.get(quote("seg/3.bin"), headers={"Range": "bytes=100-15099"}, conn=c)
+    assert status == 206 and body == files["seg/3.bin"][100:15100]
+    asked += 1
+    segs = data_segments_in(c.sock) - before
+    c.close()
+    assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 0
+    # One segment per answer (each fits one on loopback), not headers and body apart.
+    assert segs <= asked + 2, f"{segs} segments for {asked} answers"

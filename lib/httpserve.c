@@ -1776,22 +1776,13 @@ bprintf(struct buf *b, const char *fmt, ...)
 
 #define P "gridfsctl_serve_"
 
-static enum MHD_Result
-serve_metrics(struct req *r)
+/* The memory cache's, the disk tier's and its open entries' counters. */
+static void
+metrics_caches(struct httpserve *srv, struct buf *b)
 {
-	struct httpserve *srv = r->srv;
-	struct buf b = {gfs_xmalloc(8192), 0, 8192};
-	bprintf(&b, "# HELP " P "requests_total Requests answered, by status.\n# TYPE " P "requests_total counter\n");
-	for (int s = 100; s < 600; s++) {
-		uint64_t n = atomic_load(&srv->status_count[s]);
-		if (n)
-			bprintf(&b, P "requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
-	}
-	bprintf(&b, "# HELP " P "response_bytes_total Body bytes sent.\n# TYPE " P "response_bytes_total counter\n"
-	        P "response_bytes_total %llu\n", (unsigned long long)atomic_load(&srv->bytes_sent));
 	struct http_cache_stats cs;
 	http_cache_stats(srv->cache, &cs);
-	bprintf(&b, "# TYPE " P "cache_hits_total counter\n" P "cache_hits_total %llu\n"
+	bprintf(b, "# TYPE " P "cache_hits_total counter\n" P "cache_hits_total %llu\n"
 	        "# TYPE " P "cache_misses_total counter\n" P "cache_misses_total %llu\n"
 	        "# TYPE " P "cache_evictions_total counter\n" P "cache_evictions_total %llu\n"
 	        "# TYPE " P "negative_cache_hits_total counter\n" P "negative_cache_hits_total %llu\n"
@@ -1805,7 +1796,7 @@ serve_metrics(struct req *r)
 	struct disktier_stats ds = {0};
 	if (srv->tier)
 		disktier_stats(srv->tier, &ds);
-	bprintf(&b, "# TYPE " P "disk_hits_total counter\n" P "disk_hits_total %llu\n"
+	bprintf(b, "# TYPE " P "disk_hits_total counter\n" P "disk_hits_total %llu\n"
 	        "# TYPE " P "disk_misses_total counter\n" P "disk_misses_total %llu\n"
 	        "# TYPE " P "disk_evictions_total counter\n" P "disk_evictions_total %llu\n"
 	        "# TYPE " P "disk_errors_total counter\n" P "disk_errors_total %llu\n"
@@ -1822,21 +1813,43 @@ serve_metrics(struct req *r)
 	struct http_cache_stats kept = {0};
 	if (srv->open)
 		http_cache_stats(srv->open, &kept);
-	bprintf(&b, "# TYPE " P "disk_open_entries gauge\n" P "disk_open_entries %zu\n", kept.entries);
-	bprintf(&b, "# HELP " P "backend_seconds Time to read a file or look one up.\n"
+	bprintf(b, "# TYPE " P "disk_open_entries gauge\n" P "disk_open_entries %zu\n", kept.entries);
+}
+
+static void
+metrics_backend_latency(struct httpserve *srv, struct buf *b)
+{
+	bprintf(b, "# HELP " P "backend_seconds Time to read a file or look one up.\n"
 	        "# TYPE " P "backend_seconds histogram\n");
 	uint64_t cum = 0;
 	for (int i = 0; i < NBUCKETS; i++) {
 		cum += atomic_load(&srv->latency_bucket[i]);
 		if (i < NBUCKETS - 1)
-			bprintf(&b, P "backend_seconds_bucket{le=\"%g\"} %llu\n", latency_bounds[i],
+			bprintf(b, P "backend_seconds_bucket{le=\"%g\"} %llu\n", latency_bounds[i],
 			        (unsigned long long)cum);
 		else
-			bprintf(&b, P "backend_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+			bprintf(b, P "backend_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
 	}
-	bprintf(&b, P "backend_seconds_sum %.6f\n" P "backend_seconds_count %llu\n",
+	bprintf(b, P "backend_seconds_sum %.6f\n" P "backend_seconds_count %llu\n",
 	        (double)atomic_load(&srv->latency_sum_us) / 1e6,
 	        (unsigned long long)atomic_load(&srv->latency_count));
+}
+
+static enum MHD_Result
+serve_metrics(struct req *r)
+{
+	struct httpserve *srv = r->srv;
+	struct buf b = {gfs_xmalloc(8192), 0, 8192};
+	bprintf(&b, "# HELP " P "requests_total Requests answered, by status.\n# TYPE " P "requests_total counter\n");
+	for (int s = 100; s < 600; s++) {
+		uint64_t n = atomic_load(&srv->status_count[s]);
+		if (n)
+			bprintf(&b, P "requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
+	}
+	bprintf(&b, "# HELP " P "response_bytes_total Body bytes sent.\n# TYPE " P "response_bytes_total counter\n"
+	        P "response_bytes_total %llu\n", (unsigned long long)atomic_load(&srv->bytes_sent));
+	metrics_caches(srv, &b);
+	metrics_backend_latency(srv, &b);
 	struct rlimit rl;
 	getrlimit(RLIMIT_NOFILE, &rl);
 	pthread_mutex_lock(&srv->jobs_mu);

@@ -463,7 +463,7 @@ run_verify(struct vopts *o)
 	gfs_lock *lock = NULL;
 	if (o->repair && !o->dry_run) {
 		gfs_error lerr = {0};
-		if (!(lock = gfs_lock_acquire(conn, GFS_IMPORT_LOCK, GFS_LOCK_DEFAULT_TTL, &lerr))) {
+		if (!(lock = gfs_lock_acquire_numbered(conn, GFS_IMPORT_LOCK, GFS_LOCK_DEFAULT_TTL, &lerr))) {
 			snprintf(r.failure, sizeof r.failure, "%s", lerr.msg);
 			if (o->json)
 				summary(&r, 0, false);

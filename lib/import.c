@@ -1695,6 +1695,14 @@ know_existing(const char *name, void *value, void *ctx)
 		gfs_known_names_add(ctx, name);
 }
 
+/* Numbered, so that watch can tell whether another import wrote since its last batch. */
+static bool
+take_lock(gfs_import *imp, gfs_error *err)
+{
+	imp->lock = gfs_lock_acquire_numbered(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
+	return imp->lock != NULL;
+}
+
 static bool
 prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 {
@@ -1706,8 +1714,7 @@ prepare(gfs_import *imp, gfs_session *s, gfs_error *err)
 	if (!imp->o.dry_run) {
 		if (!gfs_ensure_indexes(s, err))
 			return false;
-		imp->lock = gfs_lock_acquire(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
-		if (!imp->lock)
+		if (!take_lock(imp, err))
 			return false;
 		if (!recover(imp, s, false, err))
 			return false;
@@ -1818,13 +1825,6 @@ path_names(const gfs_import *imp, const gfs_import_path *paths, size_t n)
 		names[i] = gfs_stored_name(imp->prefix, paths[i].rel, strlen(paths[i].rel), &escaped);
 	}
 	return names;
-}
-
-static bool
-take_lock(gfs_import *imp, gfs_error *err)
-{
-	imp->lock = gfs_lock_acquire(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
-	return imp->lock != NULL;
 }
 
 bool

@@ -416,7 +416,6 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 		free(l);
 		return NULL;
 	}
-	l->generation = count_take(l);
 	/* The heartbeat must not take the signals the caller handles. */
 	sigset_t all, old;
 	sigfillset(&all);
@@ -424,6 +423,15 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 	if (pthread_create(&l->thread, NULL, heartbeat, l) != 0)
 		abort();
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return l;
+}
+
+gfs_lock *
+gfs_lock_acquire_numbered(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
+{
+	gfs_lock *l = gfs_lock_acquire(conn, name, ttl_s, err);
+	if (l)
+		l->generation = count_take(l);
 	return l;
 }
 

@@ -10,10 +10,12 @@
  * must roughly agree), or at once when its owner ran on this host since the
  * same boot and that process is gone (a kill -9 leaves no wait behind).
  *
- * Every take also counts in {_id: NAME GFS_LOCK_TAKEN_SUFFIX, n}: a holder
- * that finds its next take numbered one past its last knows that nobody
- * held the lock in between (watch trusts what it knows of the bucket on
- * that ground).
+ * A lock taken again and again under one name (import's) can have its
+ * takes numbered, in {_id: NAME GFS_LOCK_TAKEN_SUFFIX, n}: a holder that
+ * finds its next take numbered one past its last knows that nobody held the
+ * lock in between (watch trusts what it knows of the bucket on that
+ * ground). Locks named once (put's) are not numbered: the count would be a
+ * document left behind per lock.
  */
 #ifndef GFS_LOCK_H
 #define GFS_LOCK_H
@@ -28,6 +30,8 @@ typedef struct gfs_lock gfs_lock;
 
 /* Takes the lock or fails with GFS_EBUSY naming the holder (or GFS_EBACKEND). */
 gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err);
+/* The same, with this take numbered (gfs_lock_generation); every taker of such a lock uses it. */
+gfs_lock *gfs_lock_acquire_numbered(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err);
 /*
  * True once the lock was taken over by another process, or once our lease
  * may have run out (no renewal got through for ttl less a third of it, on
@@ -35,7 +39,7 @@ gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_erro
  * check it right before each write that others' clean-up must not race.
  */
 bool gfs_lock_lost(gfs_lock *l);
-/* This take's number among all takes of the lock's name, from 1; 0 when it could not be counted. */
+/* This take's number among the numbered takes of the lock's name, from 1; 0 when not counted. */
 int64_t gfs_lock_generation(const gfs_lock *l);
 /*
  * Whether someone holds the lock now (not expired, holder not known gone),

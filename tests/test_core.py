@@ -765,7 +765,7 @@ def test_put_killed_leaves_chunks_the_next_put_removes(gfs, db, tmp_path):
     assert r.rc == 0 and jsonvocab.summary(r.text, "import")["recovered"] == 1, r
     assert db.fs.chunks.count_documents({"files_id": live}) == 0
     assert db.fs.gridfsctl_uploads.count_documents({}) == 0
-    assert db.fs.gridfsctl_locks.count_documents({"_id": "import"}) == 0
+    assert db.fs.gridfsctl_locks.count_documents(conftest.LOCK_DOCS) == 0
     assert [d["filename"] for d in db.fs.files.find()] == ["one"]
 
 def test_rm_name_removes_malformed_revisions(gfs, bucket, db):

@@ -13,7 +13,7 @@ import pytest
 
 import jsonvocab
 import planted
-from conftest import check_sanitizers, free_port, proc_state, Result, sha256, wait_for
+from conftest import LOCK_DOCS, check_sanitizers, free_port, proc_state, Result, sha256, wait_for
 from wireproxy import TcpProxy
 
 CHUNK = 255 * 1024
@@ -375,7 +375,7 @@ def test_delete_and_dry_run(gfs, db, tree):
                                      "would delete p/b.txt", "would delete p/sub/c.txt"]
     assert sorted(str(d["_id"]) for d in db.fs.files.find()) == before
     assert db.fs.chunks.count_documents({}) == chunks_before
-    assert db["fs.gridfsctl_locks"].count_documents({"_id": "import"}) == 0
+    assert db["fs.gridfsctl_locks"].count_documents(LOCK_DOCS) == 0
 
     res = gfs.run("import", tree, "--prefix", "p", "--delete", "--exclude", "*.log", "--json")
     assert res.rc == 0, res
@@ -403,7 +403,7 @@ def test_lock_refuses_second_import(gfs, db, tree):
     locks.update_one({"_id": "import"}, {"$set": {"expires": earlier}})
     res = gfs.run("import", tree)
     assert res.rc == 0, res
-    assert locks.count_documents({"_id": "import"}) == 0
+    assert locks.count_documents(LOCK_DOCS) == 0
 
 
 def test_lock_with_live_import(gfs, db, tree):
@@ -414,9 +414,9 @@ def test_lock_with_live_import(gfs, db, tree):
     first = gfs.popen("import", tree, "--batch-size", "64K", "-j", "1",
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: locks.count_documents({"_id": "import"}) == 1 or first.poll() is not None, what="the lock")
+        wait_for(lambda: locks.count_documents(LOCK_DOCS) == 1 or first.poll() is not None, what="the lock")
         first.send_signal(signal.SIGSTOP)
-        if locks.count_documents({"_id": "import"}) == 1:
+        if locks.count_documents(LOCK_DOCS) == 1:
             res = gfs.run("import", tree)
             assert res.rc == 6, res
             assert "is held by pid %d" % first.pid in res.err
@@ -424,7 +424,7 @@ def test_lock_with_live_import(gfs, db, tree):
         first.send_signal(signal.SIGCONT)
         out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    assert locks.count_documents({"_id": "import"}) == 0
+    assert locks.count_documents(LOCK_DOCS) == 0
 
 
 def assert_no_partial_files(db):
@@ -504,7 +504,7 @@ def test_kill9_then_rerun_completes(gfs, db, bucket, tree):
     # for the next run to look again.
     uploads = db["fs.gridfsctl_uploads"]
     assert uploads.count_documents({"recovered": {"$ne": True}}) == 0
-    assert db["fs.gridfsctl_locks"].count_documents({"_id": "import"}) == 0
+    assert db["fs.gridfsctl_locks"].count_documents(LOCK_DOCS) == 0
     s = summary(gfs.run("import", tree, "--json"))
     assert s["skipped"] == s["scanned"] == 121
     assert_matches_tree(db, bucket, tree)
@@ -639,7 +639,7 @@ def test_sigint_stops_cleanly(gfs, db, bucket, tree):
     # Files in flight were finished: nothing left half-written.
     assert orphan_chunks(db) == []
     assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
-    assert db["fs.gridfsctl_locks"].count_documents({"_id": "import"}) == 0
+    assert db["fs.gridfsctl_locks"].count_documents(LOCK_DOCS) == 0
     res = gfs.run("import", tree, "--json", timeout=300)
     assert res.rc == 0, res
     assert summary(res)["skipped"] == s["uploaded"]

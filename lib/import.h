@@ -139,8 +139,9 @@ typedef struct gfs_import_path {
  * Stores the files at the given paths, as gfs_import_run would have found
  * them, through the same batched, parallel workers (at most one per path):
  * watch's way to store many settled changes at once. Reads the state of
- * those names only (and of none that opts.known says absent), walks nothing, removes nothing but the old revisions
- * of what it stores, and leaves recovery to full runs; it holds the
+ * those names only (and of none that opts.known says absent), walks
+ * nothing, removes nothing but the old revisions of what it stores, and
+ * leaves recovery to full runs; it holds the
  * import lock while it writes (GFS_EBUSY when another holds it). A path
  * that is gone or is not a regular file is passed over without an event.
  * Not a dry run. One call per gfs_import.

@@ -42,12 +42,6 @@ gfs_known_names_begin(gfs_known_names *k, int64_t generation)
 }
 
 void
-gfs_known_names_doubt(gfs_known_names *k)
-{
-	k->trusted = false;
-}
-
-void
 gfs_known_names_follow(gfs_known_names *k, int64_t generation)
 {
 	if (generation <= 0 || generation != k->generation + 1)

@@ -32,8 +32,6 @@ void gfs_known_names_free(gfs_known_names *k);
 
 /* Empties the set for a full pass under the lock take numbered generation (0: unknown). */
 void gfs_known_names_begin(gfs_known_names *k, int64_t generation);
-/* Ends trust in absence until the next begin (another writer, a pass that did not finish). */
-void gfs_known_names_doubt(gfs_known_names *k);
 /* A later take of the lock: trust stays only when it is numbered one past the last. */
 void gfs_known_names_follow(gfs_known_names *k, int64_t generation);
 

@@ -50,6 +50,16 @@ def settle(s, n):
     wait_for(lambda: s.metrics()["gridfsctl_serve_disk_entries"] >= n, 30, f"{n} disk entries")
 
 
+def fill_tier(bucket, serve, d, files):
+    """Stores files, has a server with the tier d fetch each once, and stops it with all written."""
+    for name, data in files.items():
+        put(bucket, name, data)
+    s = serve("--cache-dir", str(d))
+    fetch_all(s, bucket, files)
+    settle(s, len(files))
+    s.stop()
+
+
 def test_restart_serves_from_the_tier_without_backend_reads(bucket, serve, tmp_path):
     files = upload_tree(bucket, 300, 17)
     d = tmp_path / "tier"
@@ -104,13 +114,8 @@ def test_same_content_shares_one_entry(bucket, serve, tmp_path):
 
 def test_torn_or_deleted_entry_is_refetched_not_served(bucket, serve, tmp_path):
     files = {f"f{i}.bin": os.urandom(3000 + i) for i in range(4)}
-    for name, data in files.items():
-        put(bucket, name, data)
     d = tmp_path / "tier"
-    s = serve("--cache-dir", str(d))
-    fetch_all(s, bucket, files)
-    settle(s, 4)
-    s.stop()
+    fill_tier(bucket, serve, d, files)
     torn = d / sha(files["f0.bin"])
     with open(torn, "r+b") as f:
         f.truncate(100)                      # what a crash before the data reached the disk leaves
@@ -346,13 +351,8 @@ def open_entries(pid, d):
 
 def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
     files = {f"o/{i}.bin": os.urandom(1000 + i) for i in range(100)}
-    for name, data in files.items():
-        put(bucket, name, data)
     d = tmp_path / "tier"
-    s = serve("--cache-dir", str(d))
-    fetch_all(s, bucket, files)
-    settle(s, 100)
-    s.stop()
+    fill_tier(bucket, serve, d, files)
 
     def low_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))  # 64 entries kept open
@@ -390,13 +390,8 @@ def data_segments_in(sock):
 
 def test_tier_hit_sends_headers_and_body_together(bucket, serve, tmp_path):
     files = {f"seg/{i}.bin": os.urandom(20000 + i) for i in range(20)}
-    for name, data in files.items():
-        put(bucket, name, data)
     d = tmp_path / "tier"
-    s = serve("--cache-dir", str(d))
-    fetch_all(s, bucket, files)
-    settle(s, 20)
-    s.stop()
+    fill_tier(bucket, serve, d, files)
     # A fresh server: every body from the tier, from entries kept open and (a low limit
     # keeps the open set at 16) from one-off descriptors, and a range.
     s = serve("--cache-dir", str(d), preexec_fn=lambda: resource.setrlimit(

@@ -511,7 +511,9 @@ def test_interrupt_does_not_judge_the_file_being_read(gfs, db):
         chunks.append({"files_id": fid, "n": per, "data": bson.Binary(b"e")})
     db["fs.files"].insert_many(files)
     db["fs.chunks"].insert_many(chunks)
-    proc = gfs.popen("verify", "--threads", "1", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Unbuffered: communicate() reads the descriptor, not what readline() buffered past the line.
+    proc = gfs.popen("verify", "--threads", "1", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     bufsize=0)
     first = proc.stdout.readline()
     assert first.startswith(b"EXTRA-CHUNK "), first
     proc.send_signal(signal.SIGINT)
@@ -644,8 +646,8 @@ def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path, strategy):
         env = {"GRIDFSCTL_URI": b.uri + "?serverSelectionTimeoutMS=1000"}
         proc = gfs.popen("verify", "--json", "--threads", "1", "--db", "lost", "--strategy", strategy,
                          db=False, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        first = proc.stdout.readline()
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        first = proc.stdout.readline()  # unbuffered: see the interrupt test above
         assert b'"EXTRA-CHUNK"' in first, first
     finally:
         b.stop()

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #define NAME_MAX_ 72               /* "k-" and 64 hex digits, and a NUL */
 #define TMP_MAX_AGE_S 3600         /* a temporary file this old is abandoned, whoever made it */
 #define QUEUE_MAX_BYTES (16u << 20) /* bodies waiting for the writer; past this, fills are dropped */
+#define WRITER_NICE 19             /* the writer's priority: below everything that answers */
 
 struct dentry {
 	char name[NAME_MAX_];
@@ -620,6 +622,14 @@ static void *
 writer_main(void *arg)
 {
 	disktier *t = arg;
+	/*
+	 * A fill is work for later and an answer work for now: on a busy
+	 * machine (the backend on the same cores, a first touch of many files)
+	 * the writer takes the idle moments rather than the CPU answers need.
+	 * Linux's nice is per thread; failing leaves it at the process's.
+	 */
+	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), WRITER_NICE);
+	pthread_setname_np(pthread_self(), "tier-writer"); /* top -H; named once niced */
 	pthread_mutex_lock(&t->wmu);
 	for (;;) {
 		while (!t->whead && !t->wstop)

@@ -46,7 +46,9 @@
  * across I/O. Fills from serve's fetches are written by one writer thread of
  * the tier's own, from a queue bounded in bytes, so that no fetch waits on
  * the file system (its journal can stall behind a neighbour's fsync); a
- * fill that finds the queue full is dropped. Processes: several
+ * fill that finds the queue full is dropped. The writer ("tier-writer")
+ * runs at nice 19: on a busy machine fills take the idle moments, not the
+ * CPU that answers need. Processes: several
  * servers may share DIR (the supervisor runs two). Temporary names carry the
  * pid, renames are atomic and entries under one name are identical by
  * construction, so a server only ever opens a complete entry; one that finds

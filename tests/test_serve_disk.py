@@ -412,3 +412,30 @@ def test_tier_hit_sends_headers_and_body_together(bucket, serve, tmp_path):
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 0
     # One segment per answer (each fits one on loopback), not headers and body apart.
     assert segs <= asked + 2, f"{segs} segments for {asked} answers"
+
+
+def thread_nices(pid):
+    """{thread name: [nice of each thread of that name]} of process pid."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                nice = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19 of proc(5)
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+        out.setdefault(name, []).append(nice)
+    return out
+
+
+def test_tier_writer_runs_below_the_threads_that_answer(bucket, serve, tmp_path):
+    """Fills take idle moments: the one tier-writer thread runs at nice 19, every other as started."""
+    files = upload_tree(bucket, 4, seed=19)
+    s = serve("--cache-dir", str(tmp_path / "tier"))
+    wait_for(lambda: "tier-writer" in thread_nices(s.proc.pid), 30, "the tier's writer thread")
+    nices = thread_nices(s.proc.pid)
+    assert nices.pop("tier-writer") == [19]
+    assert nices and all(n == os.nice(0) for ns in nices.values() for n in ns), nices
+    fetch_all(s, bucket, files)
+    settle(s, len(files))

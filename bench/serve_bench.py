@@ -5,6 +5,7 @@ on the same poster tree and the same backend.
 
     flock /tmp/gridfsctl-bench.lock bench/serve_bench.py [--tree /tmp/posters-5k]
           [--conns 2,10,100,1000] [--duration 10] [--repeat 3] [--out bench/out/serve.json]
+          [--touch-conns 10,100] [--servers LIST] [--backend-cpus LIST] [--tier-parent DIR]
 
 Needs wrk, nginx and ab (apt-get install wrk nginx apache2-utils).
 wrk runs a Lua script (bench/random_urls.lua) asking for random files of the
@@ -26,7 +27,13 @@ an empty --cache-dir and against one without (today's miss path), taking
 turns (in alternating order); the ratio is tier / no tier. Earlier tiers are
 moved aside and removed only after the pass (see tier_aside()). `--servers ""`
 runs the first touch alone. The tier's pass is what fills it for
-"serve disk".
+"serve disk". It also reports the CPU per request of the server and of the
+backend, which say what a fill costs more steadily than the rates do.
+
+--backend-cpus 0 gives the backend CPU 0 alone and everything else the
+other CPUs: the shape of a deployment whose backend has a host of its own,
+where a fill's CPU is not taken from the backend. (The cold-vs-peer
+ceiling assumes shared cores and is not printed then.)
 
 Then the ratios serve hot / nginx and serve cold / peer, taken turn by turn
 (the two ran seconds apart) with their median, and the ceiling of cold vs
@@ -222,8 +229,9 @@ def run_wrk(port, conns, duration, urls_file):
     }
 
 
-def first_touch(cmd, env, port, paths, conns, logpath):
-    """Starts cmd, asks for every path once over conns keep-alive clients, stops it."""
+def first_touch(cmd, env, port, paths, conns, logpath, datadir=None):
+    """Starts cmd, asks for every path once over conns keep-alive clients, stops it.
+    With datadir, also the CPU per request of the server and of the backend there."""
     import concurrent.futures
     import http.client
     import random
@@ -251,16 +259,26 @@ def first_touch(cmd, env, port, paths, conns, logpath):
             c.close()
             return errors
 
+        bpids = backend_pids(datadir) if datadir else []
+        before = cpu_ms([proc.pid]), cpu_ms(bpids)
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(conns) as ex:
             errors = sum(ex.map(client, shares))
         secs = time.monotonic() - t0
+        # Before SIGTERM: the tier's writer may still hold fills, whose CPU counts too.
+        server_ms = (cpu_ms([proc.pid]) - before[0]) / len(order)
+        backend_ms = (cpu_ms(bpids) - before[1]) / len(order)
         rss = rss_kb([proc.pid]) / 1024
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_metrics", timeout=10) as r:
+            metrics = dict(l.split()[:2] for l in r.read().decode().splitlines()
+                           if l.startswith("gridfsctl_serve_disk_"))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         logf.close()
-    return {"rps": len(order) / secs, "errors": errors, "rss_mb": rss, "conns": conns}
+    return {"rps": len(order) / secs, "errors": errors, "rss_mb": rss, "conns": conns,
+            "server_cpu_ms": server_ms, "backend_cpu_ms": backend_ms,
+            "fills_dropped": int(metrics.get("gridfsctl_serve_disk_fills_dropped_total", 0))}
 
 
 def tier_aside(tierdir):
@@ -280,6 +298,20 @@ def tier_aside(tierdir):
         os.rename(tierdir, f"{tierdir}.old{n}")
 
 
+def split_cpus(datadir, spec):
+    """Pins the backend to the CPUs in spec, and this process, with all it starts
+    from now on (servers, wrk, the first touch's clients), to the others."""
+    mine = {int(c) for c in spec.split(",")}
+    rest = set(range(os.cpu_count())) - mine
+    if not mine or not rest or not mine <= set(range(os.cpu_count())):
+        raise SystemExit(f"--backend-cpus {spec}: name some of CPUs 0-{os.cpu_count() - 1}, not all")
+    # Every thread now; PostgreSQL's later connection processes inherit the postmaster's.
+    for pid in backend_pids(datadir):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(tid), mine)
+    os.sched_setaffinity(0, rest)
+
+
 def clear_tiers(tierdir):
     d, base = os.path.split(tierdir)
     for name in os.listdir(d):
@@ -297,10 +329,13 @@ def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
                 if name == "touch-tier":
                     tier_aside(tierdir)
                 r = first_touch(cmds[name], env, PORTS["touch"], paths, conns,
-                                os.path.join(workdir, f"{name}.log"))
+                                os.path.join(workdir, f"{name}.log"),
+                                os.path.join(workdir, "backend"))
                 results["touch"].setdefault(name, {}).setdefault(conns, []).append(r)
                 log(f"bench: first touch {name:10} c={conns:<4} {r['rps']:7.0f} rps  "
-                    f"errors {r['errors']}  rss {r['rss_mb']:.0f} MB")
+                    f"errors {r['errors']}  rss {r['rss_mb']:.0f} MB  cpu/req "
+                    f"{r['server_cpu_ms']:.3f}+{r['backend_cpu_ms']:.3f} ms  "
+                    f"fills dropped {r['fills_dropped']}")
     clear_tiers(tierdir)
     results["commands"]["touch-tier"] = " ".join(cmds["touch-tier"])
     results["commands"]["touch-none"] = " ".join(cmds["touch-none"])
@@ -329,6 +364,12 @@ def main():
                     help="first-touch concurrencies (empty: skip the first touch)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per point, servers taking turns; the median run is reported")
+    ap.add_argument("--tier-parent", default="",
+                    help="the directory to make the disk tiers in (default: the workdir), e.g. "
+                         "on another file system")
+    ap.add_argument("--backend-cpus", default="",
+                    help="CPUs for the backend alone (e.g. 0), the others for the rest, as when "
+                         "the backend has a host of its own; default: everything shares them")
     a = ap.parse_args()
     for tool in ("wrk", "nginx", "ab"):
         if not shutil.which(tool):
@@ -344,9 +385,13 @@ def main():
             f.write("/" + urllib.parse.quote(p) + "\n")
     env = dict(os.environ, GRIDFSCTL_CONFIG="/dev/null")
     datadir, uri = ensure_backend(workdir, tree, len(paths), env)
+    if a.backend_cpus:
+        split_cpus(datadir, a.backend_cpus)
 
     cache = total + total // 4 + (64 << 20)
-    tierdir = os.path.join(workdir, "tier")
+    if a.tier_parent:
+        os.makedirs(a.tier_parent, exist_ok=True)
+    tierdir = os.path.join(a.tier_parent or workdir, "tier")
     # wrk's connections all come from 127.0.0.1, as a reverse proxy's do: no per-address cap.
     common = [BIN, "serve", "--uri", uri, "--db", "bench", "--prefix", "posters", "--poll", "600",
               "--reload", "3600", "--max-per-ip", "0", "-q"]
@@ -377,6 +422,7 @@ def main():
                 pass
     servers = [x for x in a.servers.split(",") if x]
     results = {"tree": tree, "files": len(paths), "bytes": total, "cpus": os.cpu_count(),
+               "backend_cpus": a.backend_cpus, "tier_parent": a.tier_parent,
                "commands": {}, "wrk": {}, "ab": {}, "touch": {}}
     procs = {}
     try:
@@ -462,17 +508,26 @@ def print_table(res, servers):
                 print(f"| {conns} | {', '.join(f'{x:.2f}x' for x in ratios)} | {median(ratios):.2f}x |")
     tier, none = res.get("touch", {}).get("touch-tier"), res.get("touch", {}).get("touch-none")
     if tier and none:
+        if res.get("tier_parent"):
+            print(f"\nThe tiers in {res['tier_parent']}.")
+        if res.get("backend_cpus"):
+            print(f"\nThe backend on CPUs {res['backend_cpus']}, everything else on the others.")
         print("\n| first touch, conns | tier empty req/s | no tier req/s | tier / no tier, per turn "
-              "| median | errors | RSS MB tier, no tier |\n|---:|---:|---:|---|---:|---:|---:|")
+              "| median | errors | RSS MB tier, no tier | CPU ms/req, median: serve tier, no tier "
+              "| backend tier, no tier | fills dropped |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
         for conns in tier:
             t, n = tier[conns], none[conns]
             ratios = [x["rps"] / y["rps"] for x, y in zip(t, n)]
+            cpu = [median(x.get(k, 0) for x in runs) for k in ("server_cpu_ms", "backend_cpu_ms")
+                   for runs in (t, n)]
             print(f"| {conns} | {median(x['rps'] for x in t):.0f} | {median(y['rps'] for y in n):.0f} | "
                   f"{', '.join(f'{x:.2f}x' for x in ratios)} | {median(ratios):.2f}x | "
                   f"{sum(x['errors'] for x in t)}, {sum(y['errors'] for y in n)} | "
-                  f"{max(x['rss_mb'] for x in t):.0f}, {max(y['rss_mb'] for y in n):.0f} |")
+                  f"{max(x['rss_mb'] for x in t):.0f}, {max(y['rss_mb'] for y in n):.0f} | "
+                  f"{cpu[0]:.3f}, {cpu[1]:.3f} | {cpu[2]:.3f}, {cpu[3]:.3f} | "
+                  f"{sum(x['fills_dropped'] for x in t) if 'fills_dropped' in t[0] else '-'} |")
     cold, peer = res["wrk"].get("cold"), res["wrk"].get("peer")
-    if cold and peer:
+    if cold and peer and not res.get("backend_cpus"):
         # wrk, serve and the backend share the cores, so even a server costing
         # nothing could answer no more than the cores over what the backend
         # and wrk spend per cold request.

@@ -382,6 +382,37 @@ def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
     assert m["gridfsctl_serve_backend_reads_total"] == 0
 
 
+def test_open_set_is_passed_by_when_it_does_not_pay(bucket, serve, tmp_path):
+    """Asked at random for six times the files it holds, the open set finds a
+    sixth: each event thread then passes it by, and counts the hits it sent
+    past it. Asked only for what it holds, it is never passed by."""
+    files = {f"g/{i}.bin": os.urandom(200 + i) for i in range(384)}
+    d = tmp_path / "tier"
+    fill_tier(bucket, serve, d, files)
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))  # 64 entries kept open
+
+    names = list(files)
+    rng = random.Random(7)
+    # One connection: one event thread, which judges the set after 1,024 tier hits.
+    for asked, bypassed in ((names, True), (names[:64], False)):
+        s = serve("--cache-dir", str(d), preexec_fn=low_limit)
+        c = s.conn()
+        for _ in range(2 * 1024 + 64):
+            name = rng.choice(asked)
+            assert s.get(quote(name), conn=c)[2] == files[name], name
+        c.close()
+        m = s.metrics()
+        assert m["gridfsctl_serve_disk_open_entries"] == 64
+        assert m["gridfsctl_serve_backend_reads_total"] == 0
+        if bypassed:
+            assert m["gridfsctl_serve_disk_open_bypassed_total"] >= 1024
+        else:
+            assert m["gridfsctl_serve_disk_open_bypassed_total"] == 0
+        s.stop()
+
+
 def data_segments_in(sock):
     """Segments carrying data that arrived on sock (struct tcp_info's tcpi_data_segs_in)."""
     info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)

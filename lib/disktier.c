@@ -117,22 +117,29 @@ entry_name_ok(const char *s)
 	return strlen(s) == 64 && is_hex64(s);
 }
 
+/* The 64 hex digits of s in lower case, in one pass: false if s is anything else. */
+static bool
+lower_hex64(const char *s, char out[65])
+{
+	for (int i = 0; i < 64; i++) {
+		char c = s[i];
+		if (c >= 'A' && c <= 'F')
+			c = (char)(c - 'A' + 'a');
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return false; /* the NUL of a shorter string too */
+		out[i] = c;
+	}
+	out[64] = '\0';
+	return s[64] == '\0';
+}
+
 static void
 name_of(const gfs_meta *m, char out[NAME_MAX_])
 {
-	char sha[65];
-	size_t n = strlen(m->sha256);
-	if (n == 64) {
-		for (size_t i = 0; i <= 64; i++)
-			sha[i] = (char)(m->sha256[i] >= 'A' && m->sha256[i] <= 'F' ? m->sha256[i] - 'A' + 'a'
-			                                                          : m->sha256[i]);
-		if (is_hex64(sha)) {
-			memcpy(out, sha, 65);
-			return;
-		}
-	}
+	if (lower_hex64(m->sha256, out))
+		return;
 	/* No content hash: the revision's identity, typed _id and all, names it instead. */
-	char buf[512];
+	char sha[65], buf[512];
 	int len = snprintf(buf, sizeof buf, "%s\n%lld\n%lld", m->key, (long long)m->length,
 	                   (long long)m->upload_ms);
 	gfs_sha256 *h = gfs_sha256_new();

@@ -1337,9 +1337,11 @@ serve_by_name(struct req *r, const char *path)
 	if (!*path)
 		return send_status(r, 404);
 	char buf[1024];
-	size_t need = strlen(srv->prefix) + strlen(path) + 1;
+	size_t plen = strlen(srv->prefix), len = strlen(path);
+	size_t need = plen + len + 1;
 	char *name = need <= sizeof buf ? buf : gfs_xmalloc(need);
-	snprintf(name, need, "%s%s", srv->prefix, path);
+	memcpy(name, srv->prefix, plen); /* snprintf here was 1 % of a tier hit's CPU */
+	memcpy(name + plen, path, len + 1);
 	enum MHD_Result ret;
 	if (rev == -1 && name_index_loaded(srv->index)) {
 		/* The index is authoritative for newest revisions, within its staleness bound. */

@@ -235,8 +235,8 @@ def busy_procs(pids, before):
     nginx's workers each listen on a SO_REUSEPORT socket of their own, and the
     kernel picks one by a hash of the connection's addresses: at c=2 both of
     wrk's connections land on one worker in about half the runs, and that
-    worker then runs at half the rate (13,000-17,000 req/s against
-    30,000-35,000 on two). The table says which runs those were."""
+    worker then runs at half the rate (12,000-18,000 req/s against
+    29,000-38,000 on two). The table says which runs those were."""
     used = [cpu_ms([p]) - b for p, b in zip(pids, before)]
     top = max(used, default=0)
     return sum(1 for u in used if top and u >= top / 4)

@@ -948,3 +948,31 @@ def test_rm_verbose_lists_each_revision_removed(gfs, bucket, db):
     assert r.rc == 0 and r.text == f"removed id {c}\n"
     assert gfs.run("rm", "-f", "v").text == ""
     assert db.fs.files.count_documents({}) == 0
+
+
+def run_with_stale_driver_segment(argv, env):
+    """Runs argv as a process whose pid already names a /dev/shm/mongoc-PID segment,
+    as one left by a process killed with SIGKILL would; returns (status, stderr)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(w, 2)
+            open(f"/dev/shm/mongoc-{os.getpid()}", "w").close()
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        err = f.read()
+    _, status = os.waitpid(pid, 0)
+    os.unlink(f"/dev/shm/mongoc-{pid}")
+    return os.waitstatus_to_exitcode(status), err.decode()
+
+
+def test_stale_driver_segment_makes_no_noise_with_shm_disabled(gfs):
+    argv = gfs.argv("--version", db=False)
+    loud = {k: v for k, v in gfs.env.items() if k != "MONGOC_DISABLE_SHM"}
+    status, err = run_with_stale_driver_segment(argv, loud)
+    assert status == 0 and "Falling back to malloc for counters" in err, err
+    assert run_with_stale_driver_segment(argv, gfs.env) == (0, "")

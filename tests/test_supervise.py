@@ -47,7 +47,7 @@ class Supervisor:
     """A running `gridfsctl supervise` with its event lines collected as they come."""
 
     def __init__(self, gridfsctl, workdir, args, env=None, preexec=None, read_stdout=True,
-                 stderr=None):
+                 stderr=None, wrap=()):
         """stderr: None (a pipe read as it comes), "stdout" (2>&1), or "unread" (a small
         pipe left unread until read_stderr())."""
         self.gridfsctl, self.dir = gridfsctl, workdir
@@ -62,7 +62,7 @@ class Supervisor:
             self.stderr = os.fdopen(r, "rb")
         self.proc = gridfsctl.popen("supervise", "--control", self.control, *args, env=self.env,
                                     stdout=subprocess.PIPE, stderr=err, cwd=workdir,
-                                    preexec_fn=preexec)
+                                    preexec_fn=preexec, wrap=wrap)
         if stderr == "unread":
             os.close(err)
         self.stderr = self.stderr or self.proc.stderr
@@ -163,8 +163,8 @@ def workdir():
 def sup(gridfsctl, workdir):
     started = []
 
-    def start(args, env=None, preexec=None, read_stdout=True, stderr=None):
-        s = Supervisor(gridfsctl, workdir, args, env, preexec, read_stdout, stderr)
+    def start(args, env=None, preexec=None, read_stdout=True, stderr=None, wrap=()):
+        s = Supervisor(gridfsctl, workdir, args, env, preexec, read_stdout, stderr, wrap)
         started.append(s)
         return s
 
@@ -675,6 +675,24 @@ autorestart = no
     st = s.wait_status("env", lambda d: d["state"] == "EXITED")
     assert st["restarts"] == 0
     assert s.ctl("status").rc == 0
+    assert s.stop() == 0
+
+
+def test_programs_leave_no_driver_segment_unless_configured(sup, workdir):
+    """A program killed hard must not leave /dev/shm/mongoc-PID behind: supervise
+    sets MONGOC_DISABLE_SHM for it, unless its environment says otherwise."""
+    cfg = write_config(workdir, """
+[program:plain]
+command = sh -c 'echo "shm=${MONGOC_DISABLE_SHM-unset}"'
+autorestart = no
+[program:own]
+command = sh -c 'echo "shm=${MONGOC_DISABLE_SHM-unset}"'
+environment = MONGOC_DISABLE_SHM=0
+autorestart = no
+""")
+    s = sup(["-c", cfg], wrap=("env", "-u", "MONGOC_DISABLE_SHM"))  # the tests' own setting off
+    assert s.wait_event(r"\[plain\] shm=", lines=s.output)[1] == "[plain] shm=1"
+    assert s.wait_event(r"\[own\] shm=", lines=s.output)[1] == "[own] shm=0"
     assert s.stop() == 0
 
 

@@ -78,6 +78,16 @@ log_path_for(const struct instance *in, char *buf, size_t len)
 	return buf;
 }
 
+static bool
+has_var(char **env, size_t n, const char *name)
+{
+	size_t len = strlen(name);
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+			return true;
+	return false;
+}
+
 /* The child's environment: ours, minus stale LISTEN_*, plus the program's, plus ours for it. */
 static char **
 build_env(const struct instance *in, size_t *pid_slot)
@@ -101,6 +111,14 @@ build_env(const struct instance *in, size_t *pid_slot)
 	}
 	for (size_t j = 0; j < c->nenv; j++)
 		env[k++] = gfs_xstrdup(c->env[j]);
+	/*
+	 * The driver keeps counters no one reads in /dev/shm/mongoc-PID, which
+	 * only a clean exit removes: a child killed hard leaves it, and the next
+	 * process given that pid prints "Falling back to malloc for counters"
+	 * before main() can stop it. Unless the configuration says otherwise.
+	 */
+	if (!has_var(env, k, "MONGOC_DISABLE_SHM"))
+		env[k++] = gfs_xstrdup("MONGOC_DISABLE_SHM=1");
 	char tmp[160];
 	snprintf(tmp, sizeof tmp, "GRIDFSCTL_SUPERVISE_NAME=%s", in->name);
 	env[k++] = gfs_xstrdup(tmp);

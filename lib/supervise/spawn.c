@@ -78,10 +78,10 @@ log_path_for(const struct instance *in, char *buf, size_t len)
 	return buf;
 }
 
+/* Whether one of the n entries of env sets the variable named by the len bytes of name. */
 static bool
-has_var(char **env, size_t n, const char *name)
+has_var(char **env, size_t n, const char *name, size_t len)
 {
-	size_t len = strlen(name);
 	for (size_t i = 0; i < n; i++)
 		if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
 			return true;
@@ -101,12 +101,7 @@ build_env(const struct instance *in, size_t *pid_slot)
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(environ[i], "LISTEN_", 7) == 0)
 			continue;
-		bool overridden = false;
-		size_t kl = strcspn(environ[i], "=");
-		for (size_t j = 0; j < c->nenv; j++)
-			if (strncmp(c->env[j], environ[i], kl + 1) == 0)
-				overridden = true;
-		if (!overridden)
+		if (!has_var(c->env, c->nenv, environ[i], strcspn(environ[i], "=")))
 			env[k++] = gfs_xstrdup(environ[i]);
 	}
 	for (size_t j = 0; j < c->nenv; j++)
@@ -117,7 +112,7 @@ build_env(const struct instance *in, size_t *pid_slot)
 	 * process given that pid prints "Falling back to malloc for counters"
 	 * before main() can stop it. Unless the configuration says otherwise.
 	 */
-	if (!has_var(env, k, "MONGOC_DISABLE_SHM"))
+	if (!has_var(env, k, "MONGOC_DISABLE_SHM", strlen("MONGOC_DISABLE_SHM")))
 		env[k++] = gfs_xstrdup("MONGOC_DISABLE_SHM=1");
 	char tmp[160];
 	snprintf(tmp, sizeof tmp, "GRIDFSCTL_SUPERVISE_NAME=%s", in->name);

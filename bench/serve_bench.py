@@ -460,8 +460,8 @@ def main():
                 for name in servers:
                     pids = [procs[name].pid] + children(procs[name].pid)
                     bpids = backend_pids(datadir)
-                    before = cpu_ms(pids), cpu_ms(bpids)
                     each = [cpu_ms([p]) for p in pids]
+                    before = sum(each), cpu_ms(bpids)
                     r = run_wrk(PORTS[name], conns, a.duration, urls_file)
                     done = max(1, r["requests"])
                     r["server_cpu_ms"] = (cpu_ms(pids) - before[0]) / done

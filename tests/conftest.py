@@ -76,10 +76,35 @@ def free_port(ports=None):
     raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
+def proc_file(pid, name):
+    """The text of /proc/PID/NAME, or None once the process is gone. A process
+    that exits while it is read gives ENOENT at the open or ESRCH at the read:
+    either way it is gone, never an error of the test. Every test that reads
+    a process's /proc files reads them here."""
+    try:
+        with open(f"/proc/{pid}/{name}") as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def proc_stat(pid, tid=None):
+    """The fields of /proc/PID/stat (of thread tid with one) after the command
+    name, field 3 of proc(5) first; None once the process (thread) is gone."""
+    text = proc_file(pid, "stat" if tid is None else f"task/{tid}/stat")
+    return text.rsplit(")", 1)[1].split() if text else None
+
+
 def proc_state(pid):
-    """The state letter of process pid (R, S, T for stopped, Z for a zombie, ...)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
+    """The state letter of process pid (R, S, T for stopped, Z for a zombie,
+    ...), or None once it is gone: a vanished process is a gone process."""
+    fields = proc_stat(pid)
+    return fields[0] if fields else None
+
+
+def proc_gone(pid):
+    """Has process pid exited (gone, or a zombie nobody reaped yet)?"""
+    return proc_state(pid) in (None, "Z")
 
 
 class Backend:

@@ -19,7 +19,7 @@ import conftest
 import jsonvocab
 
 import planted
-from conftest import ROOT, sha256, wait_for
+from conftest import ROOT, proc_file, sha256, wait_for
 from wireproxy import TcpProxy
 
 CHUNK = 255 * 1024
@@ -484,8 +484,7 @@ def test_password_scrubbed_even_from_a_uri_the_driver_refuses(gfs):
     os.close(wr)
 
     def blocked():
-        with open(f"/proc/{p.pid}/syscall") as f:
-            fields = f.read().split()
+        fields = (proc_file(p.pid, "syscall") or "").split()
         # write(2, ...) on x86_64 (1) or aarch64 (64)
         return len(fields) > 1 and fields[0] in ("1", "64") and fields[1] == "0x2"
 

@@ -16,7 +16,7 @@ import pytest
 from bson import ObjectId
 
 import planted
-from conftest import Backend, check_sanitizer_report, free_port, wait_for  # noqa: F401 (wait_for: other suites take it from here)
+from conftest import Backend, check_sanitizer_report, free_port, proc_stat, wait_for  # noqa: F401 (wait_for: other suites take it from here)
 
 HTTP_PORTS = range(18300, 18400)
 BACKEND_PORTS = range(27360, 27400)
@@ -396,7 +396,7 @@ def test_backend_down_then_recovery(gfs, tmp_path, serve, db):
 
 
 def cpu_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    fields = proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from conftest import proc_file, proc_stat
 from test_serve import put, quote, serve, sha, wait_for  # noqa: F401 (serve: the fixture)
 
 ENTRY = re.compile(r"^(k-)?[0-9a-f]{64}$")
@@ -449,14 +450,10 @@ def thread_nices(pid):
     """{thread name: [nice of each thread of that name]} of process pid."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                nice = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19 of proc(5)
-        except FileNotFoundError:
+        name, fields = proc_file(pid, f"task/{tid}/comm"), proc_stat(pid, tid)
+        if name is None or fields is None:
             continue  # a thread that ended meanwhile
-        out.setdefault(name, []).append(nice)
+        out.setdefault(name.strip(), []).append(int(fields[16]))  # field 19 of proc(5)
     return out
 
 

@@ -22,7 +22,8 @@ import urllib.request
 import pytest
 
 import planted
-from conftest import BIN, ROOT, Binary, check_sanitizer_report, free_port, proc_state, wait_for
+import conftest
+from conftest import BIN, ROOT, Binary, check_sanitizer_report, free_port, proc_file, proc_gone, proc_stat, wait_for
 
 PY = sys.executable
 F_SETPIPE_SZ = 1031
@@ -36,11 +37,7 @@ def stamp(line):
 
 
 def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return proc_state(pid) != "Z"
+    return not proc_gone(pid)
 
 
 class Supervisor:
@@ -480,18 +477,30 @@ def test_what_a_crashed_program_left_in_its_group_is_stopped(sup, workdir):
     assert s.stop() == 0
 
 
+def test_a_vanished_process_is_gone_to_the_proc_helpers(monkeypatch):
+    # The race of a loaded machine, both ways: the process is reaped before
+    # /proc/PID/stat is opened (ENOENT), or exits between the open and the
+    # read (ESRCH, what failed test_what_a_crashed_program_left_in_its_group_is_stopped).
+    p = subprocess.Popen(["true"])
+    p.wait()
+    assert proc_stat(p.pid) is None and proc_gone(p.pid) and not alive(p.pid)
+
+    def exiting(path, *a, **kw):
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(conftest, "open", exiting, raising=False)
+    assert proc_stat(os.getpid()) is None and proc_gone(os.getpid())
+    assert proc_file(os.getpid(), "limits") is None
+
+
 def live_processes(keep):
     """Live (not zombie) pids whose /proc stat fields after the name satisfy keep."""
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and keep(fields):
+        fields = proc_stat(d)
+        if fields and fields[0] != "Z" and keep(fields):
             found.append(int(d))
     return found
 
@@ -607,8 +616,7 @@ fd_horizon = 30
     st = s.wait_status("leaky", lambda d: d.get("fds", {}).get("files", 0) >= 50)
     limit = st["fds"]["limit"]
     assert limit >= 128 and st["fds"]["open"] >= 50
-    with open(f"/proc/{st['pid']}/limits") as f:
-        assert re.search(r"Max open files\s+%d\s" % limit, f.read())
+    assert re.search(r"Max open files\s+%d\s" % limit, proc_file(st["pid"], "limits") or "")
     p = s.ctl("status")
     assert p.rc == 0
     # The watch may have raised the limit again since: any limit from 128 up.

@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "long"))
 
+from conftest import proc_stat
 from state import duplicated_names, incomplete_files, orphan_chunks, stored
 from test_watch import Watcher
 from wireproxy import Rule, WireProxy
@@ -129,8 +130,7 @@ def identity(pid):
     """The owner fields lib/lock.c records for process pid on this host."""
     with open("/proc/sys/kernel/random/boot_id") as f:
         boot = f.read().strip()
-    with open(f"/proc/{pid}/stat") as f:
-        start = int(f.read().rsplit(")", 1)[1].split()[19])
+    start = int(proc_stat(pid)[19])
     host = socket.gethostname()
     return {"owner": f"{host}/{boot}/{pid}/{start}", "host": host, "bootId": boot, "pid": pid,
             "startTime": start}

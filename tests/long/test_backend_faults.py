@@ -16,7 +16,7 @@ import time
 import gridfs
 import pytest
 
-from conftest import STORAGE, Backend, Gridfsctl, check_sanitizer_report, free_port, proc_state, sha256
+from conftest import STORAGE, Backend, Gridfsctl, check_sanitizer_report, free_port, proc_gone, sha256
 from longsuite import LONG, rng, tally  # noqa: F401 (fixtures)
 from state import incomplete_files, orphan_chunks, stored, temp_files, tree_files
 from test_crash import fill, mutate, timed
@@ -30,10 +30,7 @@ FAULTS = ["kill", "freeze", "restart"]
 
 
 def dead(pid):
-    try:
-        return proc_state(pid) == "Z"
-    except FileNotFoundError:
-        return True
+    return proc_gone(pid)
 
 
 class FaultBackend(Backend):

@@ -4,6 +4,7 @@ Synchronisation is always on something the supervisor says (its event lines
 on stderr, read by a thread) or on its status, with a deadline; never a
 sleep standing in for an event.
 """
+import calendar
 import fcntl
 import json
 import os
@@ -33,7 +34,7 @@ TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
 def stamp(line):
     m = TS.search(line)
     t = time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")
-    return time.mktime(t) + int(m.group(1)[20:]) / 1000.0
+    return calendar.timegm(t) + int(m.group(1)[20:]) / 1000.0  # the stamps are UTC
 
 
 def alive(pid):
@@ -298,6 +299,29 @@ def test_unread_stdout_does_not_stop_supervision(sup, workdir):
     assert all(line == "[app] " + "x" * 999 for line in got)
     total = 3000 * len("[app] " + "x" * 999 + "\n") + len("[app] accept: Too many open files\n")
     assert sum(len(line) + 1 for line in got) + dropped == total
+    assert s.stop() == 0
+
+
+def test_stop_does_not_wait_for_an_unread_stdout(sup, workdir):
+    # Nobody reads stdout, so the supervisor's exit gives it its full second
+    # (EXIT_DRAIN_S). stop is answered when the programs have stopped, not
+    # after that second, and the control socket is free for a new supervisor.
+    script = os.path.join(workdir, "flood.py")
+    with open(script, "w") as f:
+        f.write(FLOOD)
+    s = sup(["--name", "app", "--", PY, script, os.path.join(workdir, "once")],
+            read_stdout=False)
+    s.wait_event(r"app: started pid", timeout=30)
+    s.wait_event(r"standard output is not being read: dropping", timeout=30)
+    p = s.ctl("stop")
+    answered = time.time()
+    assert p.rc == 0 and p.text.strip() == "stopped", p
+    _, line = s.wait_event(r"every program stopped; exiting")
+    assert answered - stamp(line) < 1.0, f"stop answered {answered - stamp(line):.2f} s after {line}"
+    again = sup(["--name", "again", "--", "sleep", "600"])
+    again.wait_event(r"supervising one program; control socket")
+    assert again.stop() == 0
+    assert s.proc.wait(timeout=30) == 0
     assert s.stop() == 0
 
 

@@ -404,13 +404,34 @@ sv_on_accept(struct sv *s)
 	sv_ep_add(s, fd, &cl->w, W_CLIENT, cl);
 }
 
-/* Answers the clients that asked for a stop, now that everything has stopped. */
+/*
+ * Everything has stopped: the clients that asked for a stop are answered
+ * and let go (they read to the end), and the socket closed, so that
+ * neither a stop nor a new supervisor on this path waits for our exit,
+ * which may still give a slow reader of our output its second.
+ */
 void
 sv_clients_stopped(struct sv *s)
 {
-	for (struct client *cl = s->clients; cl; cl = cl->next)
-		if (cl->waiting_stop)
-			client_send(cl, reply_json(true, "stopped"));
+	struct client *next;
+	for (struct client *cl = s->clients; cl; cl = next) {
+		next = cl->next;
+		if (!cl->waiting_stop)
+			continue;
+		client_send(cl, reply_json(true, "stopped"));
+		client_close(s, cl);
+	}
+	sv_control_close(s);
+}
+
+void
+sv_control_close(struct sv *s)
+{
+	if (s->ctlfd < 0)
+		return;
+	sv_ep_close(s, &s->ctlfd);
+	if (s->control_path)
+		unlink(s->control_path);
 }
 
 void

@@ -252,7 +252,10 @@ void sv_sample_fds(struct instance *in);
 int sv_bind_control(const char *path, bool is_default, bool *busy, char *err, size_t errlen);
 void sv_on_accept(struct sv *s);
 void sv_on_client(struct sv *s, struct client *cl);
+/* Answers and lets go the clients waiting for a stop, and closes the control socket. */
 void sv_clients_stopped(struct sv *s);
+/* Closes the control socket and removes its path; nothing if closed already. */
+void sv_control_close(struct sv *s);
 void sv_clients_free(struct sv *s);
 
 /* reload.c */

@@ -435,10 +435,11 @@ sv_run(struct sv *s)
 		sv_release_idle_listen(s);
 	}
 	sv_event(s, "every program stopped; exiting");
+	/* What stop promises is done: its clients do not wait for our readers. */
+	sv_clients_stopped(s);
 	double deadline = gfs_mono_seconds() + EXIT_DRAIN_S;
 	sv_relay_drain(s, &s->out, deadline);
 	sv_relay_drain(s, s->ev, deadline);
-	sv_clients_stopped(s);
 	return 0;
 }
 
@@ -468,11 +469,7 @@ sv_free(struct sv *s)
 		sv_prog_free(p);
 		p = next;
 	}
-	if (s->ctlfd >= 0) {
-		close(s->ctlfd);
-		if (s->control_path)
-			unlink(s->control_path);
-	}
+	sv_control_close(s);
 	/*
 	 * The signals stay blocked: a SIGTERM that arrives while we exit after a
 	 * clean stop must not turn exit status 0 into death by signal.

@@ -1770,9 +1770,7 @@ on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
 		struct conn_state *cs = gfs_xcalloc(1, sizeof *cs);
 		*socket_ctx = cs;
 		guard_track(srv, conn, cs);
-		atomic_fetch_add(&lp->conns, 1);
-		atomic_fetch_add(&srv->open_connections, 1);
-		return; /* counted unanswered in on_accept already */
+		return; /* counted open and unanswered in on_accept already */
 	}
 	struct conn_state *cs = *socket_ctx;
 	if (cs)
@@ -2008,12 +2006,19 @@ on_accept(void *ctx, int fd, const struct sockaddr *addr, socklen_t len)
 	 * Counted before the hand-over: libmicrohttpd starts the connection
 	 * later, on the event thread, and a drain in between must wait for it.
 	 * Should it drop one unstarted (out of memory), a drain waits out its
-	 * timeout: the safe side.
+	 * timeout: the safe side. Open from now on too: the accepting thread
+	 * takes a burst of connections before an event thread starts any, and
+	 * counted only once started, a burst that ran out of descriptors was
+	 * reported with "1 connections open".
 	 */
 	atomic_fetch_add(&srv->unanswered_connections, 1);
+	atomic_fetch_add(&srv->loops[best].conns, 1);
+	atomic_fetch_add(&srv->open_connections, 1);
 	/* On failure libmicrohttpd has closed fd, and logged why (its connection limit, memory). */
 	if (MHD_add_connection(srv->loops[best].d, fd, addr, len) == MHD_YES)
 		return;
+	atomic_fetch_sub(&srv->loops[best].conns, 1);
+	atomic_fetch_sub(&srv->open_connections, 1);
 	if (counted) {
 		pthread_mutex_lock(&srv->guard_mu);
 		release_address(srv, key);

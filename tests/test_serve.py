@@ -4,6 +4,7 @@ import hashlib
 import http.client
 import os
 import random
+import re
 import resource
 import signal
 import socket
@@ -435,6 +436,33 @@ def test_out_of_descriptors(bucket, serve):
     err = s.stderr()
     assert err.count("Too many open files") == 1, err
     assert s.metrics()["gridfsctl_serve_accept_emfile_total"] >= 1
+
+
+def test_out_of_descriptors_says_how_many_connections_are_open(bucket, serve):
+    # 150 clients against 64 descriptors: the accepting thread takes a burst
+    # before any event thread starts one, and the line must count them all.
+    put(bucket, "f.txt", b"f")
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    s = serve("--workers", "2", "--threads", "2", preexec_fn=low_limit)
+    idle = s.metrics()["gridfsctl_serve_open_fds"]  # this request's connection among them
+    socks = []
+    try:
+        for _ in range(150):
+            sk = socket.socket()
+            sk.setblocking(False)
+            sk.connect_ex(("127.0.0.1", s.port))
+            socks.append(sk)
+        line = wait_for(lambda: re.search(r"accept: Too many open files \(limit 64, (\d+) "
+                                          r"connections open\)", s.stderr()), 30, "the EMFILE line")
+        assert 64 - idle - 4 <= int(line.group(1)) <= 64, line.group(0)
+    finally:
+        for sk in socks:
+            sk.close()
+    wait_for(lambda: s.metrics()["gridfsctl_serve_open_connections"] == 1, 30,
+             "the connections to be counted closed")
 
 
 def test_sigterm_drains_and_exits(bucket, serve):

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ static const struct cmd_opt serve_opts[] = {
 	          "keep file bodies on disk in DIR too (created 0700), across restarts"),
 	SERVE_OPT("cache-dir-size", "SIZE", OPT_CACHE_DIR_SIZE,
 	          "bytes DIR may hold (default: 90% of its free space, at most 100G)"),
-	SERVE_OPT("preload", NULL, OPT_PRELOAD, "fill the cache (and the --cache-dir) in one pass before serving"),
+	SERVE_OPT("preload", NULL, OPT_PRELOAD,
+	          "fill the cache (and the --cache-dir) in one pass, while serving (see /_health)"),
 	SERVE_OPT("threads", "N", OPT_THREADS, "event threads (default: one per CPU)"),
 	SERVE_OPT("workers", "N", OPT_WORKERS, "backend fetch threads (default 8)"),
 	SERVE_OPT("queue", "N", OPT_QUEUE, "fetches allowed to wait before answering 503 (default 1024)"),
@@ -204,6 +206,36 @@ log_line(const char *msg)
 	(void)w;
 }
 
+/*
+ * What systemd's STATUS= says. READY=1 comes once serve listens; with
+ * --preload, the pass is still running then, and the pass's end (on its
+ * own thread, possibly before READY=1 is sent) changes the status again:
+ * one mutex keeps the last word the true one.
+ */
+static pthread_mutex_t status_mu = PTHREAD_MUTEX_INITIALIZER;
+static httpserve *status_srv;
+
+static void
+notify_status(const char *extra)
+{
+	const char *word = httpserve_preload_word(httpserve_preload_state(status_srv));
+	char msg[160];
+	snprintf(msg, sizeof msg, "%sSTATUS=serving%s%s", extra, word ? "; preload " : "",
+	         word ? word : "");
+	notify_systemd(msg);
+}
+
+static void
+on_preloaded(bool ok, uint64_t files, double seconds)
+{
+	pthread_mutex_lock(&status_mu);
+	if (status_srv)
+		notify_status("");
+	pthread_mutex_unlock(&status_mu);
+	if (ok && !G.quiet)
+		warnx_("preload done: %llu files cached in %.1f s", (unsigned long long)files, seconds);
+}
+
 /* SIGHUP after log rotation: append to a new file of the same name. */
 static FILE *
 reopen_log(httpserve *srv, const char *path, FILE *cur)
@@ -321,6 +353,7 @@ set_defaults(struct serve_opts *o)
 	c->neg_ttl_ms = 5000;
 	o->drain_ms = 10000;
 	c->log = log_line;
+	c->preloaded = on_preloaded;
 }
 
 /* The options, checked together; EXIT_OK or EXIT_USAGE. */
@@ -386,13 +419,19 @@ serve_until_stopped(httpserve *srv, struct serve_opts *o, sigset_t *set)
 			warnx_("serving http://%s%s%s:%u/", strchr(o->host, ':') ? "[" : "", o->host,
 			       strchr(o->host, ':') ? "]" : "", httpserve_port(srv));
 	}
-	notify_systemd("READY=1\nSTATUS=serving");
+	pthread_mutex_lock(&status_mu);
+	status_srv = srv;
+	notify_status("READY=1\n");
+	pthread_mutex_unlock(&status_mu);
 	int sig = wait_signal(set);
 	while (sig != SIGTERM && sig != SIGINT) {
 		if (sig == SIGHUP && o->log && o->log != stdout)
 			o->log = reopen_log(srv, o->access_log, o->log);
 		sig = wait_signal(set);
 	}
+	pthread_mutex_lock(&status_mu);
+	status_srv = NULL; /* a pass cut short by the stop says nothing more */
+	pthread_mutex_unlock(&status_mu);
 	notify_systemd("STOPPING=1");
 	if (!G.quiet)
 		warnx_("%s: draining", sig == SIGINT ? "interrupted" : "terminated");

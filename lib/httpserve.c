@@ -183,6 +183,14 @@ struct httpserve {
 	pthread_t guard;
 	bool guard_started;
 	atomic_int_fast64_t poll_us, reload_us, poll_interval_ms;
+
+	/* --preload: the pass runs on a thread of its own while the server answers. */
+	pthread_mutex_t preload_mu;
+	pthread_cond_t preload_cv;
+	bool preload_stop;            /* under preload_mu */
+	pthread_t preloader;
+	bool preloader_started;
+	atomic_int preload_state;     /* enum httpserve_preload */
 };
 
 static void
@@ -1372,17 +1380,21 @@ serve_by_name(struct req *r, const char *path)
 static enum MHD_Result serve_metrics(struct req *r);
 static void header_arrived(struct MHD_Connection *conn);
 
+/* With --preload, a second line says whether the pass is over: see gridfsctl-serve(1). */
 static enum MHD_Result
 serve_health(struct req *r)
 {
 	struct httpserve *srv = r->srv;
 	bool ok = !atomic_load(&srv->backend_down) && name_index_loaded(srv->index);
-	const char *body = ok ? "ok\n" : "backend unavailable\n";
+	const char *preload = httpserve_preload_word(httpserve_preload_state(srv));
+	char body[64];
+	int len = snprintf(body, sizeof body, "%s\n%s%s%s", ok ? "ok" : "backend unavailable",
+	                   preload ? "preload: " : "", preload ? preload : "", preload ? "\n" : "");
 	struct MHD_Response *resp =
-	    made(MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT));
+	    made(MHD_create_response_from_buffer((size_t)len, body, MHD_RESPMEM_MUST_COPY));
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	return queue_once(r, ok ? 200 : 503, resp, strlen(body));
+	return queue_once(r, ok ? 200 : 503, resp, (uint64_t)len);
 }
 
 static void
@@ -2098,6 +2110,19 @@ poller_main(void *arg)
 
 /* ---- preload: one pass over the chunks collection ------------------- */
 
+/*
+ * The pass runs while the server answers (a restart at 52,000 files once
+ * refused connections for the 35 s it took), and gives way to a stop.
+ */
+static bool
+preload_stopping(struct httpserve *srv)
+{
+	pthread_mutex_lock(&srv->preload_mu);
+	bool stop = srv->preload_stop;
+	pthread_mutex_unlock(&srv->preload_mu);
+	return stop || atomic_load(&srv->draining);
+}
+
 struct partial {
 	gfs_meta *meta;
 	http_cache_body *body;
@@ -2220,7 +2245,7 @@ preload(struct httpserve *srv, gfs_error *err)
 	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(GFS_DEFAULT_CHUNK_SIZE));
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
 	const bson_t *doc;
-	while (strmap_count(p.want) > 0 && mongoc_cursor_next(cur, &doc))
+	while (strmap_count(p.want) > 0 && !preload_stopping(srv) && mongoc_cursor_next(cur, &doc))
 		preload_chunk(&p, doc);
 	bool ok = gfs_cursor_done(cur, "preload", err);
 	bson_destroy(&filter);
@@ -2229,6 +2254,41 @@ preload(struct httpserve *srv, gfs_error *err)
 	strmap_each(p.want, free_partial, NULL);
 	strmap_free(p.want);
 	return ok;
+}
+
+/* A backend down at start: the poller loads the index once it answers, and the pass follows. */
+static bool
+preload_wait_for_index(struct httpserve *srv)
+{
+	pthread_mutex_lock(&srv->preload_mu);
+	while (!srv->preload_stop && !atomic_load(&srv->draining) && !name_index_loaded(srv->index)) {
+		struct timespec ts;
+		gfs_deadline_in(&ts, 100);
+		pthread_cond_timedwait(&srv->preload_cv, &srv->preload_mu, &ts);
+	}
+	bool go = !srv->preload_stop && !atomic_load(&srv->draining);
+	pthread_mutex_unlock(&srv->preload_mu);
+	return go;
+}
+
+static void *
+preload_main(void *arg)
+{
+	struct httpserve *srv = arg;
+	if (!preload_wait_for_index(srv))
+		return NULL;
+	int64_t t0 = mono_us();
+	gfs_error err;
+	gfs_error_clear(&err);
+	bool ok = preload(srv, &err);
+	if (preload_stopping(srv))
+		return NULL; /* cut short by the stop: nobody waits for it any more */
+	atomic_store(&srv->preload_state, ok ? HTTPSERVE_PRELOAD_DONE : HTTPSERVE_PRELOAD_FAILED);
+	if (!ok)
+		logf_(srv, "preload stopped early: %s; the rest is read when asked for", err.msg);
+	if (srv->cfg.preloaded)
+		srv->cfg.preloaded(ok, atomic_load(&srv->preloaded), (double)(mono_us() - t0) / 1e6);
+	return NULL;
 }
 
 /* ---- start and stop -------------------------------------------------- */
@@ -2286,6 +2346,8 @@ stop_threads(struct httpserve *srv)
 	for (unsigned i = 0; i < srv->nworkers; i++)
 		pthread_join(srv->workers[i], NULL);
 	srv->nworkers = 0;
+	stop_and_join(&srv->preload_mu, &srv->preload_cv, &srv->preload_stop, srv->preloader,
+	              &srv->preloader_started);
 	stop_and_join(&srv->guard_mu, &srv->guard_cv, &srv->guard_stop, srv->guard, &srv->guard_started);
 	stop_and_join(&srv->poll_mu, &srv->poll_cv, &srv->poll_stop, srv->poller, &srv->poller_started);
 }
@@ -2378,6 +2440,20 @@ stop_daemons(struct httpserve *srv)
 	acceptor_free(atomic_exchange(&srv->acceptor, NULL));
 }
 
+/* Listening already: the pass fills the caches behind requests answered from the backend. */
+static void
+start_preload(struct httpserve *srv)
+{
+	atomic_store(&srv->preload_state, HTTPSERVE_PRELOAD_RUNNING);
+	srv->preloader_started = pthread_create(&srv->preloader, NULL, preload_main, srv) == 0;
+	if (srv->preloader_started)
+		return;
+	atomic_store(&srv->preload_state, HTTPSERVE_PRELOAD_FAILED);
+	logf_(srv, "preload stopped early: cannot start its thread; files are read when asked for");
+	if (srv->cfg.preloaded)
+		srv->cfg.preloaded(false, 0, 0);
+}
+
 httpserve *
 httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err)
 {
@@ -2401,6 +2477,8 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	pthread_mutex_init(&srv->log_mu, NULL);
 	pthread_mutex_init(&srv->guard_mu, NULL);
 	pthread_cond_init(&srv->guard_cv, NULL);
+	pthread_mutex_init(&srv->preload_mu, NULL);
+	pthread_cond_init(&srv->preload_cv, NULL);
 	srv->per_ip = strmap_new(256);
 	atomic_init(&srv->last_emfile_log_ms, 0);
 	atomic_init(&srv->last_mhd_log_ms, 0);
@@ -2440,9 +2518,6 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	gfs_session_push(ses);
 	if (srv->tier && loaded)
 		disktier_reconcile(srv->tier, srv->index);
-	if (cfg->preload && name_index_loaded(srv->index) && !preload(srv, &lerr))
-		logf_(srv, "preload stopped early: %s", lerr.msg);
-
 	srv->workers = gfs_xcalloc(cfg->workers, sizeof *srv->workers);
 	for (; srv->nworkers < cfg->workers; srv->nworkers++)
 		if (pthread_create(&srv->workers[srv->nworkers], NULL, worker_main, srv) != 0)
@@ -2461,7 +2536,25 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		free_server(srv);
 		return NULL;
 	}
+	if (cfg->preload)
+		start_preload(srv);
 	return srv;
+}
+
+enum httpserve_preload
+httpserve_preload_state(httpserve *srv)
+{
+	return (enum httpserve_preload)atomic_load(&srv->preload_state);
+}
+
+const char *
+httpserve_preload_word(enum httpserve_preload state)
+{
+	static const char *const words[] = {
+		[HTTPSERVE_PRELOAD_OFF] = NULL, [HTTPSERVE_PRELOAD_RUNNING] = "running",
+		[HTTPSERVE_PRELOAD_DONE] = "done", [HTTPSERVE_PRELOAD_FAILED] = "failed",
+	};
+	return words[state];
 }
 
 unsigned

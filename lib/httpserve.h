@@ -37,19 +37,34 @@ struct httpserve_config {
 	int poll_window_ms;        /* and that far back: how late a writer's dates may be */
 	int reload_ms;             /* reread the whole index this often (deletions, renames) */
 	int neg_ttl_ms;            /* remember a missing name or id this long */
-	bool preload;              /* fill the cache in one pass over the chunks before serving */
+	bool preload;              /* fill the caches in one pass over the chunks, while serving */
 	const char *cache_dir;     /* NULL: no disk tier (lib/disktier.h) */
 	uint64_t cache_dir_size;   /* bytes the disk tier may hold; 0: its default */
 	void (*log)(const char *msg);
+	/* With preload: the pass is over (ok: it read to the end), on the preload thread. */
+	void (*preloaded)(bool ok, uint64_t files, double seconds);
+};
+
+/* Where the preload pass is; /_health gives its word. */
+enum httpserve_preload {
+	HTTPSERVE_PRELOAD_OFF,      /* no --preload */
+	HTTPSERVE_PRELOAD_RUNNING,  /* waiting for the index, or reading */
+	HTTPSERVE_PRELOAD_DONE,     /* read to the end: every file it could take is cached */
+	HTTPSERVE_PRELOAD_FAILED,   /* ended on an error: the rest is read on demand */
 };
 
 typedef struct httpserve httpserve;
 
 /*
  * Loads the index (a backend that does not answer is not fatal: the server
- * starts and answers 503 until it does), preloads if asked, then listens.
+ * starts and answers 503 until it does) and listens; then, if asked,
+ * preloads on a thread of its own, once the index is loaded, while
+ * requests are answered from the backend (see cfg->preloaded).
  */
 httpserve *httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *err);
+enum httpserve_preload httpserve_preload_state(httpserve *h);
+/* "running", "done", "failed"; NULL for HTTPSERVE_PRELOAD_OFF. */
+const char *httpserve_preload_word(enum httpserve_preload state);
 unsigned httpserve_port(httpserve *h);
 /* Swaps the access log (after log rotation); returns the old one for the caller to close. */
 FILE *httpserve_set_access_log(httpserve *h, FILE *log);

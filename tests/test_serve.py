@@ -17,6 +17,8 @@ import pytest
 from bson import ObjectId
 
 import planted
+from test_notify import messages_until
+from wireproxy import Rule, WireProxy
 from conftest import Backend, check_sanitizer_report, free_port, proc_stat, wait_for  # noqa: F401 (wait_for: other suites take it from here)
 
 HTTP_PORTS = range(18300, 18400)
@@ -71,6 +73,16 @@ class Server:
 
     def stderr(self):
         return self.errfile.read_text(errors="replace")
+
+    def health(self):
+        """/_health's status and lines."""
+        status, _, body = self.get("/_health")
+        return status, body.decode().splitlines()
+
+    def preloaded(self, deadline_s=60):
+        """Waits until /_health says the --preload pass is over (serve answers during it)."""
+        wait_for(lambda: "preload: done" in self.health()[1], deadline_s,
+                 lambda: f"the preload to be done: {self.health()}", proc=self.proc)
 
     def metrics(self):
         _, _, body = self.get("/_metrics")
@@ -573,13 +585,99 @@ def test_preload_caches_every_sound_file(bucket, db, serve):
         put(bucket, name, data)
     bad = put(bucket, "bad.bin", b"A" * 1000)
     db.fs.chunks.update_one({"files_id": bad, "n": 0}, {"$set": {"data": b"C" * 1000}})
-    s = serve("--preload")  # answers once the preload is over
+    s = serve("--preload")
+    s.preloaded()
     m = s.metrics()
     assert m["gridfsctl_serve_preloaded_files_total"] == len(files)
     for name, data in files.items():
         assert s.get(quote(name))[2] == data
     assert s.metrics()["gridfsctl_serve_cache_misses_total"] == 0
     assert s.get("/bad.bin")[0] == 500  # never cached, read again and refused
+
+
+class FirstGetMore(Rule):
+    """The first getMore, paused: with one-chunk files and fewer files than a
+    batch of files documents, only --preload's pass over fs.chunks has one."""
+
+    def __init__(self):
+        super().__init__("getMore", None, "pause")
+
+    def matches(self, cmd, value):
+        return not self.fired.is_set() and cmd == "getMore"
+
+
+def preload_paused(bucket, backend, serve, n=40, env=None):
+    """A --preload server whose pass is held in its second batch of chunks
+    (a batch is 32 chunks): the first batch is cached, the rest is not."""
+    files = {f"p/{i:02}.txt": f"poster {i}".encode() * 50 for i in range(n)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    proxy = WireProxy(backend.port)
+    rule = proxy.add(FirstGetMore())
+    s = serve("--preload", env=dict(env or {}, GRIDFSCTL_URI=proxy.uri))
+    assert rule.fired.wait(30), "the preload never asked for its second batch"
+    return s, rule, files, proxy
+
+
+def test_preload_runs_while_serving(bucket, backend, serve, tmp_path):
+    # The pass used to come before listening: 35 s of refused connections at 52,000 files.
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(60)
+    s, rule, files, proxy = preload_paused(bucket, backend, serve,
+                                           env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    try:
+        ready = messages_until(notify, "READY=1")[-1].split("\n")
+        assert "STATUS=serving; preload running" in ready, ready
+        assert s.health() == (200, ["ok", "preload: running"])
+        assert 0 < s.metrics()["gridfsctl_serve_preloaded_files_total"] < len(files)
+        for name, data in files.items():  # the rest from the backend, meanwhile
+            assert s.get(quote(name))[:3:2] == (200, data), name
+        rule.release()
+        messages_until(notify, "STATUS=serving; preload done")
+        assert s.health() == (200, ["ok", "preload: done"])
+        m = s.metrics()
+        assert m["gridfsctl_serve_preloaded_files_total"] == len(files)
+        assert "preload done: 40 files cached" in s.stderr()
+    finally:
+        rule.release_now.set()
+        proxy.close()
+        notify.close()
+
+
+def test_sigterm_in_the_middle_of_the_preload_stops_cleanly(bucket, backend, serve):
+    s, rule, files, proxy = preload_paused(bucket, backend, serve)
+    try:
+        cached = s.metrics()["gridfsctl_serve_preloaded_files_total"]
+        s.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "terminated: draining" in s.stderr(), 30, "the drain", proc=s.proc)
+        rule.release()  # the batch arrives after the stop: the pass must end there
+        err = s.stop()  # exit 0, and the sanitizers' word on what the pass held
+        assert "preload done" not in err and "preload stopped early" not in err, err
+        assert 0 < cached < len(files)
+    finally:
+        rule.release_now.set()
+        proxy.close()
+
+
+def test_preload_waits_for_a_backend_down_at_start(tmp_path, serve, db):
+    b = Backend(str(tmp_path / "late-backend"), free_port(BACKEND_PORTS), "sqlite")
+    os.makedirs(b.datadir)
+    b.start()
+    client = b.client()
+    import gridfs
+    put(gridfs.GridFSBucket(client[db.name]), "late.txt", b"late")
+    client.close()
+    b.stop()
+    s = serve("--preload", env={"GRIDFSCTL_URI": b.uri})  # nothing listens there now
+    assert s.health() == (503, ["backend unavailable", "preload: running"])
+    b.start()
+    try:
+        s.preloaded()
+        assert s.metrics()["gridfsctl_serve_preloaded_files_total"] == 1
+        assert s.get("/late.txt")[2] == b"late"
+    finally:
+        b.stop()
 
 
 def test_starts_without_backend(tmp_path, serve, db):
@@ -838,6 +936,8 @@ def test_serve_applies_the_integrity_rule(db, serve):
     files = planted.plant_hash_variants(db)
     for args in ((), ("--preload",)):
         s = serve(*args)
+        if args:
+            s.preloaded()
         for name, (body, intact) in files.items():
             status, _, got = s.get("/" + name)
             want = (200, body) if intact else (500, got)

@@ -283,6 +283,7 @@ def test_preload_fills_the_tier(bucket, serve, tmp_path):
     files = upload_tree(bucket, 40, 9, max_size=80000)  # about 1.6 MB: more than a 1M cache
     d = tmp_path / "tier"
     s = serve("--cache-dir", str(d), "--cache-size", "1M", "--preload")
+    s.preloaded()
     m = s.metrics()
     assert m["gridfsctl_serve_disk_entries"] == 40
     assert m["gridfsctl_serve_backend_reads_total"] == 40
@@ -290,6 +291,7 @@ def test_preload_fills_the_tier(bucket, serve, tmp_path):
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 40
     s.stop()
     s = serve("--cache-dir", str(d), "--cache-size", "1M", "--preload")
+    s.preloaded()
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 0  # nothing left to preload
     fetch_all(s, bucket, files)
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 0

@@ -13,7 +13,10 @@ collection; when it fires it can
     passed on, so the write is applied and the client never learns it;
   - "hold": keep the request back, run the action, and send it upstream only
     when release() is called, answer awaited: a write that lands after its
-    sender died and someone else has looked at the state.
+    sender died and someone else has looked at the state;
+  - "pause": the same, but the client is still there: once released, the
+    request and its answer go on as if nothing had happened (a slow backend
+    at an exact point, say in the middle of a read).
 
 Every rule fires once. Nothing here sleeps: waits are on events with deadlines.
 """
@@ -162,6 +165,10 @@ class WireProxy(TcpProxy):
                 # The client is gone by now: the answer (see _down) is all we wait for.
                 rule.done.wait(DEADLINE)
                 break
+            if rule and rule.how == "pause":
+                if rule.action:
+                    rule.action()
+                rule.release_now.wait(DEADLINE * 4)
             if rule:
                 pending[struct.unpack_from("<i", msg, 4)[0]] = rule
             try:
@@ -183,6 +190,8 @@ class WireProxy(TcpProxy):
             if rule and rule.how == "hold":
                 rule.done.set()
                 break
+            if rule and rule.how == "pause":
+                rule.done.set()
             if rule and rule.how == "kill_after_reply":
                 if rule.action:
                     rule.action()

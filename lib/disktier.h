@@ -38,9 +38,12 @@
  * recently_deleted()), so fills while the tier evicts, or after DIR was
  * emptied, cost about ten times that; the manual says where to put DIR.
  *
- * Errors. A full disk or an I/O error on the tier is logged once (and again
- * only after a fill succeeded in between); the fill is dropped and serving
- * goes on from memory and the backend.
+ * Errors. A full disk or an I/O error on the tier drops the fill and backs
+ * off: no fill is tried for a pause that doubles with each failure (1 s to
+ * 60 s), one log line per pause, until fills have worked for twice the last
+ * pause ("writing again"). Serving goes on from memory and the backend.
+ * Evicted entries are unlinked; a caller that holds them open must close
+ * them for their space to be freed (disktier_stats' evictions tell when).
  *
  * Concurrency. Threads: one mutex over the map and the LRU list, never held
  * across I/O. Fills from serve's fetches are written by one writer thread of

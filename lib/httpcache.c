@@ -231,6 +231,34 @@ http_cache_drop(http_cache *c, const char *key)
 		http_cache_entry_release(c, e);
 }
 
+size_t
+http_cache_drop_if(http_cache *c, bool (*gone)(void *user, void *ctx), void *ctx)
+{
+	http_cache_entry *dropped = NULL;
+	size_t n = 0;
+	pthread_mutex_lock(&c->mu);
+	http_cache_entry *next;
+	for (http_cache_entry *e = c->head; e; e = next) {
+		next = e->next;
+		if (!gone(e->user, ctx))
+			continue;
+		unlink_entry(c, e);
+		strmap_del(c->map, e->key);
+		e->linked = false;
+		c->bytes -= e->cost;
+		e->next = dropped;
+		dropped = e;
+		n++;
+	}
+	pthread_mutex_unlock(&c->mu);
+	while (dropped) {
+		next = dropped->next;
+		http_cache_entry_release(c, dropped);
+		dropped = next;
+	}
+	return n;
+}
+
 http_cache_entry *
 http_cache_put(http_cache *c, const char *key, http_cache_body *body, struct MHD_Response *resp,
                void *user)

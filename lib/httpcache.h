@@ -68,6 +68,12 @@ http_cache_entry *http_cache_put(http_cache *c, const char *key, http_cache_body
                             struct MHD_Response *resp, void *user);
 /* Forgets key's entry (those holding a reference keep it until they release it). */
 void http_cache_drop(http_cache *c, const char *key);
+/*
+ * Forgets, as http_cache_drop does, every entry whose user gone() says is
+ * gone; gone runs under the cache's lock (quick, never calling back).
+ * Returns how many.
+ */
+size_t http_cache_drop_if(http_cache *c, bool (*gone)(void *user, void *ctx), void *ctx);
 http_cache_entry *http_cache_entry_ref(http_cache_entry *e);
 void http_cache_entry_release(http_cache *c, http_cache_entry *e);
 /* Would an entry of len bytes fit without evicting anything? */

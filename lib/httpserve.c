@@ -425,7 +425,8 @@ send_disk(struct req *r, const gfs_meta *m, int fd)
  * open_file_cache keeps descriptors: a hit then costs no open(2) and no
  * response to build. libmicrohttpd sends one descriptor to any number of
  * connections at once (sendfile with an explicit offset). An entry the
- * tier evicted meanwhile is dropped, so that its disk space is freed.
+ * tier evicted meanwhile is dropped, so that its disk space is freed
+ * (close_evicted lets go of those not asked for again).
  */
 static http_cache_entry *
 open_kept(struct httpserve *srv, gfs_meta *m)
@@ -1643,19 +1644,50 @@ shut_late_headers(struct httpserve *srv, int64_t now)
 	}
 }
 
+static bool
+evicted_from_tier(void *user, void *ctx)
+{
+	return !disktier_has(ctx, user);
+}
+
+/*
+ * An unlinked entry's space is freed only when its last descriptor is
+ * closed: open entries the tier evicted are let go once it has evicted
+ * something, not when (if ever) they are asked for again, or a full disk
+ * stays full of files no one can see.
+ */
+static void
+close_evicted(struct httpserve *srv, uint64_t *seen)
+{
+	if (!srv->open)
+		return;
+	struct disktier_stats st;
+	disktier_stats(srv->tier, &st);
+	if (st.evictions == *seen)
+		return;
+	*seen = st.evictions;
+	http_cache_drop_if(srv->open, evicted_from_tier, srv->tier);
+}
+
+/* Shuts connections whose headers are late; lets go of open entries the tier evicted. */
 static void *
 guard_main(void *arg)
 {
 	struct httpserve *srv = arg;
 	int64_t step = srv->cfg.header_timeout_ms / 4;
 	step = step < 50 ? 50 : step > 250 ? 250 : step;
+	uint64_t evictions = 0;
 	pthread_mutex_lock(&srv->guard_mu);
 	while (!srv->guard_stop) {
 		struct timespec ts;
 		gfs_deadline_in(&ts, (int)step);
 		pthread_cond_timedwait(&srv->guard_cv, &srv->guard_mu, &ts);
-		if (!srv->guard_stop)
-			shut_late_headers(srv, mono_ms());
+		if (srv->guard_stop)
+			break;
+		shut_late_headers(srv, mono_ms());
+		pthread_mutex_unlock(&srv->guard_mu);
+		close_evicted(srv, &evictions);
+		pthread_mutex_lock(&srv->guard_mu);
 	}
 	pthread_mutex_unlock(&srv->guard_mu);
 	return NULL;

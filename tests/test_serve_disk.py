@@ -3,6 +3,7 @@ backend. A real server process and real HTTP clients; bodies checked against
 pymongo's gridfs; the tier's files checked on disk."""
 import concurrent.futures
 import hashlib
+import math
 import os
 import random
 import re
@@ -11,6 +12,7 @@ import socket
 import stat
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -214,15 +216,24 @@ def test_range_requests_from_the_tier(bucket, serve, tmp_path):
     assert out == big[1000:2000]
 
 
-def test_disk_full_keeps_serving(bucket, serve, tmp_path):
+def small_tmpfs(d, size):
+    """A tmpfs of size mounted on d (for the test to unmount); skips where that is refused."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    d = tmp_path / "small-tier"
     d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(d)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(d)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+
+
+BACKOFF_LINE = re.compile(r"disk tier .*: cannot (?:create|write|rename) .*: No space left on device; "
+                          r"no fills for (\d+) s, serving from memory and the backend meanwhile$")
+
+
+def test_disk_full_keeps_serving(bucket, serve, tmp_path):
+    d = tmp_path / "small-tier"
+    small_tmpfs(d, "256k")
     s = None
     try:
         files = {f"full/{i}.bin": os.urandom(30000 + i) for i in range(40)}  # 1.2 MB > 256k
@@ -238,11 +249,51 @@ def test_disk_full_keeps_serving(bucket, serve, tmp_path):
         assert m['gridfsctl_serve_requests_total{code="200"}'] >= 80  # and the metrics
         assert not [k for k in m if re.match(r'gridfsctl_serve_requests_total\{code="5', k)]
         err = s.stop()
-        assert err.count("No space left on device") == 1, err
+        full = [ln for ln in err.splitlines() if "No space left on device" in ln]
+        assert full and all(BACKOFF_LINE.search(ln) for ln in full), err  # a line per pause
         assert not os.listdir(d / "tmp")  # failed fills leave nothing behind
         for n in entries(d):
             data = (d / n).read_bytes()
             assert hashlib.sha256(data).hexdigest() == n
+    finally:
+        if s:
+            s.proc.kill()  # still running only when an assertion failed
+            s.proc.wait()
+        subprocess.run(["umount", str(d)], check=False)
+
+
+def test_full_disk_backs_off_with_a_line_per_pause(bucket, serve, tmp_path):
+    # Small files still fit between large ones that do not: fills fail and work by turns,
+    # which logged "cannot write" and "writing again" alternately (194 lines in two runs).
+    d = tmp_path / "small-tier"
+    small_tmpfs(d, "256k")
+    s = None
+    try:
+        files = {}
+        for i in range(60):
+            files[f"mix/{i}.bin"] = os.urandom(40000 if i % 2 else 1500)
+        for name, data in files.items():
+            put(bucket, name, data)
+        s = serve("--cache-dir", str(d), "--cache-dir-size", "64M", "--cache-size", "64K")
+        t0 = time.monotonic()
+        for _ in range(4):
+            fetch_all(s, bucket, files)  # never an error: memory, the tier, or the backend
+        wait_for(lambda: s.metrics()["gridfsctl_serve_disk_errors_total"] > 0, 30, "a full disk")
+        elapsed = time.monotonic() - t0
+        m = s.metrics()
+        assert m["gridfsctl_serve_disk_fills_dropped_total"] > 0  # not tried during a pause
+        err = s.stop()
+        lines = [ln for ln in err.splitlines() if "disk tier" in ln]
+        want = 1  # each pause twice the last, from 1 s, until fills work for two pauses
+        for ln in lines:
+            if ln.endswith("writing again"):
+                want = 1
+                continue
+            mb = BACKOFF_LINE.search(ln)
+            assert mb and int(mb.group(1)) == want, (ln, lines)
+            want = min(2 * want, 60)
+        assert 0 < len(lines) <= 2 * (math.log2(elapsed + 1) + 1), (elapsed, lines)
+        assert not os.listdir(d / "tmp")  # failed fills leave nothing behind
     finally:
         if s:
             s.proc.kill()  # still running only when an assertion failed
@@ -337,6 +388,29 @@ def test_tier_is_bounded_and_evicts_least_recently_used(bucket, serve, tmp_path)
     wait_for(lambda: sha(files["lru/5.bin"]) not in entries(d), 30, "lru/5 to be evicted")
     assert s.get("/lru/5.bin")[2] == files["lru/5.bin"]
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == reads + 2
+
+
+def test_evicted_entries_held_open_are_closed(bucket, serve, tmp_path):
+    # Entries the server keeps open for their hits, then evicted and never asked for
+    # again: an unlinked file's space is freed only by its last close.
+    files = {f"held/{i}.bin": os.urandom(300 * 1024) for i in range(6)}
+    for name, data in files.items():
+        put(bucket, name, data)
+    d = tmp_path / "tier"
+    s = serve("--cache-dir", str(d), "--cache-dir-size", "1M", "--cache-size", "1M")
+    first = [f"held/{i}.bin" for i in range(3)]
+    for name in first:
+        assert s.get(quote(name))[2] == files[name]
+        wait_for(lambda: sha(files[name]) in entries(d), 30, f"{name} in the tier")
+        assert s.get(quote(name))[2] == files[name]  # a tier hit, kept open
+    held = {sha(files[n]) for n in first}
+    assert held <= open_entries(s.proc.pid, d)
+    for name in (f"held/{i}.bin" for i in range(3, 6)):  # evicts the first three
+        assert s.get(quote(name))[2] == files[name]
+        wait_for(lambda: sha(files[name]) in entries(d), 30, f"{name} in the tier")
+    assert not held & set(entries(d))
+    wait_for(lambda: not [n for n in open_entries(s.proc.pid, d) if n.endswith(" (deleted)")], 30,
+             lambda: f"evicted entries to be closed: {open_entries(s.proc.pid, d)}")
 
 
 def open_entries(pid, d):

@@ -413,21 +413,30 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def low_limit():
+    """preexec_fn: 64 descriptors, soft and hard, so serve cannot raise them."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+
+def connecting(port, n):
+    """n non-blocking client sockets connecting to port, for the caller to close."""
+    socks = []
+    for _ in range(n):
+        sk = socket.socket()
+        sk.setblocking(False)
+        sk.connect_ex(("127.0.0.1", port))
+        socks.append(sk)
+    return socks
+
+
 def test_out_of_descriptors(bucket, serve):
     for i in range(5):
         put(bucket, f"f{i}.txt", f"file {i}".encode())
 
-    def low_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-
     s = serve("--preload", "--workers", "2", "--threads", "2", preexec_fn=low_limit)
     socks = []
     try:
-        for _ in range(500):
-            sk = socket.socket()
-            sk.setblocking(False)
-            sk.connect_ex(("127.0.0.1", s.port))
-            socks.append(sk)
+        socks = connecting(s.port, 500)
         for sk in socks:
             try:
                 sk.send(b"GET /f1.txt HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -455,18 +464,11 @@ def test_out_of_descriptors_says_how_many_connections_are_open(bucket, serve):
     # before any event thread starts one, and the line must count them all.
     put(bucket, "f.txt", b"f")
 
-    def low_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-
     s = serve("--workers", "2", "--threads", "2", preexec_fn=low_limit)
     idle = s.metrics()["gridfsctl_serve_open_fds"]  # this request's connection among them
     socks = []
     try:
-        for _ in range(150):
-            sk = socket.socket()
-            sk.setblocking(False)
-            sk.connect_ex(("127.0.0.1", s.port))
-            socks.append(sk)
+        socks = connecting(s.port, 150)
         line = wait_for(lambda: re.search(r"accept: Too many open files \(limit 64, (\d+) "
                                           r"connections open\)", s.stderr()), 30, "the EMFILE line")
         assert 64 - idle - 4 <= int(line.group(1)) <= 64, line.group(0)

@@ -277,14 +277,19 @@ os.execvp('sleep', ['sleep', '600'])
 """
 
 
-def test_unread_stdout_does_not_stop_supervision(sup, workdir):
-    # 3 MB of output, then EMFILE, while nobody reads the supervisor's stdout: it must
-    # still read the child, restart it and answer, dropping what does not fit.
+def flooding(sup, workdir):
+    """A supervisor of FLOOD whose stdout nobody reads (until read_stdout())."""
     script = os.path.join(workdir, "flood.py")
     with open(script, "w") as f:
         f.write(FLOOD)
-    s = sup(["--name", "app", "--", PY, script, os.path.join(workdir, "once")],
-            read_stdout=False)
+    return sup(["--name", "app", "--", PY, script, os.path.join(workdir, "once")],
+               read_stdout=False)
+
+
+def test_unread_stdout_does_not_stop_supervision(sup, workdir):
+    # 3 MB of output, then EMFILE, while nobody reads the supervisor's stdout: it must
+    # still read the child, restart it and answer, dropping what does not fit.
+    s = flooding(sup, workdir)
     i, _ = s.wait_event(r"app: output matched restart_on 'Too many open files'", timeout=30)
     s.wait_event(r"app: started pid", after=i)
     assert s.count(r"standard output is not being read: dropping") == 1
@@ -306,11 +311,7 @@ def test_stop_does_not_wait_for_an_unread_stdout(sup, workdir):
     # Nobody reads stdout, so the supervisor's exit gives it its full second
     # (EXIT_DRAIN_S). stop is answered when the programs have stopped, not
     # after that second, and the control socket is free for a new supervisor.
-    script = os.path.join(workdir, "flood.py")
-    with open(script, "w") as f:
-        f.write(FLOOD)
-    s = sup(["--name", "app", "--", PY, script, os.path.join(workdir, "once")],
-            read_stdout=False)
+    s = flooding(sup, workdir)
     s.wait_event(r"app: started pid", timeout=30)
     s.wait_event(r"standard output is not being read: dropping", timeout=30)
     p = s.ctl("stop")

@@ -257,6 +257,38 @@ test_cache_lru(void **state)
 	assert_int_equal(freed_users, 9); /* a b c d e f g, big, the second f */
 }
 
+static bool
+named_b_or_c(void *user, void *ctx)
+{
+	(void)ctx;
+	return strcmp(user, "b") == 0 || strcmp(user, "c") == 0;
+}
+
+static void
+test_cache_drop_if(void **state)
+{
+	(void)state;
+	freed_users = 0;
+	http_cache *c = http_cache_new(1 << 20, count_free);
+	http_cache_entry_release(c, put(c, "a", 100));
+	http_cache_entry_release(c, put(c, "b", 100));
+	http_cache_entry *held = put(c, "c", 100);
+	assert_int_equal(http_cache_drop_if(c, named_b_or_c, NULL), 2);
+	assert_null(http_cache_peek(c, "b"));
+	assert_null(http_cache_peek(c, "c"));
+	assert_int_equal(freed_users, 1);          /* b; c until its holder lets go */
+	assert_int_equal(held->body->data[99], 'x');
+	http_cache_entry_release(c, held);
+	assert_int_equal(freed_users, 2);
+	struct http_cache_stats st;
+	http_cache_stats(c, &st);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.bytes, 100 + HTTP_CACHE_ENTRY_OVERHEAD);
+	assert_int_equal(http_cache_drop_if(c, named_b_or_c, NULL), 0);
+	http_cache_free(c);
+	assert_int_equal(freed_users, 3);
+}
+
 static void
 test_negative_cache(void **state)
 {
@@ -284,6 +316,7 @@ main(void)
 		cmocka_unit_test(test_rev_and_oid),
 		cmocka_unit_test(test_strmap),
 		cmocka_unit_test(test_cache_lru),
+		cmocka_unit_test(test_cache_drop_if),
 		cmocka_unit_test(test_negative_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

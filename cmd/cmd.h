@@ -104,6 +104,19 @@ void print_opt_rows(FILE *out, const struct cmd_opt *rows);
 void print_command_help(FILE *out, const struct cmd_entry *e);
 void getopt_tables(const struct cmd_opt *rows, const struct cmd_opt *extra, char **shorts,
                    struct option **longs);
+/*
+ * "Did you mean": the word nearest to typed among those offered, when it
+ * is close enough to be a typo of it (cmd/rows.c). nearest_option() offers
+ * rows (a verb's own) and the global ones for a long option as typed
+ * ("--prefx=a"); NULL when nothing is close.
+ */
+struct nearest {
+	const char *typed, *best;
+	size_t dist;
+};
+void nearest_begin(struct nearest *n, const char *typed);
+void nearest_offer(struct nearest *n, const char *word);
+const char *nearest_option(const struct cmd_opt *rows, const char *arg);
 /* _options, _complete and _names, the verbs the shell completions call (cmd/complete.c). */
 int run_completion_verb(int argc, char **argv);
 

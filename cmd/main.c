@@ -33,6 +33,45 @@ find_command(const char *name)
 	return NULL;
 }
 
+/*
+ * mongofiles' verbs, answered with what does the same here today, or
+ * honestly with what comes closest: a user who knows mongofiles types them.
+ */
+static const struct {
+	const char *verb, *answer;
+} mongofiles_verbs[] = {
+	{"list", "use gridfsctl ls [PREFIX]"},
+	{"search", "gridfsctl ls takes a leading PREFIX only; for a part of a name, "
+	           "gridfsctl ls | grep TEXT"},
+	{"delete", "use gridfsctl rm NAME"},
+	{"delete_id", "use gridfsctl rm --id OID"},
+	{"get_id", "use gridfsctl get --id OID (ObjectIds only)"},
+	{"put_id", "gridfsctl has no --id for put: gridfsctl put FILE --name NAME "
+	           "stores it under a new ObjectId"},
+	{"get_regex", "gridfsctl has no regular expressions yet: gridfsctl ls | grep -E RE "
+	              "lists the names, gridfsctl get NAME fetches each"},
+};
+
+/* Says what an unknown verb may have meant, in one line; returns the exit status. */
+static int
+unknown_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof mongofiles_verbs / sizeof mongofiles_verbs[0]; i++)
+		if (strcmp(name, mongofiles_verbs[i].verb) == 0) {
+			warnx_("'%s' is mongofiles' verb: %s", name, mongofiles_verbs[i].answer);
+			return EXIT_USAGE;
+		}
+	struct nearest n;
+	nearest_begin(&n, name);
+	for (const struct cmd_entry *const *c = commands; *c; c++)
+		nearest_offer(&n, (*c)->name);
+	if (n.best)
+		warnx_("unknown command '%s'; did you mean '%s'?", name, n.best);
+	else
+		warnx_("unknown command '%s'; see '%s --help'", name, progname);
+	return EXIT_USAGE;
+}
+
 /* Global options before the subcommand; the same options after it are handled by parse_options(). */
 static int
 parse_leading_globals(int argc, char **argv)
@@ -50,6 +89,11 @@ parse_leading_globals(int argc, char **argv)
 		int used = global_option(argc - i, argv + i);
 		if (used < 0)
 			exit(EXIT_USAGE);
+		const char *near = used == 0 ? nearest_option(leading_opts, argv[i]) : NULL;
+		if (near) {
+			warnx_("unknown option '%s'; did you mean '--%s'?", argv[i], near);
+			exit(EXIT_USAGE);
+		}
 		if (used == 0) {
 			usage_error("unknown option '%s'", argv[i]);
 			exit(EXIT_USAGE);
@@ -102,10 +146,8 @@ main(int argc, char **argv)
 	if (strcmp(argv[i], "_options") == 0 || strcmp(argv[i], "_complete") == 0)
 		return close_stdout(run_completion_verb(argc - i, argv + i));
 	const struct cmd_entry *c = find_command(argv[i]);
-	if (!c && strcmp(argv[i], "_names") != 0) {
-		fprintf(stderr, "%s: unknown command '%s'; see '%s --help'\n", progname, argv[i], progname);
-		return EXIT_USAGE;
-	}
+	if (!c && strcmp(argv[i], "_names") != 0)
+		return unknown_command(argv[i]);
 	cmdname = c ? c->name : NULL;
 	if (load_settings() < 0)
 		return EXIT_USAGE;

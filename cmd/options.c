@@ -21,7 +21,8 @@ const struct cmd_opt global_opts[] = {
 	        GFS_DEFAULT_URI ")", .id = OPT_URI),
 	CMD_OPT(0, "db", "NAME", "database (default: from the URI path, else " GFS_DEFAULT_DB ")",
 	        .id = OPT_DB),
-	CMD_OPT(0, "bucket", "NAME", "GridFS bucket prefix (default " GFS_DEFAULT_BUCKET ")",
+	CMD_OPT(0, "bucket", "NAME", "GridFS bucket: the NAME.files and NAME.chunks collections, mongofiles' "
+	        "--prefix (default " GFS_DEFAULT_BUCKET ")",
 	        .id = OPT_BUCKET),
 	CMD_OPT('q', "quiet", NULL, "print only errors", .id = OPT_QUIET),
 	CMD_OPT(0, "no-progress", NULL, "never draw a progress bar", .id = OPT_NO_PROGRESS),
@@ -154,13 +155,17 @@ parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, v
 			usage_error("option '%s' needs an argument", argv[optind - 1]);
 			rc = -1;
 			break;
-		case '?':
+		case '?': {
+			const char *near = optopt ? NULL : nearest_option(e->opts, argv[optind - 1]);
 			if (optopt)
 				usage_error("unknown option '-%c'", optopt);
+			else if (near)
+				warnx_("unknown option '%s'; did you mean '--%s'?", argv[optind - 1], near);
 			else
 				usage_error("unknown option '%s'", argv[optind - 1]);
 			rc = -1;
 			break;
+		}
 		default:
 			/* -h and -q are the global options' unless the command took the letter. */
 			if (opt == 'h' && !own_letter(e, 'h'))

@@ -3,6 +3,7 @@
  * the getopt tables, the usage line and the option list of --help. The
  * completions read the same rows (cmd/complete.c).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +123,89 @@ getopt_tables(const struct cmd_opt *rows, const struct cmd_opt *extra, char **sh
 	add_rows(rows, true, *shorts, *longs, &n);
 	add_rows(extra, false, *shorts, *longs, &n);
 	check_unique(*longs, n);
+}
+
+/* ---- "did you mean" ---------------------------------------------------- */
+
+/*
+ * The optimal string alignment distance: insertions, deletions,
+ * substitutions and swaps of two neighbours ("improt") each cost one.
+ * Words longer than NEAR_MAX are never a typo of anything we have.
+ */
+enum { NEAR_MAX = 40 };
+
+static size_t
+osa_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	if (la > NEAR_MAX || lb > NEAR_MAX)
+		return SIZE_MAX;
+	size_t d[NEAR_MAX + 1][NEAR_MAX + 1];
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[la][lb];
+}
+
+void
+nearest_begin(struct nearest *n, const char *typed)
+{
+	*n = (struct nearest){.typed = typed, .dist = SIZE_MAX};
+}
+
+/*
+ * Close enough to be a typo: at most two edits, and fewer than a third of
+ * the word, so that "ls" is not offered for every two-letter mistake.
+ */
+void
+nearest_offer(struct nearest *n, const char *word)
+{
+	size_t d = osa_distance(n->typed, word), len = strlen(word);
+	if (d == 0 || d > 2 || 3 * d > len + 1 || d >= n->dist)
+		return;
+	n->best = word;
+	n->dist = d;
+}
+
+static void
+offer_rows(struct nearest *n, const struct cmd_opt *rows)
+{
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, rows);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (o->name)
+			nearest_offer(n, o->name);
+}
+
+const char *
+nearest_option(const struct cmd_opt *rows, const char *arg)
+{
+	if (strncmp(arg, "--", 2) != 0)
+		return NULL;
+	char typed[NEAR_MAX + 1];
+	size_t len = strcspn(arg + 2, "=");
+	if (len == 0 || len > NEAR_MAX)
+		return NULL;
+	memcpy(typed, arg + 2, len);
+	typed[len] = '\0';
+	struct nearest n;
+	nearest_begin(&n, typed);
+	offer_rows(&n, rows);
+	offer_rows(&n, global_opts);
+	return n.best;
 }
 
 /* ---- --help ------------------------------------------------------------ */

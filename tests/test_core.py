@@ -301,6 +301,65 @@ def test_usage_errors_exit_2(gfs, tmp_path):
     assert gfs.run("put", tmp_path / "missing").rc == 5
 
 
+def one_line_usage_error(r):
+    assert r.rc == 2 and r.text == "", r
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, said", [
+    (["improt", "/srv/x"], "gridfsctl: unknown command 'improt'; did you mean 'import'?"),
+    (["help", "verfiy"], "gridfsctl: unknown command 'verfiy'; did you mean 'verify'?"),
+    (["import", "--prefx", "p", "/srv/x"],
+     "gridfsctl import: unknown option '--prefx'; did you mean '--prefix'?"),
+    (["mirror", "--prefx=p", "/srv/x"],
+     "gridfsctl mirror: unknown option '--prefx=p'; did you mean '--prefix'?"),
+    (["ls", "--bukcet", "b"], "gridfsctl ls: unknown option '--bukcet'; did you mean '--bucket'?"),
+    (["--bukcet", "b", "ls"], "gridfsctl: unknown option '--bukcet'; did you mean '--bucket'?"),
+    # The verb's own rows: --max-delete is import's, not get's.
+    (["import", "--max-delte", "5", "/srv/x"],
+     "gridfsctl import: unknown option '--max-delte'; did you mean '--max-delete'?"),
+])
+def test_typos_get_did_you_mean(gridfsctl, args, said):
+    assert one_line_usage_error(gridfsctl.run(*args)) == said
+
+
+def test_far_typos_get_no_guess(gridfsctl):
+    r = gridfsctl.run("frobnicate")
+    assert r.rc == 2 and "did you mean" not in r.err and "gridfsctl --help" in r.err
+    r = gridfsctl.run("get", "--max-delete", "5", "x")
+    assert r.rc == 2 and "did you mean" not in r.err
+
+
+MONGOFILES_ANSWERS = {
+    "list": "use gridfsctl ls",
+    "search": "gridfsctl ls | grep",
+    "delete": "use gridfsctl rm NAME",
+    "delete_id": "use gridfsctl rm --id",
+    "get_id": "use gridfsctl get --id",
+    "put_id": "gridfsctl put FILE --name NAME",
+    "get_regex": "gridfsctl ls | grep -E",
+}
+
+
+@pytest.mark.parametrize("verb", sorted(MONGOFILES_ANSWERS))
+def test_mongofiles_verbs_answer_with_our_command(gridfsctl, verb):
+    line = one_line_usage_error(gridfsctl.run(verb, "posters/a.jpg"))
+    assert line.startswith(f"gridfsctl: '{verb}' is mongofiles' verb: "), line
+    assert MONGOFILES_ANSWERS[verb] in line, line
+
+
+def test_man_page_says_prefix_is_a_folder_and_bucket_is_mongofiles_prefix():
+    with open(os.path.join(ROOT, "man/gridfsctl.1.scd")) as f:
+        page = f.read()
+    section = page.split("# FOR MONGOFILES USERS", 1)[1].split("\n# ", 1)[0]
+    assert "*--prefix* is a folder everywhere" in section
+    assert "which is\n*gridfsctl*'s *--bucket*" in section
+    for verb in MONGOFILES_ANSWERS:
+        assert re.search(rf"^\|  (.*, )?{verb}\b", section, re.M), verb
+
+
 def test_help_and_version(gfs):
     r = gfs.run("--help", db=False)
     assert r.rc == 0 and "import" in r.text

@@ -142,10 +142,11 @@ demo:
 	$(MAKE) $(BIN) backend
 	scripts/demo
 
-# Shipped as documentation: the units and the logrotate file are examples to
-# copy into /etc, with the binary's path set to where this install puts it.
+# Shipped as documentation: the units, the logrotate file and the supervisor
+# configurations are examples to copy into /etc, with the binary's path set
+# to where this install puts it.
 DOCDIR  ?= $(PREFIX)/share/doc/gridfsctl
-CONTRIB := $(sort $(wildcard contrib/*/*))
+CONTRIB := $(sort $(wildcard contrib/*/*) $(wildcard examples/*))
 DOCS    := docs/cron.md
 MAN_DST  = $(foreach m,$(MAN_OUT),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
 COMP_DST = $(DESTDIR)$(PREFIX)/share/bash-completion/completions/gridfsctl \

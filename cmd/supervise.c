@@ -192,6 +192,8 @@ print_check(const struct sv_config *cfg)
 			printf("  nofile: %ld\n", p->nofile);
 		if (p->listen)
 			printf("  listen: %s\n", p->listen);
+		if (p->after)
+			printf("  after: %s\n", p->after);
 		if (p->health) {
 			char *shown = gfs_uri_redact(p->health);
 			printf("  health: %s every %d ms, timeout %d ms\n", shown, p->health_interval_ms,

@@ -232,7 +232,12 @@ restart_on = default
                        "sv.ini:1: unknown section [progam:a]"),
                       ("[program:a]\ncommand = x\nlisten = 127.0.0.1:99999\n",
                        "sv.ini:3: [program:a] listen: '127.0.0.1:99999': port '99999' is not a "
-                       "number from 1 to 65535")]:
+                       "number from 1 to 65535"),
+                      # Start order: a name of the file, and no cycle; the after line is named.
+                      ("[program:a]\ncommand = x\nafter = b\n[program:b]\ncommand = y\nafter = a\n",
+                       "sv.ini:3: [program:a] after: a cycle (a -> b -> a)"),
+                      ("[program:a]\ncommand = x\n\nafter = mongd\n[program:mongod]\ncommand = y\n",
+                       "sv.ini:4: [program:a] after: no program 'mongd' in this file")]:
         bad = write_config(workdir, text)
         p = gridfsctl.run("supervise", "-c", bad, "--check")
         assert p.rc == 2 and msg in p.err, (text, p.err)
@@ -1150,6 +1155,117 @@ startsecs = 5
     s.wait_event(r"broken: health check failed \(2 of 2\)")
     s.wait_event(r"broken: stopping pid \d+ with SIGTERM \(health check failed\)")
     s.wait_event(r"broken: restarting in 0.0 s \(health check failed")
+    assert s.stop() == 0
+
+
+# ---- start order (after = NAME) ---------------------------------------------------------
+
+DB_PY = """
+import http.server, signal, sys
+go, port, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def stopped(sig, frame):
+    with open(log, 'a') as f:
+        f.write('db stopped\\n')
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stopped)
+open(go).read()  # a FIFO: blocks until the test lets the backend come up
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(('127.0.0.1', port), Ok).serve_forever()
+"""
+
+WEB_PY = """
+import signal, sys, time, urllib.request
+port, log = int(sys.argv[1]), sys.argv[2]
+def stopped(sig, frame):
+    time.sleep(0.5)  # a server draining its requests: the backend must outlive it
+    with open(log, 'a') as f:
+        f.write('web stopped\\n')
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stopped)
+try:
+    urllib.request.urlopen('http://127.0.0.1:%d/' % port, timeout=5)
+    said = 'web started; db answered'
+except OSError as e:
+    said = 'web started; db did not answer: %s' % e
+with open(log, 'a') as f:
+    f.write(said + '\\n')
+print('up', flush=True)
+signal.pause()
+"""
+
+
+def test_after_starts_when_healthy_and_stops_first(sup, workdir):
+    """web is after db: it waits (WAITING) while db runs but fails its health check, starts
+    once the check passes, and on stop exits before db is asked to."""
+    port = free_port(range(18450, 18500))
+    go, log = os.path.join(workdir, "go"), os.path.join(workdir, "order.log")
+    os.mkfifo(go)
+    for name, code in (("db.py", DB_PY), ("web.py", WEB_PY)):
+        with open(os.path.join(workdir, name), "w") as f:
+            f.write(code)
+    # web comes first in the file: only after = db holds it back.
+    cfg = write_config(workdir, f"""
+[program:web]
+command = {PY} {workdir}/web.py {port} {log}
+after = db
+stop_grace = 10s
+
+[program:db]
+command = {PY} {workdir}/db.py {go} {port} {log}
+health = http://127.0.0.1:{port}/
+health_interval = 100ms
+health_timeout = 1s
+health_retries = 100
+startsecs = 60
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"web: waiting for db to be up and healthy")
+    s.wait_event(r"db: started pid")
+    s.wait_event(r"db: not ready yet")  # db runs, its check fails: web still waits
+    st = s.status()
+    assert st["web"]["state"] == "WAITING" and st["web"]["pid"] == 0, st["web"]
+    assert s.count(r"web: started") == 0
+    with open(go, "w") as f:
+        f.write("go")
+    healthy, _ = s.wait_event(r"db: healthy")
+    started, _ = s.wait_event(r"web: started pid")
+    assert healthy < started
+    wait_for(lambda: os.path.exists(log) and "web started" in open(log).read(), 10, "web's first line")
+    assert open(log).read().splitlines() == ["web started; db answered"]
+    s.wait_status("web", lambda d: d["state"] in ("STARTING", "RUNNING"))
+    assert s.stop() == 0
+    assert open(log).read().splitlines() == ["web started; db answered", "web stopped", "db stopped"]
+    stop_web, _ = s.wait_event(r"web: stopping pid")
+    stop_db, _ = s.wait_event(r"db: stopping pid")
+    assert stop_web < stop_db
+
+
+def test_after_never_starts_while_what_it_follows_is_unhealthy(sup, workdir):
+    """A program after another that is not up (here: never healthy) does not start at all."""
+    cfg = write_config(workdir, f"""
+[program:db]
+command = {child("import time; time.sleep(600)")}
+health = http://127.0.0.1:{free_port(range(18500, 18550))}/
+health_interval = 100ms
+health_retries = 100
+startsecs = 60
+
+[program:web]
+command = {child("import time; time.sleep(600)")}
+after = db
+""")
+    s = sup(["-c", cfg])
+    s.wait_event(r"web: waiting for db")
+    n = len(s.events)
+    s.wait_event(r"db: not ready yet", after=n)
+    p = s.ctl("status")
+    assert p.rc == 1 and re.search(r"^web\s+WAITING", p.text, re.M), p.text
+    assert s.count(r"web: started") == 0
     assert s.stop() == 0
 
 

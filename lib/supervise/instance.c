@@ -9,6 +9,8 @@
  *                                     or FATAL   (too many restarts)
  *                                     or EXITED  (clean exit, no autorestart)
  *                                     or STOPPED (stopped for good)
+ *   STOPPED, BACKOFF --start, the program it is after not up--> WAITING
+ *   WAITING --that program up and healthy (reload.c)--> STARTING
  *
  * The transitions live in the parts that see their causes; what a state
  * means to all of them is the table below, so that "is it up" is asked one
@@ -33,6 +35,8 @@ const struct state_info sv_states[] = {
 	[ST_STOPPING] = {"STOPPING", .settling = true},
 	[ST_FATAL] = {"FATAL", .idle = true},
 	[ST_EXITED] = {"EXITED", .idle = true},
+	/* on its way up: a rolling restart waits for it, as for STARTING */
+	[ST_WAITING] = {"WAITING", .settling = true},
 };
 
 static int

@@ -67,7 +67,8 @@ int sv_patterns_match(const struct sv_patterns *p, const char *line);
 void sv_patterns_free(struct sv_patterns *p);
 /* True when line reports running out of descriptors (whatever restart_on says). */
 bool sv_line_is_emfile(const char *line);
-enum state { ST_STOPPED, ST_STARTING, ST_RUNNING, ST_BACKOFF, ST_STOPPING, ST_FATAL, ST_EXITED };
+enum state { ST_STOPPED, ST_STARTING, ST_RUNNING, ST_BACKOFF, ST_STOPPING, ST_FATAL, ST_EXITED,
+             ST_WAITING };
 
 /* What each state means to the other parts (instance.c has the table). */
 struct state_info {
@@ -191,6 +192,7 @@ struct sv {
 	int epfd, sigfd, timerfd, ctlfd;
 	struct watch w_sig, w_timer, w_ctl;
 	bool stopping;
+	char stop_why[64];      /* what sv_stop_all was told, for the programs it stops later */
 	int stop_signals;
 	double t_accept;        /* watch the control socket again then; 0: watched */
 	double t_watchdog;      /* send WATCHDOG=1 then; 0: systemd asked for none */
@@ -267,6 +269,8 @@ void sv_finish_program_removal(struct sv *s);
 void sv_reload(struct sv *s);
 void sv_stop_all(struct sv *s, const char *why);
 void sv_release_idle_listen(struct sv *s);
+bool sv_after_ready(const struct program *p);
+void sv_advance_order(struct sv *s);
 bool sv_all_quiet(struct sv *s);
 
 #endif

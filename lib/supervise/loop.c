@@ -410,6 +410,7 @@ sv_run(struct sv *s)
 	         s->config_path ? s->config_path : "one program", s->control_path);
 	for (struct program *p = s->progs; p; p = p->next)
 		sv_start_program(p);
+	sv_advance_order(s);
 	/* Started, not yet proven running: systemd's READY means "the supervisor is up". */
 	sv_notify(s, "READY=1\nSTATUS=supervising");
 	uint64_t wd = gfs_sd_watchdog_usec();
@@ -432,6 +433,7 @@ sv_run(struct sv *s)
 			if (handlers[kind].repoll)
 				break;
 		}
+		sv_advance_order(s);
 		sv_release_idle_listen(s);
 	}
 	sv_event(s, "every program stopped; exiting");

@@ -8,6 +8,12 @@
  * one is stopped and freed. A requested restart of a program goes through
  * its instances one at a time (rolling), each waiting until the one before
  * is up. Stopping everything (a signal, the "stop" request) is here too.
+ *
+ * The order between programs (after = NAME): an instance whose program is
+ * after another waits (WAITING) until that one is up and healthy, and on
+ * stop a program is stopped only once no program after it runs. Both are
+ * decided again after every batch of events (sv_advance_order), since
+ * what they wait for is a health check, a startsecs or an exit.
  */
 #include <stdio.h>
 #include <string.h>
@@ -206,18 +212,79 @@ sv_reload(struct sv *s)
 	sv_finish_program_removal(s);
 }
 
+/* Up: past startsecs (RUNNING), and its health check passing if it has one. */
+static bool
+instance_ready(const struct instance *in)
+{
+	if (!sv_states[in->state].up)
+		return false;
+	return in->prog->cfg.health ? in->health == 1 : in->state == ST_RUNNING;
+}
+
+bool
+sv_after_ready(const struct program *p)
+{
+	if (!p->cfg.after)
+		return true;
+	const struct program *q = find_program(p->inst[0].sv, p->cfg.after);
+	if (!q || q->removing)
+		return false; /* a changed one: its replacement is not running yet */
+	for (int i = 0; i < q->ninst; i++)
+		if (!instance_ready(&q->inst[i]))
+			return false;
+	return true;
+}
+
+/* Whether a program after p still has a process: p must outlive it. */
+static bool
+needed(struct sv *s, const struct program *p)
+{
+	for (struct program *q = s->progs; q; q = q->next)
+		if (q != p && q->cfg.after && strcmp(q->cfg.after, p->cfg.name) == 0 && !sv_prog_quiet(q))
+			return true;
+	return false;
+}
+
+static void
+stop_program(struct sv *s, struct program *p)
+{
+	bool wait = needed(s, p);
+	for (int i = 0; i < p->ninst; i++) {
+		struct instance *in = &p->inst[i];
+		/* A process outlives its dependents; one that does not run has nothing to order. */
+		if (sv_alive(in) ? !wait : in->state != ST_STOPPED)
+			sv_stop_instance(in, AFTER_STOP, s->stop_why);
+	}
+}
+
 void
 sv_stop_all(struct sv *s, const char *why)
 {
 	if (!s->stopping) {
 		sv_event(s, "stopping every program (%s)", why);
 		sv_notify(s, "STOPPING=1");
+		snprintf(s->stop_why, sizeof s->stop_why, "%s", why);
 	}
 	s->stopping = true;
 	for (struct program *p = s->progs; p; p = p->next) {
 		p->rolling = -1;
+		stop_program(s, p);
+	}
+}
+
+void
+sv_advance_order(struct sv *s)
+{
+	for (struct program *p = s->progs; p; p = p->next) {
+		if (s->stopping) {
+			stop_program(s, p);
+			continue;
+		}
+		if (p->removing || !sv_after_ready(p))
+			continue;
 		for (int i = 0; i < p->ninst; i++)
-			sv_stop_instance(&p->inst[i], AFTER_STOP, why);
+			if (p->inst[i].state == ST_WAITING)
+				sv_start_instance(&p->inst[i]);
 	}
 }
 

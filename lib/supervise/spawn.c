@@ -338,6 +338,12 @@ sv_start_instance(struct instance *in)
 	const struct sv_program *c = &in->prog->cfg;
 	struct passwd *pw;
 	in->t_start = 0;
+	if (!sv_after_ready(in->prog)) {
+		if (in->state != ST_WAITING)
+			sv_event(s, "%s: waiting for %s to be up and healthy", in->name, c->after);
+		in->state = ST_WAITING;
+		return;
+	}
 	if (!prepare(in, &pw))
 		return;
 	int pipefd[2], errfd[2];

@@ -121,6 +121,7 @@ sv_program_free(struct sv_program *p)
 	free(p->health);
 	free(p->listen);
 	free(p->log);
+	free(p->after);
 	memset(p, 0, sizeof *p);
 }
 
@@ -152,6 +153,7 @@ sv_program_copy(struct sv_program *dst, const struct sv_program *src)
 	dst->health = gfs_xstrdup(src->health);
 	dst->listen = gfs_xstrdup(src->listen);
 	dst->log = gfs_xstrdup(src->log);
+	dst->after = gfs_xstrdup(src->after);
 }
 
 static bool
@@ -190,7 +192,8 @@ sv_program_equal(const struct sv_program *a, const struct sv_program *b)
 	    a->backoff_initial_ms == b->backoff_initial_ms && a->backoff_max_ms == b->backoff_max_ms &&
 	    a->max_restarts == b->max_restarts && a->restart_window_s == b->restart_window_s &&
 	    a->fd_interval_ms == b->fd_interval_ms && a->fd_threshold_pct == b->fd_threshold_pct &&
-	    a->fd_horizon_s == b->fd_horizon_s && a->fd_raise == b->fd_raise;
+	    a->fd_horizon_s == b->fd_horizon_s && a->fd_raise == b->fd_raise &&
+	    streq(a->after, b->after);
 }
 
 /* ---- small value parsers ----------------------------------------------- */
@@ -351,6 +354,8 @@ struct key {
 
 #define FIELD(p, k, type) ((type *)((char *)(p) + (k)->off))
 
+static bool valid_name(const char *s);
+
 /* ---- environment = A=1, B="x, y" --------------------------------------- */
 
 static bool
@@ -502,6 +507,18 @@ set_health(struct sv_program *p, const struct key *k, const char *v, char *err, 
 	return true;
 }
 
+/* The name is checked against the other sections once the file is read (finish). */
+static bool
+set_after(struct sv_program *p, const struct key *k, const char *v, char *err, size_t errlen)
+{
+	if (*v && !valid_name(v)) {
+		seterr(err, errlen, "after: expected a program name, got '%s'", v);
+		return false;
+	}
+	replace(&p->after, v);
+	return true;
+}
+
 static bool
 expected(const struct key *k, const char *what, const char *v, char *err, size_t errlen)
 {
@@ -611,6 +628,7 @@ static const struct key keys[] = {
 	{"fd_threshold", set_int, OFF(fd_threshold_pct), 1, 100, "a percentage", 0},
 	{"fd_horizon", set_int, OFF(fd_horizon_s), 0, 86400, "seconds", 0},
 	{"fd_raise", set_bool, OFF(fd_raise), 0, 0, "yes or no", 0},
+	{"after", set_after, 0, 0, 0, "", 0},
 };
 
 static const struct key *
@@ -755,7 +773,6 @@ more_input(struct parse_state *st)
 }
 
 static int fail(struct parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool valid_name(const char *s);
 
 /*
  * Sections are checked as their header is read, not when a key comes: an
@@ -912,10 +929,50 @@ on_key(void *user, const char *section, const char *key, const char *value)
 	struct sv_program *p = find_or_add(st->cfg, section + 8, st->section_line);
 	if (strcmp(key, "command") == 0 && !p->command_line)
 		p->command_line = st->line;
+	if (strcmp(key, "after") == 0)
+		p->after_line = st->line;
 	char msg[400];
 	if (!sv_program_set(p, key, value, msg, sizeof msg))
 		return fail(st, "[%s] %s", section, msg);
 	return 1;
+}
+
+static const struct sv_program *
+find_prog(const struct sv_config *c, const char *name)
+{
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (strcmp(c->progs[i].name, name) == 0)
+			return &c->progs[i];
+	return NULL;
+}
+
+/*
+ * The start order: every after names another program, and following them
+ * never comes back (each program has one after at most, so a walk of
+ * nprogs steps either ends or is in a cycle). Errors point at the after line.
+ */
+static bool
+check_order(const struct sv_config *c, const struct sv_program *p, char *msg, size_t len)
+{
+	if (!p->after)
+		return true;
+	if (!find_prog(c, p->after)) {
+		seterr(msg, len, "[program:%s] after: no program '%s' in this file", p->name, p->after);
+		return false;
+	}
+	char path[400];
+	int n = snprintf(path, sizeof path, "%s", p->name);
+	const struct sv_program *q = p;
+	for (size_t step = 0; q && q->after && step < c->nprogs; step++) {
+		q = find_prog(c, q->after);
+		if (n > 0 && (size_t)n < sizeof path)
+			n += snprintf(path + n, sizeof path - (size_t)n, " -> %s", q ? q->name : "?");
+		if (q == p) {
+			seterr(msg, len, "[program:%s] after: a cycle (%s)", p->name, path);
+			return false;
+		}
+	}
+	return true;
 }
 
 /* Checks that need the whole program; their errors point at its section. */
@@ -933,6 +990,10 @@ finish(struct sv_config *c, const char *name, char *err, size_t errlen)
 			/* A command that does not split is the command's line's fault. */
 			int line = p->command && !p->argv && p->command_line ? p->command_line : p->line;
 			seterr(err, errlen, "%s:%d: %s", name, line, msg);
+			return false;
+		}
+		if (!check_order(c, p, msg, sizeof msg)) {
+			seterr(err, errlen, "%s:%d: %s", name, p->after_line ? p->after_line : p->line, msg);
 			return false;
 		}
 		if (!p->log && c->logdir) {

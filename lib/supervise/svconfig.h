@@ -56,6 +56,8 @@ struct sv_program {
 	int fd_threshold_pct;   /* act above this share of the soft limit */
 	int fd_horizon_s;       /* act when the trend exhausts the limit within this */
 	bool fd_raise;          /* raise the soft limit live before restarting */
+	char *after;            /* start once this program is up and healthy, stop before it; NULL: none */
+	int after_line;         /* where its after key is (0: not from a file) */
 	int line;               /* where its section starts in the file (0: not from a file) */
 	int command_line;       /* where its command key is (0: not from a file) */
 };

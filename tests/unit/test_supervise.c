@@ -107,6 +107,7 @@ static const char full_config[] =
     "listen = 127.0.0.1:8080\n"
     "log = /tmp/web.log\n"
     "restart_on = none\n"
+    "after = backend\n"
     "[program:other]\n"
     "command = x\n"
     "restart_on = boom$\n"
@@ -157,6 +158,8 @@ config_all_keys(void **state)
 	assert_string_equal(w->listen, "127.0.0.1:8080");
 	assert_string_equal(w->log, "/tmp/web.log");
 	assert_int_equal(w->npatterns, 0);
+	assert_string_equal(w->after, "backend");
+	assert_null(b->after);
 	struct sv_program *o = &c.progs[2];
 	assert_string_equal(o->patterns[0], "boom$");
 	assert_string_equal(o->patterns[1], "Too many open files");
@@ -168,6 +171,12 @@ config_all_keys(void **state)
 	assert_true(sv_program_equal(&cp, b));
 	cp.nofile++;
 	assert_false(sv_program_equal(&cp, b));
+	sv_program_free(&cp);
+	sv_program_copy(&cp, w);
+	assert_true(sv_program_equal(&cp, w));
+	free(cp.after);
+	cp.after = NULL;
+	assert_false(sv_program_equal(&cp, w)); /* a new order restarts the program on reload */
 	sv_program_free(&cp);
 	assert_false(sv_program_equal(&c.progs[0], &c.progs[1]));
 	sv_config_free(&c);
@@ -276,6 +285,17 @@ config_errors(void **state)
 		/* Whole-program checks point at the program's section. */
 		{"[supervise]\nlogdir = /x\n\n[program:b]\ndirectory = /\n", "t:4: program 'b' has no command"},
 		{"[program:a]\ncommand = x\nbackoff_initial = 2s\nbackoff_max = 1s\n", "t:1: program 'a'"},
+		/* Start order: a name of this file, and no way back; the error is at the after line. */
+		{"[program:a]\ncommand = x\n\nafter = nosuch\n",
+		 "t:4: [program:a] after: no program 'nosuch' in this file"},
+		{"[program:a]\ncommand = x\nafter = a\n", "t:3: [program:a] after: a cycle (a -> a)"},
+		{"[program:a]\ncommand = x\nafter = b\n[program:b]\ncommand = y\nafter = c\n"
+		 "[program:c]\ncommand = z\nafter = b\n",
+		 "t:6: [program:b] after: a cycle (b -> c -> b)"},
+		{"[program:a]\ncommand = x\nafter = b c\n",
+		 "t:3: [program:a] after: expected a program name, got 'b c'"},
+		{"[program:a]\ncommand = x\nafter = b\nafter = c\n",
+		 "t:4: [program:a] duplicate key 'after' (first at line 3)"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct sv_config c;

@@ -5,18 +5,20 @@
 #include "../lib/doctor.h"
 #include "cmd.h"
 
-enum { OPT_SAMPLE = 1, OPT_JSON };
+enum { OPT_SAMPLE = 1, OPT_JSON, OPT_ALLOW_EMPTY };
 
 static const struct cmd_opt doctor_opts[] = {
 	CMD_OPT(0, "sample", "N", "chunks to look at for the orphan estimate (default 200; 0: skip "
 	        "it); a bucket of up to 20*N chunks is counted exactly", .id = OPT_SAMPLE),
+	CMD_OPT(0, "allow-empty", NULL, "a bucket that does not exist yet (no BUCKET.files or "
+	        "BUCKET.chunks) is not a problem", .id = OPT_ALLOW_EMPTY),
 	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
 	CMD_OPT_END,
 };
 
 struct doctor_opts {
 	long sample;
-	bool json;
+	bool json, allow_empty;
 };
 
 static int
@@ -25,6 +27,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	struct doctor_opts *o = ctx;
 	switch (opt) {
 	case OPT_JSON: o->json = true; return 0;
+	case OPT_ALLOW_EMPTY: o->allow_empty = true; return 0;
 	case OPT_SAMPLE:
 		if (parse_int(arg, 0, 100000, &o->sample))
 			return 0;
@@ -57,7 +60,10 @@ print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bo
 		BSON_APPEND_UTF8(doc, "serverVersion", r->version);
 	if (r->ferretdb[0])
 		BSON_APPEND_UTF8(doc, "ferretdbVersion", r->ferretdb);
+	if (r->version[0])
+		BSON_APPEND_UTF8(doc, "server", r->ferretdb[0] ? "FerretDB" : "MongoDB");
 	if (done) {
+		BSON_APPEND_BOOL(doc, "exists", r->exists);
 		BSON_APPEND_INT64(doc, "files", r->files);
 		BSON_APPEND_INT64(doc, "chunks", r->chunks);
 		BSON_APPEND_DOCUMENT_BEGIN(doc, "indexes", &sub);
@@ -113,18 +119,39 @@ index_words(enum gfs_doctor_index st, bool chunks)
 	return "?";
 }
 
+/*
+ * The server by the name it gives itself: FerretDB answers buildInfo with
+ * the MongoDB version it is compatible with, and its own in ferretdbVersion
+ * ("unknown" when built without it, as the embedded backend is).
+ */
 static void
-print_text(const gfs_doctor_report *r)
+server_words(const gfs_doctor_report *r, char *buf, size_t len)
+{
+	if (!r->ferretdb[0])
+		snprintf(buf, len, "reachable, MongoDB %s", r->version);
+	else if (strcmp(r->ferretdb, "unknown") == 0)
+		snprintf(buf, len, "reachable, FerretDB (it does not report its own version), "
+		         "compatible with MongoDB %s", r->version);
+	else
+		snprintf(buf, len, "reachable, FerretDB %s, compatible with MongoDB %s", r->ferretdb,
+		         r->version);
+}
+
+static void
+print_text(const gfs_doctor_report *r, const char *db, const char *bucket, bool allow_empty)
 {
 	char buf[600], date[32];
-	if (r->ferretdb[0])
-		snprintf(buf, sizeof buf, "reachable, MongoDB %s (FerretDB %s)", r->version, r->ferretdb);
-	else
-		snprintf(buf, sizeof buf, "reachable, MongoDB %s", r->version);
+	server_words(r, buf, sizeof buf);
 	line(false, "backend:", buf);
-	snprintf(buf, sizeof buf, "%lld files, %lld chunks (estimated counts)", (long long)r->files,
-	         (long long)r->chunks);
-	line(false, "bucket:", buf);
+	if (r->exists)
+		snprintf(buf, sizeof buf, "%lld files, %lld chunks (estimated counts)",
+		         (long long)r->files, (long long)r->chunks);
+	else
+		snprintf(buf, sizeof buf, "does not exist: no %s.files or %s.chunks in database %s%s",
+		         bucket, bucket, db, allow_empty ? " (allowed by --allow-empty)"
+		                                         : " (a misspelt --bucket or --db? --allow-empty "
+		                                           "if nothing was written yet)");
+	line(!r->exists && !allow_empty, "bucket:", buf);
 	line(r->files_index == GFS_INDEX_MISSING, "files index:",
 	     index_words(r->files_index, false));
 	line(r->chunks_index == GFS_INDEX_MISSING || r->chunks_index == GFS_INDEX_NOT_UNIQUE,
@@ -182,18 +209,21 @@ cmd_doctor(int argc, char **argv)
 	gfs_error err;
 	bool ok = gfs_doctor(conn, o.sample, &r, &err);
 	gfs_conn_close(conn);
+	/* A typo in a monitoring check's --bucket must not pass as an empty bucket. */
+	if (ok && !r.exists && !o.allow_empty)
+		r.problems++;
 	int rc = ok ? (r.problems ? EXIT_PARTIAL : EXIT_OK) : fail(&err);
 	if (o.json)
 		print_as_json(&r, db, bucket, ok, !ok ? err.msg : r.problems ? "problems found" : NULL);
 	else if (ok)
-		print_text(&r);
+		print_text(&r, db, bucket, o.allow_empty);
 	free(db);
 	free(bucket);
 	return rc;
 }
 
 static const struct cmd_exit doctor_exits[] = {
-	{0, "healthy"}, {1, "problems found"}, {2, "usage"},
+	{0, "healthy"}, {1, "problems found (a bucket that does not exist too)"}, {2, "usage"},
 	{3, "backend unreachable or a command failed"}, {-1, NULL},
 };
 

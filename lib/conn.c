@@ -150,7 +150,7 @@ gfs_conn_ping(gfs_conn *c, gfs_error *err)
 	BSON_APPEND_INT32(&cmd, "ping", 1);
 	bool ok = mongoc_client_command_simple(s->client, "admin", &cmd, NULL, &reply, &berr);
 	if (!ok)
-		gfs_error_from_bson(err, &berr, "cannot reach the backend");
+		gfs_error_from_bson(err, &berr, "ping");
 	bson_destroy(&cmd);
 	bson_destroy(&reply);
 	gfs_session_push(s);

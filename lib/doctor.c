@@ -29,6 +29,41 @@ server_version(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 	return ok;
 }
 
+/*
+ * Whether the bucket's collections exist: an empty bucket has them once
+ * anything was written, a misspelt --bucket or --db never does. One
+ * listCollections on the database, by name.
+ */
+static bool
+bucket_exists(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
+{
+	const char *files = mongoc_collection_get_name(s->files);
+	const char *chunks = mongoc_collection_get_name(s->chunks);
+	bson_t opts = BSON_INITIALIZER, filter, in;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "filter", &filter);
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "name", &in);
+	bson_t names;
+	BSON_APPEND_ARRAY_BEGIN(&in, "$in", &names);
+	BSON_APPEND_UTF8(&names, "0", files);
+	BSON_APPEND_UTF8(&names, "1", chunks);
+	bson_append_array_end(&in, &names);
+	bson_append_document_end(&filter, &in);
+	bson_append_document_end(&opts, &filter);
+	BSON_APPEND_BOOL(&opts, "nameOnly", true);
+	mongoc_database_t *db = mongoc_client_get_database(s->client, gfs_conn_db(s->conn));
+	bson_error_t berr;
+	char **found = mongoc_database_get_collection_names_with_opts(db, &opts, &berr);
+	mongoc_database_destroy(db);
+	bson_destroy(&opts);
+	if (!found) {
+		gfs_error_from_bson(err, &berr, "listCollections");
+		return false;
+	}
+	r->exists = found[0] != NULL;
+	bson_strfreev(found);
+	return true;
+}
+
 static bool
 count(mongoc_collection_t *coll, int64_t *out, gfs_error *err)
 {
@@ -308,7 +343,8 @@ gfs_doctor(gfs_conn *conn, int64_t sample_size, gfs_doctor_report *r, gfs_error 
 		return false;
 	r->reachable = true;
 	gfs_session *s = gfs_session_pop(conn);
-	bool ok = server_version(s, r, err) && count(s->files, &r->files, err) &&
+	bool ok = server_version(s, r, err) && bucket_exists(s, r, err) &&
+	          count(s->files, &r->files, err) &&
 	          count(s->chunks, &r->chunks, err) && check_indexes(s, r, err) &&
 	          check_lock(s, r, err) && estimate_orphans(s, sample_size, r, err);
 	gfs_session_push(s);

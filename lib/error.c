@@ -77,17 +77,34 @@ gfs_error_clear(gfs_error *err)
 	err->msg[0] = '\0';
 }
 
+/*
+ * A server's message may go on with lines of advice ("\nSee https://...
+ * for more details"): a message of ours is one line, so its first line is
+ * what is kept.
+ */
+static void
+first_line(char *dst, size_t size, const char *msg)
+{
+	snprintf(dst, size, "%.*s", (int)strcspn(msg, "\r\n"), msg);
+}
+
 void
 gfs_error_from_bson(gfs_error *err, const bson_error_t *berr, const char *context)
 {
+	char msg[sizeof berr->message];
+	first_line(msg, sizeof msg, berr->message);
+	/* Reached, and refused: a wrong user, password, mechanism or authSource. */
+	if (berr->domain == MONGOC_ERROR_CLIENT && berr->code == MONGOC_ERROR_CLIENT_AUTHENTICATE)
+		gfs_error_set(err, GFS_EBACKEND, "%s: authentication failed (check the URI's user, "
+		              "password and authSource): %s", context, msg);
 	/* The driver's "socket error or timeout": say which wait it may have been. */
-	if (berr->domain == MONGOC_ERROR_STREAM && berr->code == MONGOC_ERROR_STREAM_SOCKET)
+	else if (berr->domain == MONGOC_ERROR_STREAM && berr->code == MONGOC_ERROR_STREAM_SOCKET)
 		gfs_error_set(err, GFS_EBACKEND, "%s: cannot reach the backend (timed out, or the "
-		              "connection broke): %s", context, berr->message);
+		              "connection broke): %s", context, msg);
 	else if (berr->domain == MONGOC_ERROR_SERVER_SELECTION || berr->domain == MONGOC_ERROR_STREAM)
-		gfs_error_set(err, GFS_EBACKEND, "%s: cannot reach the backend: %s", context, berr->message);
+		gfs_error_set(err, GFS_EBACKEND, "%s: cannot reach the backend: %s", context, msg);
 	else
-		gfs_error_set(err, GFS_EBACKEND, "%s: %s", context, berr->message);
+		gfs_error_set(err, GFS_EBACKEND, "%s: %s", context, msg);
 }
 
 const char *

@@ -292,6 +292,27 @@ def test_password_in_argv_is_warned_and_never_printed(gfs):
     assert "hunter2" not in r.err and "hunter2" not in r.text
 
 
+def test_authentication_failure_is_said_in_one_line_by_every_verb(gfs, bucket, tmp_path):
+    """A password the server refuses (here a server without authentication, which refuses
+    every mechanism) is an authentication failure, exit 3, in one line without the server's
+    advice lines or the password, whatever the verb."""
+    bucket.upload_from_stream("a.txt", b"abc")
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "f.txt").write_bytes(b"x")
+    uri = gfs.backend.uri.replace("mongodb://", "mongodb://someone:Wr0ngPassw0rd@")
+    for args in (["ls"], ["get", "a.txt", "-o", tmp_path / "out"], ["put", tmp_path / "f.txt"],
+                 ["rm", "a.txt"], ["stat", "a.txt"], ["import", tmp_path / "tree"], ["verify"],
+                 ["mirror", tmp_path / "mirror"], ["doctor"]):
+        r = gfs.run(*args, env={"GRIDFSCTL_URI": uri})
+        assert r.rc == 3, (args, r)
+        lines = r.err.strip().splitlines()
+        assert lines and all(ln.startswith(f"gridfsctl {args[0]}: ") for ln in lines), (args, r)
+        assert "authentication failed" in lines[0], (args, r)
+        assert "cannot reach" not in r.err and "\\x0a" not in r.err, (args, r)
+        assert "Wr0ngPassw0rd" not in r.err + r.text, (args, r)
+    assert sorted(f.filename for f in bucket.find()) == ["a.txt"]
+
+
 def test_usage_errors_exit_2(gfs, tmp_path):
     for args in (["nonesuch"], ["get"], ["get", "a", "--id", "x"], ["ls", "--bogus"],
                  ["put"], ["put", tmp_path], ["get", "a", "--rev"]):

@@ -48,12 +48,47 @@ def test_healthy_bucket_exits_0(gfs, bucket, db):
     assert gfs.run("doctor", "-q").out == b""
 
 
-def test_empty_bucket_needs_no_index_yet(gfs):
+def test_empty_bucket_needs_no_index_yet(gfs, db):
+    db.create_collection("fs.files")  # an empty bucket: what a write leaves once all is removed
     r, d = doctor(gfs)
     assert r.rc == 0, r
-    assert d["files"] == 0 and d["chunks"] == 0
+    assert d["exists"] is True and d["files"] == 0 and d["chunks"] == 0
     assert d["indexes"] == {"files": "not-needed", "chunks": "not-needed"}
     assert d["orphans"]["method"] == "none"
+
+
+def test_a_bucket_that_does_not_exist_is_a_problem(gfs, bucket, db):
+    """A typo in a monitoring check's --bucket must not pass: no BUCKET.files and no
+    BUCKET.chunks is a problem unless --allow-empty says none is expected yet."""
+    put_files(bucket, 1)
+    r, d = doctor(gfs, "--bucket", "nosuch")
+    assert r.rc == 1, r
+    assert d["bucket"] == "nosuch" and d["exists"] is False
+    assert d["problems"] == 1 and d["error"] == "problems found"
+    h = gfs.run("doctor", "--bucket", "nosuch", "-q")
+    assert h.rc == 1 and h.text.splitlines() == [
+        f"bucket:       PROBLEM: does not exist: no nosuch.files or nosuch.chunks in database "
+        f"{db.name} (a misspelt --bucket or --db? --allow-empty if nothing was written yet)"], h
+    r, d = doctor(gfs, "--bucket", "nosuch", "--allow-empty")
+    assert r.rc == 0 and d["exists"] is False and d["problems"] == 0, r
+    assert "nosuch.files" not in db.list_collection_names()  # doctor created nothing
+    assert doctor(gfs)[1]["exists"] is True
+
+
+def test_the_server_is_named_as_it_names_itself(gfs, bucket, db):
+    put_files(bucket, 1)
+    info = db.client.admin.command("buildInfo")
+    r, d = doctor(gfs)
+    backend = dict(ln.split(":", 1) for ln in gfs.run("doctor").text.splitlines())["backend"]
+    assert d["serverVersion"] == info["version"]
+    if "ferretdbVersion" in info:
+        assert d["server"] == "FerretDB" and d["ferretdbVersion"] == info["ferretdbVersion"]
+        assert backend.strip().startswith("reachable, FerretDB"), backend
+        assert f"compatible with MongoDB {info['version']}" in backend
+        assert "FerretDB unknown" not in backend and "MongoDB 7" not in backend.split(",")[1]
+    else:
+        assert d["server"] == "MongoDB" and "ferretdbVersion" not in d
+        assert backend.strip() == f"reachable, MongoDB {info['version']}"
 
 
 @pytest.mark.parametrize("which", ["files", "chunks"])

@@ -1333,6 +1333,33 @@ def http_ok(port, path="/", timeout=2):
 
 
 @needs_serve
+def test_embedded_example_runs_backend_before_serve(sup, workdir):
+    """examples/supervise-embedded.ini as shipped, its paths and ports moved into the test's
+    own: the backend comes up and is healthy before either serve instance starts, serve
+    answers through the held socket, and on stop serve goes first."""
+    backend_binary()  # skips where the backend does not build
+    with open(os.path.join(ROOT, "examples", "supervise-embedded.ini")) as f:
+        text = f.read()
+    db_port, http_port = free_port(range(27450, 27500)), free_port(range(18550, 18600))
+    for old, new in (("/tmp/gridfsctl-embedded", workdir), ("127.0.0.1:27017", f"127.0.0.1:{db_port}"),
+                     ("127.0.0.1:8080", f"127.0.0.1:{http_port}"), ("./gridfsctl", BIN),
+                     ("scripts/backend", os.path.join(ROOT, "scripts", "backend"))):
+        assert old in text, old
+        text = text.replace(old, new)
+    s = sup(["-c", write_config(workdir, text)])
+    s.wait_event(r"serve:0: waiting for backend to be up and healthy")
+    healthy, _ = s.wait_event(r"backend: healthy", timeout=60)
+    started, _ = s.wait_event(r"serve:1: started pid", timeout=30)
+    assert healthy < started and s.count(r"serve:\d: started") == 2
+    wait_for(lambda: http_ok(http_port, "/_health"), 30, "serve to answer")
+    s.wait_status("serve:1", lambda d: d.get("health") == "ok", timeout=30)
+    assert s.stop() == 0
+    last_serve = max(i for i, e in enumerate(s.events) if re.search(r"serve:\d: .*(exited|killed)", e))
+    stop_backend, _ = s.wait_event(r"backend: stopping pid")
+    assert last_serve < stop_backend
+
+
+@needs_serve
 def test_serve_emfile_flood_recovers(sup, workdir, backend, db):
     port = free_port(range(18400, 18450))
     cfg = write_config(workdir, f"""

@@ -21,9 +21,8 @@ const struct cmd_opt global_opts[] = {
 	        GFS_DEFAULT_URI ")", .id = OPT_URI),
 	CMD_OPT(0, "db", "NAME", "database (default: from the URI path, else " GFS_DEFAULT_DB ")",
 	        .id = OPT_DB),
-	CMD_OPT(0, "bucket", "NAME", "GridFS bucket: the NAME.files and NAME.chunks collections, mongofiles' "
-	        "--prefix (default " GFS_DEFAULT_BUCKET ")",
-	        .id = OPT_BUCKET),
+	CMD_OPT(0, "bucket", "NAME", "GridFS bucket: the NAME.files and NAME.chunks collections, "
+	        "mongofiles' --prefix (default " GFS_DEFAULT_BUCKET ")", .id = OPT_BUCKET),
 	CMD_OPT('q', "quiet", NULL, "print only errors", .id = OPT_QUIET),
 	CMD_OPT(0, "no-progress", NULL, "never draw a progress bar", .id = OPT_NO_PROGRESS),
 	CMD_OPT('h', "help", NULL, "help for gridfsctl or for COMMAND", .id = OPT_HELP),

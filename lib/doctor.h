@@ -43,7 +43,7 @@ enum gfs_doctor_sampling {
 typedef struct gfs_doctor_report {
 	bool reachable;            /* the ping was answered */
 	char version[64];          /* the server's buildInfo version */
-	char ferretdb[64];         /* FerretDB's own version ("unknown" when it does not know), "" on MongoDB */
+	char ferretdb[64];         /* FerretDB's own version (maybe "unknown"), "" on MongoDB */
 	bool exists;               /* BUCKET.files or BUCKET.chunks exists: not a misspelt --bucket */
 	int64_t files, chunks;     /* estimated document counts */
 	enum gfs_doctor_index files_index, chunks_index;

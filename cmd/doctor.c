@@ -8,8 +8,9 @@
 enum { OPT_SAMPLE = 1, OPT_JSON, OPT_ALLOW_EMPTY };
 
 static const struct cmd_opt doctor_opts[] = {
-	CMD_OPT(0, "sample", "N", "chunks to look at for the orphan estimate (default 200; 0: skip "
-	        "it); a bucket of up to 20*N chunks is counted exactly", .id = OPT_SAMPLE),
+	CMD_OPT(0, "sample", "N", "chunks to look at for the orphan estimate, the first in natural "
+	        "order (default 200; 0: skip it); a bucket of up to N chunks is counted exactly",
+	        .id = OPT_SAMPLE),
 	CMD_OPT(0, "allow-empty", NULL, "a bucket that does not exist yet (no BUCKET.files or "
 	        "BUCKET.chunks) is not a problem", .id = OPT_ALLOW_EMPTY),
 	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
@@ -166,8 +167,7 @@ print_text(const gfs_doctor_report *r, const char *db, const char *bucket, bool 
 		         "the next import takes it over)", r->lock_owner, date);
 	line(false, "import lock:", buf);
 	const char *how = r->sampling == GFS_SAMPLE_ALL ? "counted in every chunk"
-	                : r->sampling == GFS_SAMPLE_RANDOM ? "estimated from a random sample"
-	                : "estimated from the first chunks in storage order (the server has no $sample)";
+	                : "estimated from the first chunks in natural order, the oldest";
 	if (r->sampling == GFS_SAMPLE_NONE)
 		snprintf(buf, sizeof buf, "not estimated");
 	else

@@ -64,10 +64,38 @@ bucket_exists(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 	return true;
 }
 
+/*
+ * The collection's document count as its storage keeps it: aggregate's
+ * $collStats {count: {}} (summed over shards), which MongoDB and FerretDB
+ * read from metadata (FerretDB: PostgreSQL's estimate of the table's rows,
+ * negative until the table was first analyzed). The count command
+ * (estimatedDocumentCount) is the fallback for a server without $collStats
+ * or without an estimate yet: FerretDB answers it, and the collStats
+ * command, by reading every document (seconds for the chunks of 52,000
+ * posters), so it is never the first choice.
+ */
 static bool
 count(mongoc_collection_t *coll, int64_t *out, gfs_error *err)
 {
+	bson_t *pipeline = BCON_NEW("pipeline", "[", "{", "$collStats", "{", "count", "{", "}", "}", "}",
+	                            "]");
+	mongoc_cursor_t *cur = mongoc_collection_aggregate(coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
+	bson_destroy(pipeline);
+	const bson_t *doc;
+	bson_iter_t it;
+	bool found = false;
+	*out = 0;
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (bson_iter_init_find(&it, doc, "count") && BSON_ITER_HOLDS_NUMBER(&it)) {
+			*out += bson_iter_as_int64(&it);
+			found = true;
+		}
+	}
 	bson_error_t berr;
+	bool failed = mongoc_cursor_error(cur, &berr);
+	mongoc_cursor_destroy(cur);
+	if (found && !failed && *out >= 0)
+		return true;
 	*out = mongoc_collection_estimated_document_count(coll, NULL, NULL, NULL, &berr);
 	if (*out >= 0)
 		return true;
@@ -166,26 +194,6 @@ check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 
 /* ---- orphan chunks ----------------------------------------------------- */
 
-/* 1 when coll has a document with field equal to id, 0 when not, -1 on error. */
-static int
-exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	gfs_id_filter(&filter, field, id);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
-	const bson_t *doc;
-	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
-	if (!gfs_cursor_done(cur, "look up a files_id", err))
-		rc = -1;
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	return rc;
-}
-
 /* One distinct files_id of the sample and how many sampled chunks carry it. */
 struct owner {
 	bson_value_t id;
@@ -220,101 +228,51 @@ sample_free(struct sample *smp)
 	free(smp->owners);
 }
 
-/* Reads the files_id of every chunk cur returns into smp. */
-static bool
-drain(mongoc_cursor_t *cur, struct sample *smp, bson_error_t *berr)
-{
-	const bson_t *doc;
-	bson_iter_t it;
-	while (mongoc_cursor_next(cur, &doc))
-		if (bson_iter_init_find(&it, doc, "files_id"))
-			sample_add(smp, bson_iter_value(&it));
-	return !mongoc_cursor_error(cur, berr);
-}
-
-/* Server error codes for an unknown aggregation stage: MongoDB's 40324, and "not implemented". */
-static bool
-no_sample_stage(const bson_error_t *berr)
-{
-	return berr->domain == MONGOC_ERROR_SERVER || berr->domain == MONGOC_ERROR_QUERY
-	           ? berr->code == 40324 || berr->code == 238 || strstr(berr->message, "$sample") != NULL
-	           : false;
-}
-
 /*
- * Every chunk's files_id, through the spec's index when it exists: MongoDB
- * then reads the index alone (a covered query), never the chunks' data.
+ * The files_id of the first size chunks in natural order: no filter, no
+ * sort, a limit, so MongoDB reads them off the start of the collection and
+ * FerretDB reads size rows (it pushes the limit down); one more is asked
+ * for, to know whether these were all. In one reply where it fits: a getMore
+ * costs FerretDB as much as the first batch. Rule 1 of docs/design.md.
  */
 static bool
-read_all(gfs_session *s, bool indexed, struct sample *smp, bson_error_t *berr)
+read_first(gfs_session *s, int64_t size, struct sample *smp, bool *all, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER;
-	bson_t *opts = BCON_NEW("projection", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}");
-	if (indexed)
-		BCON_APPEND(opts, "hint", "{", "files_id", BCON_INT32(1), "n", BCON_INT32(1), "}");
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, opts, NULL);
-	bool ok = drain(cur, smp, berr);
-	mongoc_cursor_destroy(cur);
-	bson_destroy(opts);
-	bson_destroy(&filter);
-	return ok;
-}
-
-static bool
-take_sample(gfs_session *s, int64_t size, struct sample *smp, gfs_doctor_report *r, bson_error_t *berr)
-{
-	bson_t *pipeline = BCON_NEW("pipeline", "[",
-	                            "{", "$sample", "{", "size", BCON_INT64(size), "}", "}",
-	                            "{", "$project", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}", "}",
-	                            "]");
-	mongoc_cursor_t *cur = mongoc_collection_aggregate(s->chunks, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
-	bson_destroy(pipeline);
-	bool ok = drain(cur, smp, berr);
-	mongoc_cursor_destroy(cur);
-	r->sampling = GFS_SAMPLE_RANDOM;
-	if (ok || smp->chunks > 0 || !no_sample_stage(berr))
-		return ok;
 	bson_t filter = BSON_INITIALIZER;
 	bson_t *opts = BCON_NEW("projection", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}",
-	                        "limit", BCON_INT64(size));
-	cur = mongoc_collection_find_with_opts(s->chunks, &filter, opts, NULL);
-	ok = drain(cur, smp, berr);
-	mongoc_cursor_destroy(cur);
+	                        "hint", "{", "$natural", BCON_INT32(1), "}", "limit", BCON_INT64(size + 1),
+	                        "batchSize", BCON_INT32((int32_t)(size + 1 < 10000 ? size + 1 : 10000)));
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, opts, NULL);
 	bson_destroy(opts);
-	bson_destroy(&filter);
-	r->sampling = GFS_SAMPLE_FIRST;
-	return ok;
+	const bson_t *doc;
+	bson_iter_t it;
+	int64_t seen = 0;
+	while (mongoc_cursor_next(cur, &doc))
+		if (++seen <= size && bson_iter_init_find(&it, doc, "files_id"))
+			sample_add(smp, bson_iter_value(&it));
+	*all = seen <= size;
+	return gfs_cursor_done(cur, "read the first chunks", err);
 }
 
 static bool
 estimate_orphans(gfs_session *s, int64_t size, gfs_doctor_report *r, gfs_error *err)
 {
 	r->sampling = GFS_SAMPLE_NONE;
-	if (size <= 0 || r->chunks == 0)
+	if (size <= 0)
 		return true;
 	struct sample smp = {0};
-	bson_error_t berr;
-	/*
-	 * $sample reads the whole collection (and sorts it) when asked for 5 %
-	 * of it or more: below that, reading every files_id costs no more and
-	 * counts exactly.
-	 */
-	bool ok;
-	if (r->chunks <= size * GFS_DOCTOR_EXACT_FACTOR) {
-		r->sampling = GFS_SAMPLE_ALL;
-		ok = read_all(s, r->chunks_index != GFS_INDEX_MISSING, &smp, &berr);
-	} else {
-		ok = take_sample(s, size, &smp, r, &berr);
-	}
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "sample the chunks");
+	bool all;
+	bool ok = read_first(s, size, &smp, &all, err);
+	if (ok && smp.chunks > 0)
+		r->sampling = all ? GFS_SAMPLE_ALL : GFS_SAMPLE_FIRST;
+	/* Each distinct owner by _id equality: an index seek on every server. */
 	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
 	for (size_t i = 0; ok && i < smp.n; i++) {
 		const bson_value_t *id = &smp.owners[i].id;
-		int file = exists(s->files, "_id", id, err);
-		int marker = file == 0 ? exists(uploads, "_id", id, err) : 0;
+		int file = gfs_exists(s->files, "_id", id, err);
+		int marker = file == 0 ? gfs_exists(uploads, "_id", id, err) : 0;
 		if (marker == 0 && file == 0)
-			marker = exists(uploads, "deleting", id, err);
+			marker = gfs_exists(uploads, "deleting", id, err);
 		ok = file >= 0 && marker >= 0;
 		if (ok && file == 0 && marker > 0)
 			r->sampled_uploading += smp.owners[i].chunks;
@@ -382,7 +340,6 @@ gfs_doctor_sampling_name(enum gfs_doctor_sampling s)
 	switch (s) {
 	case GFS_SAMPLE_NONE: return "none";
 	case GFS_SAMPLE_ALL: return "all";
-	case GFS_SAMPLE_RANDOM: return "random";
 	case GFS_SAMPLE_FIRST: return "first";
 	}
 	return "unknown";

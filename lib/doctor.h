@@ -1,27 +1,24 @@
 /*
  * doctor: a health check of one bucket for monitoring (monit, cron), at a
  * bounded cost whatever the bucket's size: a ping, buildInfo, listIndexes
- * on the two collections, two estimated counts, the import lock's document
- * and, for orphan chunks, a sample of at most sample_size chunks, each
- * distinct files_id then looked up by _id (an indexed point query on
- * MongoDB and FerretDB alike).
+ * on the two collections, two counts the storage keeps ($collStats), the
+ * import lock's document and, for orphan chunks, the first sample_size
+ * chunks in natural order (no filter, no sort, a limit: sequential reads
+ * on MongoDB, sample_size rows on FerretDB), each distinct files_id then
+ * looked up by _id equality (an index seek on MongoDB and FerretDB alike).
  *
- * A bucket of at most GFS_DOCTOR_EXACT_FACTOR * sample_size chunks is read
- * whole instead (files_id only, through the spec's index, which MongoDB
- * answers from the index alone), and its orphans counted exactly. Larger,
- * the sample is $sample on MongoDB, which picks chunks at random (with a
- * random cursor once the sample is under 5 % of the collection). FerretDB
- * has no $sample stage: there the first sample_size chunks in storage order
- * are taken instead, which finds orphans among the oldest chunks only (a
- * find without filter or sort, whose limit FerretDB pushes down to SQL, so
- * it reads sample_size rows); the report says which was used.
+ * When the bucket holds no more chunks than that, every chunk was read and
+ * the orphans are counted exactly. Else the fraction of orphans among those
+ * read, scaled to the chunk count, is the estimate: one that sees orphans
+ * among the oldest chunks only (natural order is about insertion order),
+ * which the report says. A random sample ($sample) would see the others,
+ * but FerretDB has no $sample, and verify finds every orphan in its pass.
  */
 #ifndef GFS_DOCTOR_H
 #define GFS_DOCTOR_H
 
 #include "gfs.h"
 
-#define GFS_DOCTOR_EXACT_FACTOR 20
 #define GFS_DOCTOR_DEFAULT_SAMPLE 200
 
 enum gfs_doctor_index {
@@ -36,8 +33,7 @@ enum gfs_doctor_lock { GFS_LOCK_FREE, GFS_LOCK_HELD, GFS_LOCK_STALE };
 enum gfs_doctor_sampling {
 	GFS_SAMPLE_NONE,        /* not estimated (sample_size 0, or no chunks) */
 	GFS_SAMPLE_ALL,         /* every chunk was looked at: an exact count */
-	GFS_SAMPLE_RANDOM,      /* $sample */
-	GFS_SAMPLE_FIRST,       /* the first chunks in storage order (no $sample) */
+	GFS_SAMPLE_FIRST,       /* the first chunks in natural order */
 };
 
 typedef struct gfs_doctor_report {
@@ -45,7 +41,7 @@ typedef struct gfs_doctor_report {
 	char version[64];          /* the server's buildInfo version */
 	char ferretdb[64];         /* FerretDB's own version (maybe "unknown"), "" on MongoDB */
 	bool exists;               /* BUCKET.files or BUCKET.chunks exists: not a misspelt --bucket */
-	int64_t files, chunks;     /* estimated document counts */
+	int64_t files, chunks;     /* document counts the storage keeps (estimated) */
 	enum gfs_doctor_index files_index, chunks_index;
 	enum gfs_doctor_lock lock;
 	char lock_owner[256];      /* host and pid of the holder, when the document exists */
@@ -66,6 +62,6 @@ bool gfs_doctor(gfs_conn *conn, int64_t sample_size, gfs_doctor_report *r, gfs_e
 
 const char *gfs_doctor_index_name(enum gfs_doctor_index s);   /* "ok", "missing", ... */
 const char *gfs_doctor_lock_name(enum gfs_doctor_lock s);     /* "free", "held", "stale" */
-const char *gfs_doctor_sampling_name(enum gfs_doctor_sampling s); /* "none", "all", "random", "first" */
+const char *gfs_doctor_sampling_name(enum gfs_doctor_sampling s); /* "none", "all", "first" */
 
 #endif

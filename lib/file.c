@@ -1,4 +1,5 @@
 /* Files documents: parsing, lookups by name, id and prefix. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -309,6 +310,25 @@ find_one(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts, gf
 	if (!gfs_cursor_done(cur, "find in files collection", err))
 		rc = -1;
 	return rc;
+}
+
+int
+gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	gfs_id_filter(&filter, field, id);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	BSON_APPEND_INT64(&opts, "limit", 1);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
+	char what[200];
+	snprintf(what, sizeof what, "look up %s in %s", field, mongoc_collection_get_name(coll));
+	return gfs_cursor_done(cur, what, err) ? rc : -1;
 }
 
 bool

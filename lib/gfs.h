@@ -134,11 +134,19 @@ void gfs_append_values(bson_t *doc, const char *field, const bson_value_t *value
 /* Appends {field: {$in: [values]}}. */
 void gfs_in_filter(bson_t *filter, const char *field, const bson_value_t *values, size_t n);
 /*
- * Removes the documents of coll whose field is among values (none: no
- * request); *deleted, when not NULL, how many. what names the step in err.
+ * Removes the documents of coll whose field equals one of values (none: no
+ * request), by one equality filter per value (never $in) in ordered bulk
+ * writes, each filter holding also's conditions too (NULL: none); *deleted,
+ * when not NULL, how many. what names the step in err.
  */
-bool gfs_delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
-                   int64_t *deleted, const char *what, gfs_error *err);
+bool gfs_delete_each(mongoc_collection_t *coll, const bson_t *also, const char *field,
+                     const bson_value_t *values, size_t n, int64_t *deleted, const char *what,
+                     gfs_error *err);
+/*
+ * 1 when coll has a document whose field equals id (as the server matches),
+ * 0 when none, -1 on error (err set, may be NULL). One equality query.
+ */
+int gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err);
 /* Parses 24 hex digits into an ObjectId value. */
 bool gfs_id_parse_oid(const char *s, bson_value_t *out);
 
@@ -294,6 +302,13 @@ bool gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_e
  */
 bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep,
                               const bson_value_t *keep_id, gfs_error *err);
+/*
+ * The ids gfs_delete_old_revisions() would remove, into *out (*nout of
+ * them; the caller destroys each and frees *out): one query by filename
+ * equality.
+ */
+bool gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
+                            bson_value_t **out, size_t *nout, gfs_error *err);
 bool gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_error *err);
 
 /* ---- hashing --------------------------------------------------------- */

@@ -23,7 +23,7 @@
 #define QUEUE_PER_JOB 64
 /* Files whose documents wait for one flush, at most: bounds memory with many tiny files. */
 #define MAX_PENDING 2000
-/* Names or ids per $in query. */
+/* Names or markers handled per batch (lookups, then one removal). */
 #define IN_BATCH 500
 /* Chunks per bulk insert, at most: with a tiny --chunk-size, bytes alone allow millions. */
 #define MAX_BATCH_CHUNKS 10000
@@ -342,73 +342,30 @@ struct newrev {
 	const char *name;
 	bson_oid_t id;
 	int keep;
-	int others;           /* older revisions kept so far, while scanning */
-	bool passed;          /* the scan has reached the new revision itself */
 };
 
-static int
-cmp_newrev(const void *a, const void *b)
-{
-	return strcmp(((const struct newrev *)a)->name, ((const struct newrev *)b)->name);
-}
-
+/*
+ * One query by filename equality per name, not one {filename: {$in:
+ * names}}: a server that cannot serve $in from an index (FerretDB) reads
+ * every files document for it, once per batch, while an equality is an
+ * index seek on every server (rule 2 of docs/design.md).
+ */
 static bool
 trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 {
-	if (n == 0)
-		return true;
-	qsort(revs, n, sizeof *revs, cmp_newrev);
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, sort, proj;
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "filename", &in);
-	BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
-	for (size_t i = 0; i < n; i++) {
-		char key[16];
-		const char *k;
-		bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
-		BSON_APPEND_UTF8(&arr, k, revs[i].name);
-		revs[i].others = 0;
-		revs[i].passed = false;
-	}
-	bson_append_array_end(&in, &arr);
-	bson_append_document_end(&filter, &in);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "filename", 1);
-	BSON_APPEND_INT32(&sort, "uploadDate", -1);
-	BSON_APPEND_INT32(&sort, "_id", -1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	BSON_APPEND_INT32(&proj, "filename", 1);
-	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT32(&opts, "batchSize", 1000);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
 	struct idlist old = {0};
-	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it, idit;
-		if (!bson_iter_init_find(&it, doc, "filename") || !BSON_ITER_HOLDS_UTF8(&it) ||
-		    !bson_iter_init_find(&idit, doc, "_id"))
-			continue;
-		struct newrev key = {.name = bson_iter_utf8(&it, NULL)};
-		struct newrev *r = bsearch(&key, revs, n, sizeof *revs, cmp_newrev);
-		if (!r)
-			continue;
-		if (BSON_ITER_HOLDS_OID(&idit) && bson_oid_equal(bson_iter_oid(&idit), &r->id)) {
-			r->passed = true;
-			continue;
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
+		bson_value_t id = {.value_type = BSON_TYPE_OID}, *ids = NULL;
+		bson_oid_copy(&revs[i].id, &id.value.v_oid);
+		size_t count = 0;
+		ok = gfs_find_old_revisions(s, revs[i].name, revs[i].keep, &id, &ids, &count, err);
+		for (size_t j = 0; j < count; j++) {
+			idlist_add(&old, &ids[j]);
+			bson_value_destroy(&ids[j]);
 		}
-		/* Sorted newest first: what comes before ours is newer (a concurrent put) and stays. */
-		if (!r->passed)
-			continue;
-		if (r->others < r->keep - 1) {
-			r->others++;
-			continue;
-		}
-		idlist_add(&old, bson_iter_value(&idit));
+		free(ids);
 	}
-	bool ok = gfs_cursor_done(cur, "find old revisions", err);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
 	ok = ok && gfs_delete_many(s, old.v, old.n, GFS_IMPORT_LOCK, NULL, err);
 	idlist_free(&old);
 	return ok;
@@ -466,38 +423,29 @@ load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **ou
 	return ok;
 }
 
-/* Which of ids have a files document: complete[i] set for those. */
+/*
+ * Which of the markers' uploads have a files document: complete[i] set for
+ * those. One lookup by _id equality each, not one $in: a server that cannot
+ * serve $in from an index reads every files document for it.
+ */
 static bool
 find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, gfs_error *err)
 {
-	bson_value_t *ids = gfs_xcalloc(n, sizeof *ids);
-	for (size_t i = 0; i < n; i++)
-		ids[i] = m[i].id;
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	gfs_in_filter(&filter, "_id", ids, n);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	bson_append_document_end(&opts, &proj);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
-	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it;
-		if (!bson_iter_init_find(&it, doc, "_id"))
-			continue;
-		const bson_value_t *v = bson_iter_value(&it);
-		for (size_t i = 0; i < n; i++)
-			if (!complete[i] && v->value_type == ids[i].value_type && v->value_type == BSON_TYPE_OID &&
-			    bson_oid_equal(&v->value.v_oid, &ids[i].value.v_oid))
-				complete[i] = true;
+	for (size_t i = 0; i < n; i++) {
+		int has = gfs_exists(s->files, "_id", &m[i].id, err);
+		if (has < 0)
+			return false;
+		complete[i] = has > 0;
 	}
-	bool ok = gfs_cursor_done(cur, "find completed uploads", err);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	free(ids);
-	return ok;
+	return true;
 }
 
-/* Flags the markers of ids recovered, so that a later pass removes them once it finds no chunk. */
+/*
+ * Flags the markers of ids recovered, so that a later pass removes them once
+ * it finds no chunk. One $in: the uploads collection holds only the markers
+ * of uploads in flight or interrupted, so even a server that reads all of it
+ * for the $in reads little.
+ */
 static bool
 flag_recovered(mongoc_collection_t *uploads, const struct idlist *ids, gfs_error *err)
 {
@@ -550,12 +498,12 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 		}
 	}
 	int64_t removed = 0, docs = 0;
-	ok = ok && gfs_delete_in(s->files, "_id", latedocs.v, latedocs.n, &docs,
+	ok = ok && gfs_delete_each(s->files, NULL, "_id", latedocs.v, latedocs.n, &docs,
 	                           "remove late files documents", err) &&
-	     gfs_delete_in(s->chunks, "files_id", orphans.v, orphans.n, &removed,
+	     gfs_delete_each(s->chunks, NULL, "files_id", orphans.v, orphans.n, &removed,
 	                     "remove orphan chunks", err) &&
 	     trim_revisions(s, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
-	     gfs_delete_in(uploads, "_id", done.v, done.n, NULL, "remove upload markers", err);
+	     gfs_delete_each(uploads, NULL, "_id", done.v, done.n, NULL, "remove upload markers", err);
 	/*
 	 * A chunk found means writes of the dead may be landing still: the next
 	 * pass looks again. Else the markers go, and the uploads are remembered
@@ -563,7 +511,8 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	 */
 	if (ok && removed + docs == 0)
 		ok = gfs_recovered_add(s, flagged.v, flagged.n, err) &&
-		     gfs_delete_in(uploads, "_id", flagged.v, flagged.n, NULL, "remove upload markers", err);
+		     gfs_delete_each(uploads, NULL, "_id", flagged.v, flagged.n, NULL, "remove upload markers",
+		                     err);
 	if (ok) {
 		imp->st.recovered += fresh.n;
 		if (fresh.n == 0)
@@ -927,10 +876,10 @@ finish_pending(struct worker *w, gfs_error *err)
 		}
 	}
 	bool ok = trim_revisions(w->s, revs, nrevs, err) &&
-	          gfs_delete_in(w->s->chunks, "files_id", failed.v, failed.n, NULL,
-	                        "remove chunks of failed files", err) &&
-	          gfs_delete_in(w->uploads, "_id", finished.v, finished.n, NULL, "remove upload markers",
-	                        err);
+	          gfs_delete_each(w->s->chunks, NULL, "files_id", failed.v, failed.n, NULL,
+	                          "remove chunks of failed files", err) &&
+	          gfs_delete_each(w->uploads, NULL, "_id", finished.v, finished.n, NULL,
+	                          "remove upload markers", err);
 	idlist_free(&failed);
 	idlist_free(&finished);
 	free(revs);
@@ -1492,6 +1441,30 @@ cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/*
+ * Adds the ids of every revision of name to ids: one query by filename
+ * equality, for the reason load_name() gives.
+ */
+static bool
+name_ids(gfs_session *s, const char *name, struct idlist *ids, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	bson_append_document_end(&opts, &proj);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		if (bson_iter_init_find(&it, doc, "_id"))
+			idlist_add(ids, bson_iter_value(&it));
+	}
+	return gfs_cursor_done(cur, "find files to delete", err);
+}
+
 static bool
 delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, const char **names,
              size_t n, gfs_error *err)
@@ -1499,31 +1472,10 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, cons
 	if (!imp->o.dry_run) {
 		if (!lock_held(imp, err))
 			return false;
-		bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, proj;
-		BSON_APPEND_DOCUMENT_BEGIN(&filter, "filename", &in);
-		BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
-		for (size_t i = 0; i < n; i++) {
-			char key[16];
-			const char *k;
-			bson_uint32_to_string((uint32_t)i, &k, key, sizeof key);
-			BSON_APPEND_UTF8(&arr, k, names[i]);
-		}
-		bson_append_array_end(&in, &arr);
-		bson_append_document_end(&filter, &in);
-		BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-		BSON_APPEND_INT32(&proj, "_id", 1);
-		bson_append_document_end(&opts, &proj);
-		mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
 		struct idlist ids = {0};
-		const bson_t *doc;
-		while (mongoc_cursor_next(cur, &doc)) {
-			bson_iter_t it;
-			if (bson_iter_init_find(&it, doc, "_id"))
-				idlist_add(&ids, bson_iter_value(&it));
-		}
-		bool ok = gfs_cursor_done(cur, "find files to delete", err);
-		bson_destroy(&filter);
-		bson_destroy(&opts);
+		bool ok = true;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = name_ids(s, names[i], &ids, err);
 		ok = ok && gfs_delete_many(s, ids.v, ids.n, GFS_IMPORT_LOCK, NULL, err);
 		idlist_free(&ids);
 		if (!ok)

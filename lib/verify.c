@@ -1248,47 +1248,83 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 
 /* ---- repairs --------------------------------------------------------- */
 
+/* Whether a repair removes this chunk of its file (ctx: what the caller's rule needs). */
+typedef bool (*chunk_pick_fn)(const bson_t *chunk, const void *ctx);
+
+/*
+ * Removes the chunks of files_id that pick selects: they are read by
+ * files_id equality, without a sort, and removed by {files_id, _id}
+ * equality each, so that no range reaches the chunks collection (rule 1 of
+ * docs/design.md). A chunk that lands between the read and the removal
+ * stays, and *deleted says how many went.
+ */
 static bool
-delete_many(mongoc_collection_t *coll, const bson_t *filter, int64_t *deleted, const char *what,
-            gfs_error *err)
+remove_picked(gfs_session *s, const bson_value_t *files_id, chunk_pick_fn pick, const void *ctx,
+              int64_t *deleted, const char *what, gfs_error *err)
 {
-	bson_t reply;
-	bson_error_t berr;
-	bool ok = mongoc_collection_delete_many(coll, filter, NULL, &reply, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, what);
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+	gfs_id_filter(&filter, "files_id", files_id);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	BSON_APPEND_INT32(&proj, "n", 1);
+	bson_append_document_end(&opts, &proj);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	bson_destroy(&opts);
+	bson_value_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	const bson_t *doc;
 	bson_iter_t it;
-	if (deleted)
-		*deleted = ok && bson_iter_init_find(&it, &reply, "deletedCount") ? bson_iter_as_int64(&it)
-		                                                                  : 0;
-	bson_destroy(&reply);
+	while (mongoc_cursor_next(cur, &doc)) {
+		if (!pick(doc, ctx) || !bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		GFS_GROW(ids, n + 1, cap, 16);
+		bson_value_copy(bson_iter_value(&it), &ids[n++]);
+	}
+	bool ok = gfs_cursor_done(cur, what, err) &&
+	          gfs_delete_each(s->chunks, &filter, "_id", ids, n, deleted, what, err);
+	for (size_t i = 0; i < n; i++)
+		bson_value_destroy(&ids[i]);
+	free(ids);
+	bson_destroy(&filter);
 	return ok;
+}
+
+/* An ObjectId _id made before the second *ctx (a uint32_t), as {_id: {$lt: that second's first id}}. */
+static bool
+pick_older(const bson_t *chunk, const void *ctx)
+{
+	bson_iter_t it;
+	return bson_iter_init_find(&it, chunk, "_id") && BSON_ITER_HOLDS_OID(&it) &&
+	       (uint32_t)bson_oid_get_time_t(bson_iter_oid(&it)) < *(const uint32_t *)ctx;
+}
+
+/* A number n at or beyond *ctx (an int64_t), or below 0, as the server compares numbers. */
+static bool
+pick_beyond(const bson_t *chunk, const void *ctx)
+{
+	int64_t count = *(const int64_t *)ctx;
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, chunk, "n"))
+		return false;
+	if (BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)) {
+		int64_t n = bson_iter_as_int64(&it);
+		return n >= count || n < 0;
+	}
+	if (!BSON_ITER_HOLDS_DOUBLE(&it))
+		return false;
+	double d = bson_iter_double(&it);
+	return d >= (double)count || d < 0;
 }
 
 bool
 gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t before_ms,
                          int64_t *deleted, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER;
-	gfs_id_filter(&filter, "files_id", files_id);
-	if (before_ms > 0) {
-		/* The smallest ObjectId of that second: its timestamp, then zeros. */
-		uint8_t raw[12] = {0};
-		uint32_t secs = (uint32_t)(before_ms / 1000);
-		raw[0] = (uint8_t)(secs >> 24);
-		raw[1] = (uint8_t)(secs >> 16);
-		raw[2] = (uint8_t)(secs >> 8);
-		raw[3] = (uint8_t)secs;
-		bson_oid_t oid;
-		bson_oid_init_from_data(&oid, raw);
-		bson_t range;
-		BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &range);
-		BSON_APPEND_OID(&range, "$lt", &oid);
-		bson_append_document_end(&filter, &range);
-	}
-	bool ok = delete_many(s->chunks, &filter, deleted, "delete chunks", err);
-	bson_destroy(&filter);
-	return ok;
+	uint32_t secs = (uint32_t)(before_ms / 1000);
+	if (before_ms <= 0)
+		return gfs_delete_each(s->chunks, NULL, "files_id", files_id, 1, deleted, "delete chunks",
+		                       err);
+	return remove_picked(s, files_id, pick_older, &secs, deleted, "delete chunks", err);
 }
 
 int
@@ -1307,33 +1343,17 @@ bool
 gfs_verify_remove_chunks_beyond(gfs_session *s, const bson_value_t *files_id, int64_t count,
                                 int64_t *deleted, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, or, alt, cmp;
-	gfs_id_filter(&filter, "files_id", files_id);
-	BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
-	BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &alt);
-	BSON_APPEND_DOCUMENT_BEGIN(&alt, "n", &cmp);
-	BSON_APPEND_INT64(&cmp, "$gte", count);
-	bson_append_document_end(&alt, &cmp);
-	bson_append_document_end(&or, &alt);
-	BSON_APPEND_DOCUMENT_BEGIN(&or, "1", &alt);
-	BSON_APPEND_DOCUMENT_BEGIN(&alt, "n", &cmp);
-	BSON_APPEND_INT64(&cmp, "$lt", 0);
-	bson_append_document_end(&alt, &cmp);
-	bson_append_document_end(&or, &alt);
-	bson_append_array_end(&filter, &or);
-	bool ok = delete_many(s->chunks, &filter, deleted, "delete extra chunks", err);
-	bson_destroy(&filter);
-	return ok;
+	return remove_picked(s, files_id, pick_beyond, &count, deleted, "delete extra chunks", err);
 }
 
 bool
-gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *deleted,
-                            gfs_error *err)
+gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *files_id, const bson_value_t *ids,
+                            size_t n, int64_t *deleted, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER;
-	gfs_in_filter(&filter, "_id", ids, n);
-	bool ok = delete_many(s->chunks, &filter, deleted, "delete extra chunks", err);
-	bson_destroy(&filter);
+	bson_t also = BSON_INITIALIZER;
+	gfs_id_filter(&also, "files_id", files_id);
+	bool ok = gfs_delete_each(s->chunks, &also, "_id", ids, n, deleted, "delete extra chunks", err);
+	bson_destroy(&also);
 	return ok;
 }
 

@@ -159,9 +159,10 @@ bool gfs_verify_remove_chunks_beyond(gfs_session *s, const bson_value_t *files_i
  */
 int gfs_verify_file_exists(gfs_session *s, const bson_value_t *id, gfs_error *err);
 int gfs_verify_chunks_exist(gfs_session *s, const bson_value_t *files_id, gfs_error *err);
-/* Deletes chunk documents by their own _id. */
-bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *ids, size_t n,
-                                 int64_t *deleted, gfs_error *err);
+/* Deletes chunk documents of files_id by their own _id. */
+bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *files_id,
+                                 const bson_value_t *ids, size_t n, int64_t *deleted,
+                                 gfs_error *err);
 /* Sets metadata.sha256 of a files document (for a file found equal to its disk copy). */
 bool gfs_verify_set_sha256(gfs_session *s, const bson_value_t *id, const char *sha256_hex,
                            gfs_error *err);

@@ -444,7 +444,7 @@ repair_extra(gfs_verify_disk *r, gfs_session *s, struct prob *q, struct rec *rc)
 		repaired(r, "remove-extra-chunks", q->name, &q->id, detail, false);
 		return;
 	}
-	if (q->n_extra && !gfs_verify_remove_chunk_ids(s, q->extra, q->n_extra, &n, &err)) {
+	if (q->n_extra && !gfs_verify_remove_chunk_ids(s, &q->id, q->extra, q->n_extra, &n, &err)) {
 		repaired(r, "remove-extra-chunks", q->name, &q->id, err.msg, false);
 		return;
 	}

@@ -164,25 +164,48 @@ remove_chunks(gfs_session *s, const bson_value_t *id)
 	return ok;
 }
 
+/*
+ * One equality statement per value, not one {field: {$in: values}}: a
+ * server that cannot serve $in from an index (FerretDB) reads the whole
+ * collection for it, every chunk of the bucket for a removal of one file,
+ * while an equality is an index seek on every server. Ordered, so that the
+ * first failure stops the rest; the driver sends the statements in as few
+ * delete commands as the server's batch limits allow.
+ */
 bool
-gfs_delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *values, size_t n,
-              int64_t *deleted, const char *what, gfs_error *err)
+gfs_delete_each(mongoc_collection_t *coll, const bson_t *also, const char *field,
+                const bson_value_t *values, size_t n, int64_t *deleted, const char *what,
+                gfs_error *err)
 {
 	if (deleted)
 		*deleted = 0;
 	if (n == 0)
 		return true;
-	bson_t filter = BSON_INITIALIZER, reply;
-	gfs_in_filter(&filter, field, values, n);
+	bson_t opts = BSON_INITIALIZER, reply;
+	BSON_APPEND_BOOL(&opts, "ordered", true);
+	mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
+	bson_destroy(&opts);
 	bson_error_t berr;
-	bool ok = mongoc_collection_delete_many(coll, &filter, NULL, &reply, &berr);
-	bson_iter_t it;
-	if (ok && deleted && bson_iter_init_find(&it, &reply, "deletedCount"))
-		*deleted = bson_iter_as_int64(&it);
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
+		bson_t filter = BSON_INITIALIZER;
+		if (also)
+			bson_concat(&filter, also);
+		gfs_id_filter(&filter, field, &values[i]);
+		ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &filter, NULL, &berr);
+		bson_destroy(&filter);
+	}
+	if (ok) {
+		/* Sets reply whatever happens; what was removed before a failure is counted too. */
+		ok = mongoc_bulk_operation_execute(bulk, &reply, &berr) != 0;
+		bson_iter_t it;
+		if (deleted && bson_iter_init_find(&it, &reply, "nRemoved"))
+			*deleted = bson_iter_as_int64(&it);
+		bson_destroy(&reply);
+	}
 	if (!ok)
 		gfs_error_from_bson(err, &berr, what);
-	bson_destroy(&reply);
-	bson_destroy(&filter);
+	mongoc_bulk_operation_destroy(bulk);
 	return ok;
 }
 
@@ -190,8 +213,8 @@ gfs_delete_in(mongoc_collection_t *coll, const char *field, const bson_value_t *
 static bool
 remove_files(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *files, gfs_error *err)
 {
-	return gfs_delete_in(s->files, "_id", ids, n, files, "delete files documents", err) &&
-	       gfs_delete_in(s->chunks, "files_id", ids, n, NULL, "delete chunks", err);
+	return gfs_delete_each(s->files, NULL, "_id", ids, n, files, "delete files documents", err) &&
+	       gfs_delete_each(s->chunks, NULL, "files_id", ids, n, NULL, "delete chunks", err);
 }
 
 /* ---- upload markers ---------------------------------------------------- */
@@ -270,23 +293,6 @@ marker_end(gfs_session *s, const bson_value_t *id, struct put_marker *m, bool se
 		gfs_lock_release(m->lock);
 	}
 	bson_free(m->lock_name);
-}
-
-/* Whether a files document with this _id exists. */
-static bool
-files_doc_exists(gfs_session *s, const bson_value_t *id, bool *exists, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER;
-	gfs_id_filter(&filter, "_id", id);
-	bson_error_t berr;
-	int64_t n = mongoc_collection_count_documents(s->files, &filter, NULL, NULL, NULL, &berr);
-	bson_destroy(&filter);
-	if (n < 0) {
-		gfs_error_from_bson(err, &berr, "find completed uploads");
-		return false;
-	}
-	*exists = n > 0;
-	return true;
 }
 
 /* Chunks of id removed; *n how many, so that a recovery knows whether any had landed late. */
@@ -393,7 +399,7 @@ sweep_recovered(gfs_session *s, gfs_error *err)
 	bson_destroy(&all);
 	/* Those past their time are looked at once more, then forgotten. */
 	ok = ok && (n == 0 || remove_files(s, ids, n, NULL, err)) &&
-	     (nold == 0 || gfs_delete_in(rec, "_id", old, nold, NULL, "forget recovered uploads", err));
+	     (nold == 0 || gfs_delete_each(rec, NULL, "_id", old, nold, NULL, "forget recovered uploads", err));
 	for (size_t i = 0; i < n; i++)
 		bson_value_destroy(&ids[i]);
 	free(ids);
@@ -438,9 +444,9 @@ recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *er
 			return false;
 		}
 	}
-	bool exists;
 	int64_t late = 0, files = 0;
-	bool ok = files_doc_exists(s, id, &exists, err);
+	int has = gfs_exists(s->files, "_id", id, err);
+	bool ok = has >= 0, exists = has > 0;
 	if (ok && exists && !flagged) {
 		/* Complete; its writer died before removing older revisions, if it was to. */
 		ok = (keep <= 0 || !name || gfs_delete_old_revisions(s, name, keep, id, err)) &&
@@ -449,8 +455,8 @@ recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *er
 		ok = remove_dead_chunks(s, id, &late, err) && marker_flag(s, id, err);
 		*removed += ok;
 	} else if (ok) {
-		ok = (!exists || gfs_delete_in(s->files, "_id", id, 1, &files, "remove a late files document",
-		                           err)) &&
+		ok = (!exists || gfs_delete_each(s->files, NULL, "_id", id, 1, &files,
+		                                 "remove a late files document", err)) &&
 		     remove_dead_chunks(s, id, &late, err);
 		/* Something landed: writes of the dead may be landing still, so the next pass looks again. */
 		if (ok && late + files == 0)
@@ -707,7 +713,7 @@ delete_batch(gfs_session *s, mongoc_collection_t *uploads, const bson_value_t *i
 	}
 	/* On a failure the marker stays: the removal was decided, and recovery completes it. */
 	return remove_files(s, ids, n, files, err) &&
-	       gfs_delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
+	       gfs_delete_each(uploads, NULL, "_id", &mid, 1, NULL, "remove deletion marker", err);
 }
 
 bool
@@ -789,7 +795,7 @@ finish_deletion(gfs_session *s, mongoc_collection_t *uploads, const bson_t *doc,
 	bool ok = true;
 	for (size_t i = 0; ok && i < n; i += DELETE_BATCH)
 		ok = remove_files(s, ids + i, n - i < DELETE_BATCH ? n - i : DELETE_BATCH, NULL, err);
-	ok = ok && gfs_delete_in(uploads, "_id", &mid, 1, NULL, "remove deletion marker", err);
+	ok = ok && gfs_delete_each(uploads, NULL, "_id", &mid, 1, NULL, "remove deletion marker", err);
 	if (ok)
 		*files += n;
 	for (size_t i = 0; i < n; i++)
@@ -836,9 +842,9 @@ gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error 
  * So keep_id is never among them, counts as one of the keep, and what
  * sorts before it (a later write, or a later date) is not ours to remove.
  */
-static bool
-old_revision_ids(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
-                 bson_value_t **out, size_t *nout, gfs_error *err)
+bool
+gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
+                       bson_value_t **out, size_t *nout, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
 	BSON_APPEND_UTF8(&filter, "filename", name);
@@ -857,6 +863,8 @@ old_revision_ids(gfs_session *s, const char *name, int keep, const bson_value_t 
 	size_t count = 0, cap = 0;
 	int kept = 0;
 	bool passed = keep_id == NULL;
+	if (keep < 1)
+		keep = 1;
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
@@ -889,7 +897,7 @@ gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, const bson_
 	bson_value_t *ids;
 	size_t count;
 	/* Collect first: deleting while the cursor is open could make it skip or repeat. */
-	bool ok = old_revision_ids(s, name, keep < 1 ? 1 : keep, keep_id, &ids, &count, err);
+	bool ok = gfs_find_old_revisions(s, name, keep, keep_id, &ids, &count, err);
 	ok = ok && gfs_delete_many(s, ids, count, NULL, NULL, err);
 	for (size_t i = 0; i < count; i++)
 		bson_value_destroy(&ids[i]);

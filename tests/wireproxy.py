@@ -3,10 +3,10 @@ an exact request: the deterministic way to plant what a process killed
 between two writes leaves behind, where a kill after a random delay only
 finds the moment now and then.
 
-It forwards whole messages both ways and reads only their command: the first
-key of an OP_MSG body section (the wire format is MongoDB's, so the same
-tests hold against any server). A rule matches one command on one
-collection; when it fires it can
+It forwards whole messages both ways and reads their command: the first key
+of an OP_MSG body section (the wire format is MongoDB's, so the same tests
+hold against any server). A rule matches one command on one collection;
+when it fires it can
 
   - "kill_after_reply": let the request through, wait for the server's answer,
     then run the test's action (say, SIGKILL the client) before the answer is
@@ -19,10 +19,16 @@ collection; when it fires it can
     at an exact point, say in the middle of a read).
 
 Every rule fires once. Nothing here sleeps: waits are on events with deadlines.
+
+CommandRecorder keeps every command its clients send, decoded whole
+(decode_op_msg: the body and its document sequences), with the time its
+answer took: what a verb asks of the server, to check against the query rule
+of docs/design.md.
 """
 import socket
 import struct
 import threading
+import time
 
 import bson
 
@@ -30,22 +36,39 @@ OP_MSG = 2013
 DEADLINE = 30
 
 
-def command_of(msg):
-    """(command name, its value) of an OP_MSG, or (None, None) for anything else."""
+def decode_op_msg(msg):
+    """The command an OP_MSG carries, as one document: its body (section kind
+    0) with each document sequence (kind 1: "documents" of an insert,
+    "deletes", "updates") as a list under its identifier, as the server reads
+    it. None for any other opcode."""
     _, _, _, opcode = struct.unpack_from("<iiii", msg)
     if opcode != OP_MSG:
-        return None, None
-    pos = 20
-    while pos < len(msg):
+        return None
+    flags = struct.unpack_from("<I", msg, 16)[0]
+    end = len(msg) - (4 if flags & 1 else 0)   # checksumPresent: a CRC-32C ends the message
+    pos, body, sequences = 20, None, {}
+    while pos < end:
         kind = msg[pos]
         pos += 1
         size = struct.unpack_from("<i", msg, pos)[0]
         if kind == 0:
-            doc = bson.decode(msg[pos:pos + size])
-            for k, v in doc.items():
-                return k, v
-            return None, None
+            body = bson.decode(msg[pos:pos + size])
+        elif kind == 1:
+            cstring_end = msg.index(b"\0", pos + 4)
+            ident = msg[pos + 4:cstring_end].decode()
+            sequences[ident] = bson.decode_all(msg[cstring_end + 1:pos + size])
         pos += size
+    if body is None:
+        return None
+    body.update(sequences)
+    return body
+
+
+def command_of(msg):
+    """(command name, its value) of an OP_MSG, or (None, None) for anything else."""
+    doc = decode_op_msg(msg)
+    for k, v in (doc or {}).items():
+        return k, v
     return None, None
 
 
@@ -211,3 +234,66 @@ def _close(sock):
     except OSError:
         pass
     sock.close()
+
+
+class Command:
+    """One command a client sent: its name, the collection (or other value)
+    it names, its database, the whole decoded document, and the seconds
+    between the request and its answer (None until answered)."""
+
+    def __init__(self, doc):
+        self.name, self.target = next(iter(doc.items())) if doc else (None, None)
+        self.db, self.doc, self.seconds = doc.get("$db"), doc, None
+
+    def __repr__(self):
+        shown = {k: v for k, v in self.doc.items() if k not in ("documents", "lsid", "$clusterTime")}
+        return f"{self.name} {self.db}.{self.target} {shown}"
+
+
+class CommandRecorder(TcpProxy):
+    """Forwards every connection to the backend unchanged and records each
+    command (a Command) in the order the proxy read them, across connections."""
+
+    def __init__(self, upstream_port):
+        self.commands = []
+        self.lock = threading.Lock()
+        super().__init__(upstream_port, "?directConnection=true")
+
+    def serve(self, client):
+        server = socket.create_connection(self.upstream)
+        asked = {}   # requestID -> (Command, monotonic time sent)
+        self.pump(self._up, client, server, asked)
+        self.pump(self._down, server, client, asked)
+
+    def _up(self, client, server, asked):
+        try:
+            while (msg := read_msg(client)) is not None:
+                doc = decode_op_msg(msg)
+                if doc is not None:
+                    cmd = Command(doc)
+                    with self.lock:
+                        self.commands.append(cmd)
+                    asked[struct.unpack_from("<i", msg, 4)[0]] = (cmd, time.monotonic())
+                server.sendall(msg)
+        except OSError:
+            pass
+        _close(client)
+        _close(server)
+
+    def _down(self, server, client, asked):
+        try:
+            while (msg := read_msg(server)) is not None:
+                cmd, sent = asked.pop(struct.unpack_from("<i", msg, 8)[0], (None, None))
+                if cmd is not None:
+                    cmd.seconds = time.monotonic() - sent
+                client.sendall(msg)
+        except OSError:
+            pass
+        _close(client)
+        _close(server)
+
+    def taken(self):
+        """The commands recorded so far, and a fresh start."""
+        with self.lock:
+            cmds, self.commands = self.commands, []
+        return cmds

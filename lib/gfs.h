@@ -305,7 +305,7 @@ bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep,
 /*
  * The ids gfs_delete_old_revisions() would remove, into *out (*nout of
  * them; the caller destroys each and frees *out): one query by filename
- * equality.
+ * equality. keep 0 with keep_id NULL: every revision of name.
  */
 bool gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
                             bson_value_t **out, size_t *nout, gfs_error *err);

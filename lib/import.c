@@ -344,6 +344,22 @@ struct newrev {
 	int keep;
 };
 
+/* Adds to l the ids gfs_find_old_revisions() finds (keep 0, keep_id NULL: every revision). */
+static bool
+revisions_into(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
+               struct idlist *l, gfs_error *err)
+{
+	bson_value_t *ids = NULL;
+	size_t count = 0;
+	bool ok = gfs_find_old_revisions(s, name, keep, keep_id, &ids, &count, err);
+	for (size_t i = 0; i < count; i++) {
+		idlist_add(l, &ids[i]);
+		bson_value_destroy(&ids[i]);
+	}
+	free(ids);
+	return ok;
+}
+
 /*
  * One query by filename equality per name, not one {filename: {$in:
  * names}}: a server that cannot serve $in from an index (FerretDB) reads
@@ -356,15 +372,9 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 	struct idlist old = {0};
 	bool ok = true;
 	for (size_t i = 0; ok && i < n; i++) {
-		bson_value_t id = {.value_type = BSON_TYPE_OID}, *ids = NULL;
+		bson_value_t id = {.value_type = BSON_TYPE_OID};
 		bson_oid_copy(&revs[i].id, &id.value.v_oid);
-		size_t count = 0;
-		ok = gfs_find_old_revisions(s, revs[i].name, revs[i].keep, &id, &ids, &count, err);
-		for (size_t j = 0; j < count; j++) {
-			idlist_add(&old, &ids[j]);
-			bson_value_destroy(&ids[j]);
-		}
-		free(ids);
+		ok = revisions_into(s, revs[i].name, revs[i].keep, &id, &old, err);
 	}
 	ok = ok && gfs_delete_many(s, old.v, old.n, GFS_IMPORT_LOCK, NULL, err);
 	idlist_free(&old);
@@ -1441,30 +1451,6 @@ cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/*
- * Adds the ids of every revision of name to ids: one query by filename
- * equality, for the reason load_name() gives.
- */
-static bool
-name_ids(gfs_session *s, const char *name, struct idlist *ids, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	BSON_APPEND_UTF8(&filter, "filename", name);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	bson_append_document_end(&opts, &proj);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it;
-		if (bson_iter_init_find(&it, doc, "_id"))
-			idlist_add(ids, bson_iter_value(&it));
-	}
-	return gfs_cursor_done(cur, "find files to delete", err);
-}
-
 static bool
 delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, const char **names,
              size_t n, gfs_error *err)
@@ -1472,10 +1458,11 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, cons
 	if (!imp->o.dry_run) {
 		if (!lock_held(imp, err))
 			return false;
+		/* By filename equality, name by name: see trim_revisions(). */
 		struct idlist ids = {0};
 		bool ok = true;
 		for (size_t i = 0; ok && i < n; i++)
-			ok = name_ids(s, names[i], &ids, err);
+			ok = revisions_into(s, names[i], 0, NULL, &ids, err);
 		ok = ok && gfs_delete_many(s, ids.v, ids.n, GFS_IMPORT_LOCK, NULL, err);
 		idlist_free(&ids);
 		if (!ok)

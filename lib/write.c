@@ -863,8 +863,6 @@ gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_va
 	size_t count = 0, cap = 0;
 	int kept = 0;
 	bool passed = keep_id == NULL;
-	if (keep < 1)
-		keep = 1;
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
@@ -897,7 +895,7 @@ gfs_delete_old_revisions(gfs_session *s, const char *name, int keep, const bson_
 	bson_value_t *ids;
 	size_t count;
 	/* Collect first: deleting while the cursor is open could make it skip or repeat. */
-	bool ok = gfs_find_old_revisions(s, name, keep, keep_id, &ids, &count, err);
+	bool ok = gfs_find_old_revisions(s, name, keep < 1 ? 1 : keep, keep_id, &ids, &count, err);
 	ok = ok && gfs_delete_many(s, ids, count, NULL, NULL, err);
 	for (size_t i = 0; i < count; i++)
 		bson_value_destroy(&ids[i]);

@@ -194,12 +194,16 @@ on_opt(int opt, const char *arg, void *ctx)
 	return -1;
 }
 
-/* One write per line, so lines from different threads never interleave. */
+/*
+ * One write per line, so lines from different threads never interleave;
+ * escaped like every human line, since they name stored files and requests.
+ */
 static void
 log_line(const char *msg)
 {
-	char buf[1200];
-	int n = snprintf(buf, sizeof buf, "%s serve: %s\n", progname, msg);
+	char buf[1200], *safe = printable(msg, strlen(msg));
+	int n = snprintf(buf, sizeof buf, "%s serve: %s\n", progname, safe);
+	free(safe);
 	if (n > (int)sizeof buf - 1)
 		n = (int)sizeof buf - 1, buf[n - 1] = '\n';
 	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);

@@ -18,24 +18,36 @@
 #include "disktier.h"
 #include "strmap.h"
 
-#define NAME_MAX_ 72               /* "k-" and 64 hex digits, and a NUL */
+#define TRAILER 64                 /* an entry's last bytes: its body's sha256 in hex */
+#define PROVE_INLINE_MAX (256u << 10) /* larger unproven entries are misses until the writer proves them */
 #define TMP_MAX_AGE_S 3600         /* a temporary file this old is abandoned, whoever made it */
 #define QUEUE_MAX_BYTES (16u << 20) /* bodies waiting for the writer; past this, fills are dropped */
 #define WRITER_NICE 19             /* the writer's priority: below everything that answers */
 #define BACKOFF_FIRST_S 1.0        /* no fills this long after a failure, */
 #define BACKOFF_MAX_S 60.0         /* twice as long after each failure that follows, up to this */
 
+/* What fstat says of one write of an entry: a write, truncate or rename changes some of it. */
+struct ident {
+	uint64_t dev, ino;
+	int64_t size, mtime_ns, ctime_ns;
+};
+
 struct dentry {
-	char name[NAME_MAX_];
-	uint64_t size;
+	char name[DISKTIER_NAME_MAX];
+	uint64_t size;                 /* on disk: body and trailer */
 	int64_t mtime;                 /* only to order the index at start */
+	bool proven;                   /* id is the file whose body was hashed to sha */
+	struct ident id;
+	char sha[65];
 	struct dentry *prev, *next;    /* prev: more recently used */
 };
+
+enum proof { PROOF_UNKNOWN, PROOF_OK, PROOF_WRONG };
 
 /* A body waiting for the writer thread; done(ctx) releases it. */
 struct pending {
 	struct pending *next;
-	char name[NAME_MAX_];
+	char name[DISKTIER_NAME_MAX];
 	const void *data;
 	size_t len;
 	void (*done)(void *ctx);
@@ -55,6 +67,9 @@ struct disktier {
 	double pause_until;            /* under mu: no fills before this (gfs_mono_seconds) */
 	double backoff_s;              /* under mu: the last pause; 0 when not failing */
 	double last_failure;           /* under mu */
+	uint64_t unproven;             /* entries in the map not proven (under mu) */
+	atomic_uint_fast64_t proofs, proof_failures;
+	atomic_int_fast64_t last_proof_log_ms;
 
 	pthread_mutex_t wmu;           /* the writer's queue */
 	pthread_cond_t wcv;
@@ -63,15 +78,18 @@ struct disktier {
 	bool wstop, writer_started;
 	pthread_t writer;
 	atomic_uint_fast64_t dropped;
+	char (*to_prove)[DISKTIER_NAME_MAX];   /* found at start, newest first: the writer proves them when idle */
+	size_t nprove, next_prove;     /* under wmu */
 };
 
 struct disktier_fill {
 	disktier *t;
 	int fd;
 	bool failed;
+	gfs_sha256 *sha;               /* of the body, for the trailer */
 	uint64_t want, have;
-	char name[NAME_MAX_];
-	char tmp[NAME_MAX_ + 48];
+	char name[DISKTIER_NAME_MAX];
+	char tmp[DISKTIER_NAME_MAX + 48];
 };
 
 static void *writer_main(void *arg);
@@ -163,17 +181,42 @@ is_hex64(const char *s)
 static bool
 entry_name_ok(const char *s)
 {
+	return s[0] == 'r' && s[1] == '-' && is_hex64(s + 2);
+}
+
+/* Entries of earlier versions (by content, or "k-" and a revision hash; no trailer): never served. */
+static bool
+old_entry_name(const char *s)
+{
 	if (s[0] == 'k' && s[1] == '-')
 		s += 2;
 	return strlen(s) == 64 && is_hex64(s);
 }
 
-/* The 64 hex digits of s in lower case, in one pass: false if s is anything else. */
+/*
+ * The revision's identity names its entry: typed _id, length and stored
+ * hash (the cache key) and uploadDate. An entry is only ever written from
+ * a read of this revision's own chunks, so a files document whose hash
+ * names another file's content never finds that file's bytes.
+ */
+static void
+name_of(const gfs_meta *m, char out[DISKTIER_NAME_MAX])
+{
+	char sha[65], when[32];
+	int len = snprintf(when, sizeof when, "\n%lld", (long long)m->upload_ms);
+	gfs_sha256 *h = gfs_sha256_new();
+	gfs_sha256_update(h, m->cache_key, strlen(m->cache_key));
+	gfs_sha256_update(h, when, (size_t)len);
+	gfs_sha256_final(h, sha);
+	snprintf(out, DISKTIER_NAME_MAX, "r-%s", sha);
+}
+
+/* The 64 hex digits of m's metadata.sha256 in lower case; false when it has none that is one. */
 static bool
-lower_hex64(const char *s, char out[65])
+meta_sha(const gfs_meta *m, char out[65])
 {
 	for (int i = 0; i < 64; i++) {
-		char c = s[i];
+		char c = m->sha256[i];
 		if (c >= 'A' && c <= 'F')
 			c = (char)(c - 'A' + 'a');
 		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
@@ -181,26 +224,24 @@ lower_hex64(const char *s, char out[65])
 		out[i] = c;
 	}
 	out[64] = '\0';
-	return s[64] == '\0';
+	return m->sha256[64] == '\0';
 }
 
 static void
-name_of(const gfs_meta *m, char out[NAME_MAX_])
+ident_of(struct ident *id, const struct stat *st)
 {
-	if (lower_hex64(m->sha256, out))
-		return;
-	/* No content hash: the revision's identity, typed _id and all, names it instead. */
-	char sha[65], buf[512];
-	int len = snprintf(buf, sizeof buf, "%s\n%lld\n%lld", m->key, (long long)m->length,
-	                   (long long)m->upload_ms);
-	gfs_sha256 *h = gfs_sha256_new();
-	if (len >= (int)sizeof buf) {
-		gfs_sha256_update(h, m->key, strlen(m->key));
-		len = snprintf(buf, sizeof buf, "\n%lld\n%lld", (long long)m->length, (long long)m->upload_ms);
-	}
-	gfs_sha256_update(h, buf, (size_t)len);
-	gfs_sha256_final(h, sha);
-	snprintf(out, NAME_MAX_, "k-%s", sha);
+	id->dev = (uint64_t)st->st_dev;
+	id->ino = (uint64_t)st->st_ino;
+	id->size = (int64_t)st->st_size;
+	id->mtime_ns = gfs_timespec_ns(&st->st_mtim);
+	id->ctime_ns = gfs_timespec_ns(&st->st_ctim);
+}
+
+static bool
+ident_same(const struct ident *a, const struct ident *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
 /* ---- the list, under mu ------------------------------------------------ */
@@ -237,6 +278,23 @@ drop_locked(disktier *t, struct dentry *e)
 	unlink_node(t, e);
 	strmap_del(t->map, e->name);
 	t->bytes -= e->size;
+	if (!e->proven)
+		t->unproven--;
+}
+
+/* Records e as proven to be id with body sha, or (id NULL) as not proven. */
+static void
+set_proof(disktier *t, struct dentry *e, const struct ident *id, const char *sha)
+{
+	if (!id) {
+		t->unproven += e->proven;
+		e->proven = false;
+		return;
+	}
+	t->unproven -= !e->proven;
+	e->proven = true;
+	e->id = *id;
+	memcpy(e->sha, sha, sizeof e->sha);
 }
 
 struct victims {
@@ -280,9 +338,13 @@ unlink_victims(disktier *t, struct victims *vs)
 	vs->n = vs->cap = 0;
 }
 
-/* Records name as present with size bytes, most recently used. */
+/*
+ * Records name as present with size bytes, most recently used, proven to
+ * be the file id with body sha (id NULL: not proven).
+ */
 static void
-note_present(disktier *t, const char *name, uint64_t size)
+note_present(disktier *t, const char *name, uint64_t size, const struct ident *id,
+             const char *sha)
 {
 	struct victims vs = {0};
 	pthread_mutex_lock(&t->mu);
@@ -294,7 +356,9 @@ note_present(disktier *t, const char *name, uint64_t size)
 		e = gfs_xcalloc(1, sizeof *e);
 		memcpy(e->name, name, strlen(name) + 1); /* one of ours: at most 66 */
 		strmap_put(t->map, e->name, e);
+		t->unproven++;
 	}
+	set_proof(t, e, id, sha);
 	e->size = size;
 	t->bytes += size;
 	push_head(t, e);
@@ -352,7 +416,11 @@ by_mtime(const void *a, const void *b)
 	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
 }
 
-/* One pass over DIR: every entry, the oldest fill coldest. */
+/*
+ * One pass over DIR: every entry, the oldest fill coldest, none proven yet
+ * (the writer proves them, newest first). Entries of an earlier version
+ * are removed: no revision is named so any more.
+ */
 static bool
 scan(disktier *t, gfs_error *err)
 {
@@ -367,8 +435,13 @@ scan(disktier *t, gfs_error *err)
 	struct victims all = {0};
 	struct dentry *e;
 	struct dirent *de;
+	size_t old = 0;
 	while ((de = readdir(d))) {
 		struct stat st;
+		if (old_entry_name(de->d_name)) {
+			old += unlinkat(t->dirfd, de->d_name, 0) == 0;
+			continue;
+		}
 		if (!entry_name_ok(de->d_name) ||
 		    fstatat(t->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
 			continue;
@@ -379,14 +452,20 @@ scan(disktier *t, gfs_error *err)
 		victim_add(&all, e);
 	}
 	closedir(d);
+	if (old)
+		logf_(t, "disk tier %s: removed %zu entries of an earlier version", t->dir, old);
 	if (all.n)
 		qsort(all.v, all.n, sizeof *all.v, by_mtime);
+	t->to_prove = gfs_xreallocarray(NULL, all.n ? all.n : 1, sizeof *t->to_prove);
 	for (size_t i = 0; i < all.n; i++) {
 		e = all.v[i];
 		strmap_put(t->map, e->name, e);
 		push_head(t, e);
 		t->bytes += e->size;
+		t->unproven++;
+		memcpy(t->to_prove[all.n - 1 - i], e->name, DISKTIER_NAME_MAX);
 	}
+	t->nprove = all.n;
 	free(all.v);
 	return true;
 }
@@ -478,6 +557,7 @@ disktier_close(disktier *t)
 	pthread_cond_destroy(&t->wcv);
 	strmap_each(t->map, free_entry, NULL);
 	strmap_free(t->map);
+	free(t->to_prove);
 	if (t->dirfd >= 0)
 		close(t->dirfd);
 	if (t->tmpfd >= 0)
@@ -505,10 +585,121 @@ open_entry(disktier *t, const char *name)
 	return fd;
 }
 
-int
-disktier_get(disktier *t, const gfs_meta *m)
+/* Hashes fd's first len bytes into hex; false on a read error. */
+static bool
+hash_body(int fd, uint64_t len, char hex[65])
 {
-	char name[NAME_MAX_];
+	gfs_sha256 *h = gfs_sha256_new();
+	char buf[32768];
+	uint64_t off = 0;
+	bool ok = true;
+	while (ok && off < len) {
+		size_t want = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf;
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		ok = n > 0;
+		if (ok) {
+			gfs_sha256_update(h, buf, (size_t)n);
+			off += (uint64_t)n;
+		}
+	}
+	gfs_sha256_final(h, hex);
+	return ok;
+}
+
+/* Says that an entry failed its proof: one line a second at most, the rest counted. */
+static void
+proof_failed(disktier *t, const char *name, const gfs_meta *m)
+{
+	uint64_t n = atomic_fetch_add(&t->proof_failures, 1) + 1;
+	int64_t now = gfs_now_ms(), last = atomic_load(&t->last_proof_log_ms);
+	if (now - last < 1000 || !atomic_compare_exchange_strong(&t->last_proof_log_ms, &last, now))
+		return;
+	logf_(t, "disk tier %s: entry %s%s%s does not hold what was written to it; removed, read "
+	      "from the backend instead (%llu such entries so far)", t->dir, name, m ? " of " : "",
+	      m ? (m->name ? m->name : m->key) : "", (unsigned long long)n);
+}
+
+/*
+ * Proves fd, the entry name whose fstat is st: its body hashes to its
+ * trailer (and to m's sha256, when m has one), and the file did not
+ * change while it was read. Remembered only while name is still that file.
+ */
+static enum proof
+prove(disktier *t, int fd, const char *name, const struct stat *st, const gfs_meta *m)
+{
+	atomic_fetch_add(&t->proofs, 1);
+	char got[65], trailer[TRAILER + 1], want[65];
+	bool ok = st->st_size >= TRAILER;
+	uint64_t len = ok ? (uint64_t)st->st_size - TRAILER : 0;
+	ok = ok && hash_body(fd, len, got) && pread(fd, trailer, TRAILER, (off_t)len) == TRAILER;
+	trailer[TRAILER] = '\0';
+	ok = ok && strcmp(got, trailer) == 0 && !(m && meta_sha(m, want) && strcmp(want, got) != 0);
+	struct ident id, again;
+	struct stat after;
+	ident_of(&id, st);
+	if (fstat(fd, &after) != 0)
+		return PROOF_UNKNOWN;
+	ident_of(&again, &after);
+	if (!ident_same(&id, &again))
+		return PROOF_UNKNOWN; /* written to while we read it: what was read proves nothing */
+	if (!ok) {
+		proof_failed(t, name, m);
+		return PROOF_WRONG;
+	}
+	struct stat now;
+	if (fstatat(t->dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st->st_ino &&
+	    now.st_dev == st->st_dev)
+		note_present(t, name, (uint64_t)st->st_size, &id, got);
+	return PROOF_OK;
+}
+
+/* Removes name's entry, of which fd was read: never served. */
+static void
+discard(disktier *t, int fd, const char *name)
+{
+	close(fd);
+	unlinkat(t->dirfd, name, 0);
+	forget(t, name);
+}
+
+/*
+ * What the tier remembers of name's entry, whose fstat is st: proven, and
+ * the same file still (with m's sha256, when given), is a hit (marked
+ * used); a proof for another write of it, or none, proves nothing. st is
+ * of the file name is now, or (held) of one a caller kept open, which a
+ * rename may have replaced since: that says nothing of the new one.
+ */
+static enum proof
+recall(disktier *t, const char *name, const struct stat *st, const gfs_meta *m, bool held)
+{
+	struct ident id;
+	ident_of(&id, st);
+	char want[65];
+	bool has_sha = m && meta_sha(m, want);
+	enum proof p = PROOF_UNKNOWN;
+	pthread_mutex_lock(&t->mu);
+	struct dentry *e = strmap_get(t->map, name);
+	bool replaced = e && (e->id.dev != id.dev || e->id.ino != id.ino);
+	if (e && e->proven && !ident_same(&e->id, &id) && !(held && replaced))
+		set_proof(t, e, NULL, NULL); /* changed since: prove it again */
+	else if (e && e->proven && ident_same(&e->id, &id))
+		p = has_sha && strcmp(e->sha, want) != 0 ? PROOF_WRONG : PROOF_OK;
+	if (p == PROOF_OK && t->head != e) {
+		unlink_node(t, e);
+		push_head(t, e);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return p;
+}
+
+int
+disktier_get(disktier *t, const gfs_meta *m, char name[DISKTIER_NAME_MAX])
+{
+	char mine[DISKTIER_NAME_MAX];
+	if (!name)
+		name = mine;
 	name_of(m, name);
 	int fd = open_entry(t, name);
 	if (fd < 0) {
@@ -517,32 +708,41 @@ disktier_get(disktier *t, const gfs_meta *m)
 		return -1;
 	}
 	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != m->length) {
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != m->length + TRAILER) {
 		/* Torn by a crash before its data reached the disk: never served. */
-		close(fd);
-		unlinkat(t->dirfd, name, 0);
-		forget(t, name);
+		discard(t, fd, name);
 		atomic_fetch_add(&t->misses, 1);
 		return -1;
 	}
-	note_present(t, name, (uint64_t)st.st_size);
+	enum proof p = recall(t, name, &st, m, false);
+	if (p == PROOF_UNKNOWN && (uint64_t)m->length <= PROVE_INLINE_MAX)
+		p = prove(t, fd, name, &st, m);
+	if (p != PROOF_OK) {
+		/* Not proven yet and large: the writer proves it, or a read of the backend writes it anew. */
+		if (p == PROOF_WRONG)
+			discard(t, fd, name);
+		else
+			close(fd);
+		atomic_fetch_add(&t->misses, 1);
+		return -1;
+	}
 	atomic_fetch_add(&t->hits, 1);
 	return fd;
 }
 
 bool
-disktier_touch(disktier *t, const gfs_meta *m)
+disktier_touch(disktier *t, const char *name, int fd)
 {
-	char name[NAME_MAX_];
-	name_of(m, name);
-	pthread_mutex_lock(&t->mu);
-	struct dentry *e = strmap_get(t->map, name);
-	bool ok = e && e->size == (uint64_t)m->length;
-	if (ok && t->head != e) {
-		unlink_node(t, e);
-		push_head(t, e);
+	struct stat st;
+	bool ok;
+	if (fd >= 0) {
+		ok = fstat(fd, &st) == 0 && recall(t, name, &st, NULL, true) == PROOF_OK;
+	} else {
+		/* Nothing is sent of an empty file: only whether the tier still has it matters. */
+		pthread_mutex_lock(&t->mu);
+		ok = strmap_get(t->map, name) != NULL;
+		pthread_mutex_unlock(&t->mu);
 	}
-	pthread_mutex_unlock(&t->mu);
 	if (ok)
 		atomic_fetch_add(&t->hits, 1);
 	return ok;
@@ -551,11 +751,11 @@ disktier_touch(disktier *t, const gfs_meta *m)
 bool
 disktier_has(disktier *t, const gfs_meta *m)
 {
-	char name[NAME_MAX_];
+	char name[DISKTIER_NAME_MAX];
 	name_of(m, name);
 	pthread_mutex_lock(&t->mu);
 	struct dentry *e = strmap_get(t->map, name);
-	bool ok = e && e->size == (uint64_t)m->length;
+	bool ok = e && e->size == (uint64_t)m->length + TRAILER;
 	pthread_mutex_unlock(&t->mu);
 	return ok;
 }
@@ -565,7 +765,7 @@ disktier_has(disktier *t, const gfs_meta *m)
 static disktier_fill *
 fill_named(disktier *t, const char *name, uint64_t len)
 {
-	if (len > t->max || backing_off(t))
+	if (len + TRAILER > t->max || backing_off(t))
 		return NULL;
 	disktier_fill *f = gfs_xcalloc(1, sizeof *f);
 	f->t = t;
@@ -579,21 +779,22 @@ fill_named(disktier *t, const char *name, uint64_t len)
 		free(f);
 		return NULL;
 	}
+	f->sha = gfs_sha256_new();
 	return f;
 }
 
 disktier_fill *
 disktier_fill_begin(disktier *t, const gfs_meta *m)
 {
-	char name[NAME_MAX_];
+	char name[DISKTIER_NAME_MAX];
 	if (m->length < 0)
 		return NULL;
 	name_of(m, name);
 	return fill_named(t, name, (uint64_t)m->length);
 }
 
-bool
-disktier_fill_write(disktier_fill *f, const void *data, size_t len)
+static bool
+write_all(disktier_fill *f, const void *data, size_t len)
 {
 	const char *p = data;
 	while (!f->failed && len > 0) {
@@ -607,9 +808,25 @@ disktier_fill_write(disktier_fill *f, const void *data, size_t len)
 		}
 		p += n;
 		len -= (size_t)n;
-		f->have += (uint64_t)n;
 	}
 	return !f->failed;
+}
+
+bool
+disktier_fill_write(disktier_fill *f, const void *data, size_t len)
+{
+	gfs_sha256_update(f->sha, data, len);
+	f->have += len;
+	return write_all(f, data, len);
+}
+
+static void
+fill_free(disktier_fill *f)
+{
+	char hex[65];
+	if (f->sha)
+		gfs_sha256_final(f->sha, hex);
+	free(f);
 }
 
 void
@@ -620,14 +837,23 @@ disktier_fill_abort(disktier_fill *f)
 	if (f->fd >= 0)
 		close(f->fd);
 	unlinkat(f->t->tmpfd, f->tmp, 0);
-	free(f);
+	fill_free(f);
 }
 
+/*
+ * The body's sha256 goes after it, so that a restart can prove the entry
+ * without the backend; the file written is remembered as proven, unless
+ * another server's rename of the same name came between.
+ */
 void
 disktier_fill_commit(disktier_fill *f)
 {
 	disktier *t = f->t;
-	if (f->failed || f->have != f->want) {
+	char sha[65];
+	gfs_sha256_final(f->sha, sha);
+	f->sha = NULL;
+	struct stat mine, st;
+	if (f->failed || f->have != f->want || !write_all(f, sha, TRAILER) || fstat(f->fd, &mine) != 0) {
 		disktier_fill_abort(f);
 		return;
 	}
@@ -644,8 +870,13 @@ disktier_fill_commit(disktier_fill *f)
 		return;
 	}
 	tier_wrote(t);
-	note_present(t, f->name, f->want);
-	free(f);
+	struct ident id;
+	bool same = fstatat(t->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	            st.st_ino == mine.st_ino && st.st_dev == mine.st_dev;
+	if (same)
+		ident_of(&id, &st);
+	note_present(t, f->name, f->want + TRAILER, same ? &id : NULL, sha);
+	fill_free(f);
 }
 
 static void
@@ -661,7 +892,7 @@ put_named(disktier *t, const char *name, const void *data, size_t len)
 void
 disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len)
 {
-	char name[NAME_MAX_];
+	char name[DISKTIER_NAME_MAX];
 	if (m->length < 0 || (uint64_t)m->length != len)
 		return;
 	name_of(m, name);
@@ -669,6 +900,28 @@ disktier_put(disktier *t, const gfs_meta *m, const void *data, size_t len)
 }
 
 /* ---- the writer thread --------------------------------------------------- */
+
+/* Proves name's entry if it is still there and not proven (by a request) meanwhile. */
+static void
+prove_known(disktier *t, const char *name)
+{
+	pthread_mutex_lock(&t->mu);
+	struct dentry *e = strmap_get(t->map, name);
+	bool need = e && !e->proven;
+	pthread_mutex_unlock(&t->mu);
+	if (!need)
+		return;
+	int fd = open_entry(t, name);
+	if (fd < 0) {
+		forget(t, name);
+		return;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || prove(t, fd, name, &st, NULL) == PROOF_WRONG)
+		discard(t, fd, name);
+	else
+		close(fd);
+}
 
 /*
  * Creating, renaming and unlinking files wait on the file system's journal,
@@ -689,11 +942,20 @@ writer_main(void *arg)
 	pthread_setname_np(pthread_self(), "tier-writer"); /* top -H; named once niced */
 	pthread_mutex_lock(&t->wmu);
 	for (;;) {
-		while (!t->whead && !t->wstop)
+		while (!t->whead && !t->wstop && t->next_prove == t->nprove)
 			pthread_cond_wait(&t->wcv, &t->wmu);
 		struct pending *p = t->whead;
-		if (!p)
+		if (!p && t->wstop)
 			break; /* stopping, and the queue is written out */
+		if (!p) {
+			/* Idle: prove the next entry found at start, before a request needs it. */
+			char name[DISKTIER_NAME_MAX];
+			memcpy(name, t->to_prove[t->next_prove++], DISKTIER_NAME_MAX);
+			pthread_mutex_unlock(&t->wmu);
+			prove_known(t, name);
+			pthread_mutex_lock(&t->wmu);
+			continue;
+		}
 		t->whead = p->next;
 		if (!t->whead)
 			t->wtail = NULL;
@@ -712,8 +974,8 @@ void
 disktier_put_async(disktier *t, const gfs_meta *m, const void *data, size_t len,
                    void (*done)(void *ctx), void *ctx)
 {
-	if (m->length < 0 || (uint64_t)m->length != len || len > t->max || disktier_has(t, m) ||
-	    backing_off(t)) {
+	if (m->length < 0 || (uint64_t)m->length != len || len + TRAILER > t->max ||
+	    disktier_has(t, m) || backing_off(t)) {
 		done(ctx);
 		return;
 	}
@@ -748,7 +1010,7 @@ disktier_put_async(disktier *t, const gfs_meta *m, const void *data, size_t len,
 static void
 expect_meta(gfs_meta *m, void *ctx)
 {
-	char name[NAME_MAX_];
+	char name[DISKTIER_NAME_MAX];
 	name_of(m, name);
 	/* Stored as length + 1, so that an empty file is not a NULL value. */
 	strmap_put(ctx, name, (void *)(uintptr_t)((uint64_t)m->length + 1));
@@ -765,7 +1027,7 @@ disktier_reconcile(disktier *t, name_index *ix)
 	for (struct dentry *e = t->head; e; e = next) {
 		next = e->next;
 		uintptr_t len = (uintptr_t)strmap_get(want, e->name);
-		if (len && len - 1 == e->size)
+		if (len && len - 1 + TRAILER == e->size)
 			continue;
 		drop_locked(t, e);
 		victim_add(&vs, e);
@@ -782,7 +1044,10 @@ disktier_stats(disktier *t, struct disktier_stats *out)
 	out->bytes = t->bytes;
 	out->max_bytes = t->max;
 	out->entries = strmap_count(t->map);
+	out->unproven = t->unproven;
 	pthread_mutex_unlock(&t->mu);
+	out->proofs = atomic_load(&t->proofs);
+	out->proof_failures = atomic_load(&t->proof_failures);
 	out->hits = atomic_load(&t->hits);
 	out->misses = atomic_load(&t->misses);
 	out->evictions = atomic_load(&t->evictions);

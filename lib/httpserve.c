@@ -71,6 +71,7 @@ struct req {
 	http_cache_entry *open_entry;  /* from srv->open */
 	unsigned fetch_status;   /* from the worker: 200, or the status to answer */
 	struct stream *stream;   /* waiting for its first window; ours until its response holds it */
+	struct stream *sent;     /* the stream its response sends (referenced): how it ended */
 	struct req *next_waiter;
 };
 
@@ -81,6 +82,7 @@ struct job {
 	char *name;              /* LOOKUP by name */
 	int rev;
 	char *id_key;            /* LOOKUP by id */
+	char *request;           /* STREAM: the request line's method and target, for the log */
 	struct stream *stream;
 	struct req *waiters;
 	unsigned status;
@@ -103,6 +105,7 @@ struct stream {
 	struct sbuf *head, *tail;
 	size_t queued;
 	bool suspended, done, failed, cancelled;
+	bool damaged;            /* cut off because its content failed the integrity rule */
 	int64_t first, last;
 	const atomic_bool *stopping;
 };
@@ -171,6 +174,7 @@ struct httpserve {
 	atomic_long unanswered_connections;   /* accepted, first request not yet begun */
 	atomic_uint_fast64_t preloaded;
 	atomic_uint_fast64_t backend_reads;   /* file bodies read from the backend, for any reason */
+	atomic_uint_fast64_t integrity_failures; /* of them, failed the integrity rule */
 	atomic_uint_fast64_t header_timeouts, per_ip_refused;
 	atomic_int_fast64_t last_per_ip_log_ms;
 
@@ -426,15 +430,24 @@ send_disk(struct req *r, const gfs_meta *m, int fd)
  * response to build. libmicrohttpd sends one descriptor to any number of
  * connections at once (sendfile with an explicit offset). An entry the
  * tier evicted meanwhile is dropped, so that its disk space is freed
- * (close_evicted lets go of those not asked for again).
+ * (close_evicted lets go of those not asked for again), and so is one
+ * whose file changed since the tier proved it (see disktier.h). The
+ * entry's body is a struct kept: the descriptor, for the tier's fstat, and
+ * the tier's name for it, so that a hit computes none.
  */
+struct kept {
+	int fd;                         /* the response's; -1 for an empty file */
+	char name[DISKTIER_NAME_MAX];
+};
+
 static http_cache_entry *
 open_kept(struct httpserve *srv, gfs_meta *m)
 {
 	http_cache_entry *e = http_cache_get(srv->open, m->cache_key);
 	if (!e)
 		return NULL;
-	if (disktier_touch(srv->tier, m))
+	const struct kept *k = (const struct kept *)(const void *)e->body->data;
+	if (disktier_touch(srv->tier, k->name, k->fd))
 		return e;
 	http_cache_entry_release(srv->open, e);
 	http_cache_drop(srv->open, m->cache_key);
@@ -522,20 +535,24 @@ send_kept(struct req *r, const gfs_meta *m)
 	return queue(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
 }
 
-/* Keeps fd open as m's entry; NULL (fd closed) when no response can be made. */
+/* Keeps fd, the tier's entry name, open as m's entry; NULL (fd closed) when no response can be made. */
 static http_cache_entry *
-keep_open(struct httpserve *srv, gfs_meta *m, int fd)
+keep_open(struct httpserve *srv, gfs_meta *m, int fd, const char *name)
 {
 	struct MHD_Response *resp;
 	if (m->length == 0) {
 		close(fd);
+		fd = -1;
 		resp = made(MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
 	} else if (!(resp = MHD_create_response_from_fd64((uint64_t)m->length, fd))) {
 		close(fd);
 		return NULL;
 	}
 	add_file_headers(srv, resp, m, true);
-	http_cache_body *b = http_cache_body_new(0);
+	struct kept k = {.fd = fd}; /* the response owns fd */
+	snprintf(k.name, sizeof k.name, "%s", name);
+	http_cache_body *b = http_cache_body_new(sizeof k);
+	memcpy(b->data, &k, sizeof k);
 	http_cache_entry *e = http_cache_put(srv->open, m->cache_key, b, resp, gfs_meta_ref(m));
 	http_cache_body_unref(b);
 	return e;
@@ -563,6 +580,7 @@ job_free(struct job *j)
 	free(j->key);
 	free(j->name);
 	free(j->id_key);
+	free(j->request);
 	gfs_meta_unref(j->meta);
 	free(j);
 }
@@ -737,6 +755,7 @@ start_stream(struct req *r, gfs_meta *m)
 	j->kind = JOB_STREAM;
 	j->meta = gfs_meta_ref(m);
 	j->stream = s;
+	j->request = gfs_xasprintf("%s %.*s", r->method, (int)r->target_len, (const char *)r->target);
 	return wait_for_job(r, j);
 }
 
@@ -751,11 +770,16 @@ send_stream(struct req *r)
 		return send_status(r, r->fetch_status ? r->fetch_status : 500);
 	}
 	uint64_t len = (uint64_t)(s->last - s->first + 1);
+	atomic_fetch_add(&s->refs, 1);
+	r->sent = s;
 	struct MHD_Response *resp =
 	    made(MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free_cb));
 	add_file_headers(r->srv, resp, r->meta, true);
 	if (r->range) {
 		add_content_range(resp, r, r->meta);
+		/* Only the chunks in range are read: their numbering and sizes are all that was checked. */
+		if (s->first != 0 || s->last != r->meta->length - 1)
+			MHD_add_response_header(resp, "Gridfsctl-Checked", "chunks");
 		return queue_once(r, MHD_HTTP_PARTIAL_CONTENT, resp, len);
 	}
 	return queue_once(r, MHD_HTTP_OK, resp, len);
@@ -807,46 +831,96 @@ stream_finish(struct stream *s, bool ok)
 }
 
 /*
- * A whole file streamed also fills the disk tier, once its digest checks:
- * the entry's name promises the content.
+ * A whole stream is checked as it goes, and its last bytes are held back
+ * until the digest of all of it checks: a body that fails the integrity
+ * rule never reaches a client whole (the connection is cut short, as for
+ * a removed revision). A whole file streamed also fills the disk tier,
+ * once its digest checks.
  */
 struct tee {
+	gfs_digest *digest;     /* whole streams only */
+	bool checked;           /* the digest was final and matched */
 	disktier_fill *fill;
-	gfs_digest *digest;
+	uint8_t *held;          /* the bytes of the last chunk, for the client */
+	size_t held_len;
 };
 
 static void
 tee_begin(struct httpserve *srv, const gfs_meta *m, const struct stream *s, struct tee *t)
 {
 	memset(t, 0, sizeof *t);
-	if (!srv->tier || s->first != 0 || s->last != m->length - 1)
-		return;
-	t->fill = disktier_fill_begin(srv->tier, m);
-	if (!t->fill)
+	if (s->first != 0 || s->last != m->length - 1)
 		return;
 	gfs_file f;
 	gfs_meta_file(m, &f);
 	t->digest = gfs_digest_new(&f);
+	if (srv->tier)
+		t->fill = disktier_fill_begin(srv->tier, m);
+}
+
+/* Passes a chunk's bytes in range on to the client, holding back the last of a whole stream. */
+static bool
+tee_push(struct stream *s, struct tee *t, const uint8_t *data, size_t len, bool last)
+{
+	if (!t->digest || !last)
+		return stream_push(s, data, len);
+	t->held = gfs_xmalloc(len ? len : 1);
+	memcpy(t->held, data, len);
+	t->held_len = len;
+	return true;
 }
 
 static void
 tee_data(struct tee *t, const uint8_t *data, size_t len)
 {
-	if (!t->fill)
-		return;
-	gfs_digest_update(t->digest, data, len);
-	disktier_fill_write(t->fill, data, len);
+	if (t->digest)
+		gfs_digest_update(t->digest, data, len);
+	if (t->fill)
+		disktier_fill_write(t->fill, data, len);
+}
+
+/*
+ * After the last chunk: false, with err naming the request and the file,
+ * when a whole stream's content fails the integrity rule; counted.
+ */
+static bool
+tee_check(struct httpserve *srv, const struct job *j, struct tee *t, gfs_error *err)
+{
+	if (!t->digest)
+		return true;
+	gfs_file f;
+	gfs_meta_file(j->meta, &f);
+	gfs_error cerr;
+	t->checked = gfs_digest_check(t->digest, &f, NULL, &cerr);
+	t->digest = NULL;
+	if (t->checked)
+		return true;
+	atomic_fetch_add(&srv->integrity_failures, 1);
+	gfs_error_set(err, GFS_ECHECKSUM, "%s: %s", j->request, cerr.msg);
+	return false;
+}
+
+/* Sends what was held back; the stream's end follows. */
+static bool
+tee_release(struct stream *s, struct tee *t)
+{
+	bool ok = !t->held || stream_push(s, t->held, t->held_len);
+	free(t->held);
+	t->held = NULL;
+	return ok;
 }
 
 static void
-tee_end(const gfs_meta *m, struct tee *t, bool ok)
+tee_end(struct tee *t, bool ok)
 {
+	free(t->held);
+	if (t->digest) {
+		char sha[65], md5[33];
+		gfs_digest_final(t->digest, sha, md5);
+	}
 	if (!t->fill)
 		return;
-	gfs_file f;
-	gfs_meta_file(m, &f);
-	gfs_error err;
-	if (gfs_digest_check(t->digest, &f, NULL, &err) && ok)
+	if (t->checked && ok)
 		disktier_fill_commit(t->fill);
 	else
 		disktier_fill_abort(t->fill);
@@ -905,7 +979,7 @@ stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, struct tee 
 		int64_t base = n * m->chunk_size;
 		int64_t from = s->first > base ? s->first - base : 0;
 		int64_t to = s->last < base + len - 1 ? s->last - base : (int64_t)len - 1;
-		if (!stream_push(s, data + from, (size_t)(to - from + 1))) {
+		if (!tee_push(s, tee, data + from, (size_t)(to - from + 1), base + to == s->last)) {
 			gfs_error_set(err, GFS_ECANCELED, "%s: client went away", name);
 			ok = false;
 			break;
@@ -941,6 +1015,22 @@ explain_cut_off(gfs_session *ses, const gfs_meta *m, int64_t sent, int64_t total
 	gfs_error_set(err, GFS_EMISSINGCHUNK,
 	              "%s: revision removed while streaming; connection cut off after %lld of %lld bytes",
 	              m->name ? m->name : m->key, (long long)sent, (long long)total);
+}
+
+/*
+ * A whole stream's content failed the integrity rule after its 200 went:
+ * the bytes held back are never sent, the connection is cut short (as for
+ * a removed revision), and the request is recorded as 500.
+ */
+static void
+cut_damaged(struct stream *s, int64_t sent, gfs_error *err)
+{
+	pthread_mutex_lock(&s->mu);
+	s->damaged = true;
+	pthread_mutex_unlock(&s->mu);
+	size_t n = strlen(err->msg);
+	snprintf(err->msg + n, sizeof err->msg - n, "; connection cut off after %lld of %lld bytes",
+	         (long long)sent, (long long)(s->last - s->first + 1));
 }
 
 /* ---- worker side ----------------------------------------------------- */
@@ -1041,6 +1131,8 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 		http_cache_body_unref(b);
 		if (ok)
 			gfs_error_set(&err, GFS_EWRONGSIZE, "%s: short read", m->key);
+		if (err.code == GFS_ECHECKSUM)
+			atomic_fetch_add(&srv->integrity_failures, 1);
 		*status = read_failure_status(srv, ses, m, &err);
 		return NULL;
 	}
@@ -1145,8 +1237,9 @@ first_window(int32_t chunk_size)
  * a cursor left open across batches may or may not see chunks removed
  * after it opened (MongoDB does, a snapshot does not), and a fresh query
  * per batch makes a revision removed mid-stream show the same everywhere.
- * A failure in the first window is answered with a status, as a fetch's
- * is; after it the client has its 200 and sees the connection cut short.
+ * A failure in the first window (a whole stream's digest too, when the
+ * file fits in it) is answered with a status, as a fetch's is; after it
+ * the client has its 200 and sees the connection cut short.
  */
 static bool
 stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee *tee)
@@ -1160,20 +1253,25 @@ stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee
 	for (int64_t w0 = n0, w1; w0 <= n1; w0 = w1 + 1) {
 		w1 = w0 + per - 1 < n1 ? w0 + per - 1 : n1;
 		bool ok = stream_window(ses, m, s, tee, w0, w1, &next, &err);
+		if (ok && w1 == n1)
+			ok = tee_check(srv, j, tee, &err);
 		if (w0 == n0) {
 			j->status = ok ? 200 : read_failure_status(srv, ses, m, &err);
 			resume_waiters(srv, j);
 			per = gfs_chunk_batch_size(m->chunk_size);
 		} else if (!ok && err.code != GFS_ECANCELED) {
+			int64_t upto = next * m->chunk_size < s->last + 1 ? next * m->chunk_size : s->last + 1;
+			int64_t sent = upto - s->first - (int64_t)tee->held_len;
 			if (err.code == GFS_EMISSINGCHUNK)
-				explain_cut_off(ses, m, next * m->chunk_size - s->first, s->last - s->first + 1,
-				                &err);
+				explain_cut_off(ses, m, sent, s->last - s->first + 1, &err);
+			if (err.code == GFS_ECHECKSUM)
+				cut_damaged(s, sent, &err);
 			(void)status_for(srv, &err);
 		}
 		if (!ok)
 			return false;
 	}
-	return true;
+	return tee_release(s, tee);
 }
 
 static void
@@ -1185,7 +1283,7 @@ run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
 	tee_begin(srv, j->meta, j->stream, &tee);
 	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j, &tee);
 	stream_finish(j->stream, ok);
-	tee_end(j->meta, &tee, ok);
+	tee_end(&tee, ok);
 	j->stream = NULL;
 }
 
@@ -1260,10 +1358,11 @@ serve_body(struct req *r, gfs_meta *m)
 			if (r->open_entry)
 				return send_kept(r, m);
 		}
-		int fd = disktier_get(srv->tier, m);
+		char name[DISKTIER_NAME_MAX];
+		int fd = disktier_get(srv->tier, m, name);
 		if (fd >= 0 && !(keep && admit(srv, m->cache_key)))
 			return send_disk(r, m, fd);
-		if (fd >= 0 && (r->open_entry = keep_open(srv, m, fd)))
+		if (fd >= 0 && (r->open_entry = keep_open(srv, m, fd, name)))
 			return send_kept(r, m);
 	}
 	if (atomic_load(&srv->backend_down))
@@ -1781,6 +1880,13 @@ on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	header_due(srv, conn);
 	/* A request libmicrohttpd refused before our handler saw it was answered 4xx by it. */
 	unsigned status = r->status ? r->status : r->handled ? 499 : 400;
+	if (r->sent) {
+		pthread_mutex_lock(&r->sent->mu);
+		if (r->sent->damaged)
+			status = 500; /* its 200 went, but the server failed to deliver the file */
+		pthread_mutex_unlock(&r->sent->mu);
+		stream_unref(r->sent);
+	}
 	if (status < 600)
 		atomic_fetch_add(&srv->status_count[status], 1);
 	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
@@ -1899,12 +2005,20 @@ metrics_caches(struct httpserve *srv, struct buf *b)
 	        "# TYPE " P "disk_bytes gauge\n" P "disk_bytes %llu\n"
 	        "# TYPE " P "disk_max_bytes gauge\n" P "disk_max_bytes %llu\n"
 	        "# TYPE " P "disk_entries gauge\n" P "disk_entries %llu\n"
+	        "# TYPE " P "disk_unproven_entries gauge\n" P "disk_unproven_entries %llu\n"
+	        "# TYPE " P "disk_proofs_total counter\n" P "disk_proofs_total %llu\n"
+	        "# TYPE " P "disk_proof_failures_total counter\n" P "disk_proof_failures_total %llu\n"
 	        "# HELP " P "backend_reads_total File bodies read from the backend, for any reason.\n"
-	        "# TYPE " P "backend_reads_total counter\n" P "backend_reads_total %llu\n",
+	        "# TYPE " P "backend_reads_total counter\n" P "backend_reads_total %llu\n"
+	        "# HELP " P "integrity_failures_total Bodies read for a request that failed the integrity rule.\n"
+	        "# TYPE " P "integrity_failures_total counter\n" P "integrity_failures_total %llu\n",
 	        (unsigned long long)ds.hits, (unsigned long long)ds.misses,
 	        (unsigned long long)ds.evictions, (unsigned long long)ds.errors,
 	        (unsigned long long)ds.dropped, (unsigned long long)ds.bytes, (unsigned long long)ds.max_bytes,
-	        (unsigned long long)ds.entries, (unsigned long long)atomic_load(&srv->backend_reads));
+	        (unsigned long long)ds.entries, (unsigned long long)ds.unproven,
+	        (unsigned long long)ds.proofs, (unsigned long long)ds.proof_failures,
+	        (unsigned long long)atomic_load(&srv->backend_reads),
+	        (unsigned long long)atomic_load(&srv->integrity_failures));
 	struct http_cache_stats kept = {0};
 	if (srv->open)
 		http_cache_stats(srv->open, &kept);
@@ -2531,7 +2645,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 		rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur / 4 : 256;
 		n = n > OPEN_ENTRIES_MAX ? OPEN_ENTRIES_MAX : n;
 		if (MHD_is_feature_supported(MHD_FEATURE_RESPONSES_SHARED_FD) == MHD_YES)
-			srv->open = http_cache_new((size_t)n * HTTP_CACHE_ENTRY_OVERHEAD,
+			srv->open = http_cache_new((size_t)n * (HTTP_CACHE_ENTRY_OVERHEAD + sizeof(struct kept)),
 			    free_meta_cb);
 		srv->seen_window = n > 64 ? (unsigned)n : 64;
 	}

@@ -19,7 +19,7 @@ import pytest
 from conftest import proc_file, proc_stat
 from test_serve import put, quote, serve, sha, wait_for  # noqa: F401 (serve: the fixture)
 
-ENTRY = re.compile(r"^(k-)?[0-9a-f]{64}$")
+ENTRY = re.compile(r"^r-[0-9a-f]{64}$")
 DISK_METRICS = ("gridfsctl_serve_disk_hits_total", "gridfsctl_serve_disk_misses_total",
                 "gridfsctl_serve_disk_evictions_total", "gridfsctl_serve_disk_bytes",
                 "gridfsctl_serve_backend_reads_total")
@@ -27,6 +27,34 @@ DISK_METRICS = ("gridfsctl_serve_disk_hits_total", "gridfsctl_serve_disk_misses_
 
 def entries(d):
     return sorted(n for n in os.listdir(d) if n != "tmp")
+
+
+def entry_bodies(d):
+    """{entry name: body}: an entry is its body and then the body's sha256 in hex, checked here."""
+    out = {}
+    for n in entries(d):
+        if not ENTRY.match(n):
+            continue  # not the tier's
+        try:
+            raw = (d / n).read_bytes()
+        except FileNotFoundError:
+            continue  # evicted since the listing
+        body, trailer = raw[:-64], raw[-64:]
+        assert trailer.decode() == sha(body), n
+        out[n] = body
+    return out
+
+
+def entry_of(d, data):
+    """The path of the one entry holding data, or None."""
+    names = [n for n, body in entry_bodies(d).items() if body == data]
+    assert len(names) <= 1, names
+    return d / names[0] if names else None
+
+
+def proven(s):
+    """Entries found at start are proven by the tier's writer when idle: wait until all are."""
+    wait_for(lambda: s.metrics()["gridfsctl_serve_disk_unproven_entries"] == 0, 30, "entries proven")
 
 
 def upload_tree(bucket, n, seed, max_size=60000):
@@ -78,13 +106,10 @@ def test_restart_serves_from_the_tier_without_backend_reads(bucket, serve, tmp_p
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 300
     s.stop()
 
-    # Named by content or revision, never by a stored name.
+    # Named by revision, never by a stored name; each holds its body and the body's sha256.
     names = entries(d)
     assert len(names) == 300 and all(ENTRY.match(n) for n in names)
-    for name, data in files.items():
-        if sha(data) in names:
-            assert (d / sha(data)).read_bytes() == data
-    assert sum(1 for n in names if n.startswith("k-")) == 60
+    assert sorted(entry_bodies(d).values()) == sorted(files.values())
 
     s = serve("--cache-size", "1M", "--cache-dir", str(d))
     c = s.conn()
@@ -93,57 +118,105 @@ def test_restart_serves_from_the_tier_without_backend_reads(bucket, serve, tmp_p
     m = s.metrics()
     assert m["gridfsctl_serve_backend_reads_total"] == 0
     assert m["gridfsctl_serve_disk_hits_total"] == 300
-    assert m["gridfsctl_serve_disk_bytes"] == sum(len(v) for v in files.values())
+    assert m["gridfsctl_serve_disk_bytes"] == sum(len(v) + 64 for v in files.values())
+    assert m["gridfsctl_serve_disk_proof_failures_total"] == 0
     # HEAD needs no body; conditional requests neither.
     status, h, body = s.request("HEAD", quote("posters/1/1.jpg"))
     assert status == 200 and body == b"" and int(h["content-length"]) == len(files["posters/1/1.jpg"])
 
 
-def test_same_content_shares_one_entry(bucket, serve, tmp_path):
+def test_same_content_is_read_from_each_files_own_chunks(bucket, db, serve, tmp_path):
+    """Issue 27, 6: a file whose metadata.sha256 names another file's content was served that
+    file's bytes from the tier. An entry is only ever one revision's, written from its own chunks."""
     data = os.urandom(5000)
     put(bucket, "a/one.bin", data)
     put(bucket, "b/two.bin", data)
+    other = os.urandom(5000)
+    bucket.upload_from_stream("c/liar.bin", other, metadata={"sha256": sha(data)})
     d = tmp_path / "tier"
-    s = serve("--cache-dir", str(d))
-    assert s.get("/a/one.bin")[2] == data
-    settle(s, 1)
-    # Not in memory under the other name's revision: from the tier, no backend read.
-    assert s.get("/b/two.bin")[2] == data
-    m = s.metrics()
-    assert m["gridfsctl_serve_backend_reads_total"] == 1
-    assert m["gridfsctl_serve_disk_hits_total"] == 1
-    assert entries(d) == [sha(data)]
+    for restart in (False, True):
+        s = serve("--cache-dir", str(d), "--cache-size", "1M")
+        assert s.get("/a/one.bin")[2] == data
+        settle(s, 1)
+        assert s.get("/c/liar.bin")[0] == 500  # its own chunks fail its hash
+        assert s.get("/b/two.bin")[2] == data
+        m = s.metrics()
+        assert m["gridfsctl_serve_backend_reads_total"] == (3 if not restart else 1)
+        assert m["gridfsctl_serve_integrity_failures_total"] == 1
+        settle(s, 2)
+        s.stop()
+    assert sorted(entry_bodies(d).values()) == [data, data]
 
 
 def test_torn_or_deleted_entry_is_refetched_not_served(bucket, serve, tmp_path):
     files = {f"f{i}.bin": os.urandom(3000 + i) for i in range(4)}
     d = tmp_path / "tier"
     fill_tier(bucket, serve, d, files)
-    torn = d / sha(files["f0.bin"])
-    with open(torn, "r+b") as f:
+    path = {name: entry_of(d, data) for name, data in files.items()}
+    with open(path["f0.bin"], "r+b") as f:
         f.truncate(100)                      # what a crash before the data reached the disk leaves
-    os.unlink(d / sha(files["f1.bin"]))
-    (d / sha(files["f2.bin"])).write_bytes(files["f2.bin"] + b"x")  # too long: not its file either
-    (d / "tmp" / f"{sha(files['f3.bin'])}.999999999.1").write_bytes(b"half")  # a dead writer's
+    os.unlink(path["f1.bin"])
+    path["f2.bin"].write_bytes(files["f2.bin"] + b"x" + sha(files["f2.bin"]).encode())  # too long
+    (d / "tmp" / f"{path['f3.bin'].name}.999999999.1").write_bytes(b"half")  # a dead writer's
     (d / "notes.txt").write_text("not ours")  # left alone
 
     s = serve("--cache-dir", str(d))
-    assert not os.path.exists(d / "tmp" / f"{sha(files['f3.bin'])}.999999999.1")
+    assert not os.path.exists(d / "tmp" / f"{path['f3.bin'].name}.999999999.1")
     fetch_all(s, bucket, files)
     m = s.metrics()
     assert m["gridfsctl_serve_backend_reads_total"] == 3
     settle(s, 4)
     for name in ("f0.bin", "f1.bin", "f2.bin"):
-        assert (d / sha(files[name])).read_bytes() == files[name]
+        assert entry_of(d, files[name]) == path[name]
     assert (d / "notes.txt").read_text() == "not ours"
 
     # Truncated while the server runs (and not in its memory: a fresh server).
     s.stop()
     s = serve("--cache-dir", str(d))
-    with open(d / sha(files["f3.bin"]), "r+b") as f:
+    with open(path["f3.bin"], "r+b") as f:
         f.truncate(10)
     assert s.get("/f3.bin")[2] == files["f3.bin"]
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == 1
+
+
+def test_entry_changed_on_disk_is_never_served(bucket, serve, tmp_path):
+    """Issue 27, 6: an entry changed on disk with the same size, or replaced by a rename, was
+    served under the file's sha256 ETag, after restarts too. Each is proven before it is served."""
+    files = {"a.bin": os.urandom(3000), "b.bin": os.urandom(3000), "big.bin": os.urandom(600 * 1024)}
+    d = tmp_path / "tier"
+    fill_tier(bucket, serve, d, files)
+    path = {name: entry_of(d, data) for name, data in files.items()}
+    st = os.stat(path["a.bin"])
+    with open(path["a.bin"], "r+b") as f:  # in place, size and mtime kept
+        f.write(b"X" * 10)
+    os.utime(path["a.bin"], ns=(st.st_atime_ns, st.st_mtime_ns))
+    other = os.urandom(3000)  # a consistent entry of other bytes, renamed over b's
+    (d / "b.tmp").write_bytes(other + sha(other).encode())
+    os.rename(d / "b.tmp", path["b.bin"])
+    with open(path["big.bin"], "r+b") as f:
+        f.seek(1000)
+        f.write(b"Y")
+
+    s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    for name, data in files.items():
+        status, _, body = s.get(quote(name))
+        assert (status, body) == (200, bucket.open_download_stream_by_name(name).read()), name
+    assert s.metrics()["gridfsctl_serve_disk_proof_failures_total"] >= 2
+    assert "does not hold what was written to it" in s.stderr()
+    proven(s)
+    settle(s, 3)
+    wait_for(lambda: all(entry_of(d, data) for data in files.values()), 30, "the entries written anew")
+    s.stop()
+    # While a server runs, with a's entry held open (not in its memory: a fresh server).
+    s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    assert s.get("/a.bin")[2] == files["a.bin"]
+    assert s.metrics()["gridfsctl_serve_disk_open_entries"] == 1
+    with open(entry_of(d, files["a.bin"]), "r+b") as f:
+        f.write(b"Z" * 10)
+    assert s.get("/a.bin")[2] == files["a.bin"]
+    m = s.metrics()
+    assert m["gridfsctl_serve_backend_reads_total"] == 1
+    assert m["gridfsctl_serve_disk_proof_failures_total"] == 1
 
 
 def test_deleted_file_leaves_the_tier(bucket, serve, tmp_path):
@@ -157,7 +230,7 @@ def test_deleted_file_leaves_the_tier(bucket, serve, tmp_path):
     s.stop()
     bucket.delete(oid)
     s = serve("--cache-dir", str(d))
-    assert entries(d) == [sha(keep)]
+    assert list(entry_bodies(d).values()) == [keep]
     assert s.metrics()["gridfsctl_serve_disk_evictions_total"] == 1
     assert s.get("/gone.bin")[0] == 404
 
@@ -198,6 +271,7 @@ def test_range_requests_from_the_tier(bucket, serve, tmp_path):
     settle(s, 2)
     s.stop()
     s = serve("--cache-dir", str(d), "--cache-size", "1M")
+    proven(s)  # big.bin is too large to prove on its first request: a miss until then
     for name, data in (("/small.bin", small), ("/big.bin", big)):
         n = len(data)
         for rng, lo, hi in (("bytes=10-99", 10, 99), ("bytes=-5", n - 5, n - 1),
@@ -252,9 +326,7 @@ def test_disk_full_keeps_serving(bucket, serve, tmp_path):
         full = [ln for ln in err.splitlines() if "No space left on device" in ln]
         assert full and all(BACKOFF_LINE.search(ln) for ln in full), err  # a line per pause
         assert not os.listdir(d / "tmp")  # failed fills leave nothing behind
-        for n in entries(d):
-            data = (d / n).read_bytes()
-            assert hashlib.sha256(data).hexdigest() == n
+        assert all(body in files.values() for body in entry_bodies(d).values())
     finally:
         if s:
             s.proc.kill()  # still running only when an assertion failed
@@ -317,13 +389,7 @@ def test_two_instances_on_one_dir(bucket, serve, tmp_path):
     a.stop()
     b.stop()
     assert not os.listdir(d / "tmp")
-    by_sha = {sha(v): v for v in files.values()}
-    for n in entries(d):
-        data = (d / n).read_bytes()
-        if not n.startswith("k-"):
-            assert n in by_sha and data == by_sha[n]
-        else:
-            assert len(data) in {len(v) for v in files.values()}
+    assert all(body in files.values() for body in entry_bodies(d).values())
     # Between them they filled it; a third server finds everything.
     c = serve("--cache-dir", str(d), "--cache-size", "1M")
     fetch_all(c, bucket, files)
@@ -366,17 +432,21 @@ def test_tier_is_bounded_and_evicts_least_recently_used(bucket, serve, tmp_path)
         put(bucket, name, data)
     d = tmp_path / "tier"
     kept = {sha(files[f"lru/{i}.bin"]) for i in (3, 4, 5)}
+
+    def in_tier():
+        return {sha(body) for body in entry_bodies(d).values()}
+
     s = serve("--cache-dir", str(d), "--cache-dir-size", "1M", "--cache-size", "1M")
     for _ in range(2):
         for name, data in files.items():
             assert s.get(quote(name))[2] == data
             # A streamed file is written to the tier once its last byte is sent: wait for it.
-            wait_for(lambda: sha(data) in entries(d), 30, f"{name} in the tier")
+            wait_for(lambda: sha(data) in in_tier(), 30, f"{name} in the tier")
         m = s.metrics()
         assert m["gridfsctl_serve_disk_bytes"] <= 1 << 20
         assert m["gridfsctl_serve_disk_max_bytes"] == 1 << 20
     # The last three asked for are the ones kept, and they are served from the tier.
-    assert set(entries(d)) == kept
+    assert in_tier() == kept
     assert m["gridfsctl_serve_disk_evictions_total"] >= 9
     reads = m["gridfsctl_serve_backend_reads_total"]
     for i in (5, 4, 3):
@@ -385,7 +455,7 @@ def test_tier_is_bounded_and_evicts_least_recently_used(bucket, serve, tmp_path)
     # Filling lru/0 evicts lru/5, the least recently used, which the server holds open:
     # it is let go, and read again, not served from a descriptor the tier gave up.
     assert s.get("/lru/0.bin")[2] == files["lru/0.bin"]
-    wait_for(lambda: sha(files["lru/5.bin"]) not in entries(d), 30, "lru/5 to be evicted")
+    wait_for(lambda: sha(files["lru/5.bin"]) not in in_tier(), 30, "lru/5 to be evicted")
     assert s.get("/lru/5.bin")[2] == files["lru/5.bin"]
     assert s.metrics()["gridfsctl_serve_backend_reads_total"] == reads + 2
 
@@ -401,13 +471,13 @@ def test_evicted_entries_held_open_are_closed(bucket, serve, tmp_path):
     first = [f"held/{i}.bin" for i in range(3)]
     for name in first:
         assert s.get(quote(name))[2] == files[name]
-        wait_for(lambda: sha(files[name]) in entries(d), 30, f"{name} in the tier")
+        wait_for(lambda: entry_of(d, files[name]), 30, f"{name} in the tier")
         assert s.get(quote(name))[2] == files[name]  # a tier hit, kept open
-    held = {sha(files[n]) for n in first}
+    held = {entry_of(d, files[n]).name for n in first}
     assert held <= open_entries(s.proc.pid, d)
     for name in (f"held/{i}.bin" for i in range(3, 6)):  # evicts the first three
         assert s.get(quote(name))[2] == files[name]
-        wait_for(lambda: sha(files[name]) in entries(d), 30, f"{name} in the tier")
+        wait_for(lambda: entry_of(d, files[name]), 30, f"{name} in the tier")
     assert not held & set(entries(d))
     wait_for(lambda: not [n for n in open_entries(s.proc.pid, d) if n.endswith(" (deleted)")], 30,
              lambda: f"evicted entries to be closed: {open_entries(s.proc.pid, d)}")
@@ -441,7 +511,7 @@ def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
     fetch_all(s, bucket, {n: files[n] for n in first}, conn=c)
     # While the set has room, every tier hit is kept open.
     assert s.metrics()["gridfsctl_serve_disk_open_entries"] == 64
-    wanted = {sha(files[n]) for n in first}
+    wanted = {entry_of(d, files[n]).name for n in first}
     assert open_entries(s.proc.pid, d) == wanted
     # Full: a file asked for once is sent from a descriptor of its own, closed
     # when sent, and pushes none of the others out.
@@ -451,7 +521,7 @@ def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
     again = rest[0]
     assert s.get(quote(again), conn=c)[2] == files[again]
     c.close()
-    wait_for(lambda: sha(files[again]) in open_entries(s.proc.pid, d)
+    wait_for(lambda: entry_of(d, files[again]).name in open_entries(s.proc.pid, d)
              and len(open_entries(s.proc.pid, d)) == 64, 30, "the file asked for again to be open")
     m = s.metrics()
     assert m["gridfsctl_serve_disk_open_entries"] == 64

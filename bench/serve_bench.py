@@ -282,6 +282,8 @@ def first_touch(cmd, env, port, paths, conns, logpath, datadir=None):
         secs = time.monotonic() - t0
         # Before SIGTERM: the tier's writer may still hold fills, whose CPU counts too.
         server_ms = (cpu_ms([proc.pid]) - before[0]) / len(order)
+        # From the start: a restarted tier's writer proves entries before the first request too.
+        server_all_ms = cpu_ms([proc.pid]) / len(order)
         backend_ms = (cpu_ms(bpids) - before[1]) / len(order)
         rss = rss_kb([proc.pid]) / 1024
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/_metrics", timeout=10) as r:
@@ -292,8 +294,10 @@ def first_touch(cmd, env, port, paths, conns, logpath, datadir=None):
         proc.wait(timeout=60)
         logf.close()
     return {"rps": len(order) / secs, "errors": errors, "rss_mb": rss, "conns": conns,
-            "server_cpu_ms": server_ms, "backend_cpu_ms": backend_ms,
-            "fills_dropped": int(metrics.get("gridfsctl_serve_disk_fills_dropped_total", 0))}
+            "server_cpu_ms": server_ms, "backend_cpu_ms": backend_ms, "server_cpu_all_ms": server_all_ms,
+            "fills_dropped": int(metrics.get("gridfsctl_serve_disk_fills_dropped_total", 0)),
+            "disk_hits": int(metrics.get("gridfsctl_serve_disk_hits_total", 0)),
+            "disk_proofs": int(metrics.get("gridfsctl_serve_disk_proofs_total", 0))}
 
 
 def tier_aside(tierdir):
@@ -335,7 +339,9 @@ def clear_tiers(tierdir):
 
 
 def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
-    """First touch with and without the tier, taking turns; leaves tierdir filled."""
+    """First touch with and without the tier, taking turns, and after each tier pass the
+    first touch of a server restarted on the tier it filled ("touch-restart": every entry
+    proven once, by the writer or the hit); leaves tierdir filled."""
     for conns in [int(c) for c in a.touch_conns.split(",")]:
         for turn in range(a.repeat):
             # Alternating, so that neither always finds the backend's caches warmed by the other.
@@ -343,14 +349,15 @@ def touch_pass(a, cmds, env, workdir, tierdir, paths, results):
             for name in order:
                 if name == "touch-tier":
                     tier_aside(tierdir)
-                r = first_touch(cmds[name], env, PORTS["touch"], paths, conns,
-                                os.path.join(workdir, f"{name}.log"),
-                                os.path.join(workdir, "backend"))
-                results["touch"].setdefault(name, {}).setdefault(conns, []).append(r)
-                log(f"bench: first touch {name:10} c={conns:<4} {r['rps']:7.0f} rps  "
-                    f"errors {r['errors']}  rss {r['rss_mb']:.0f} MB  cpu/req "
-                    f"{r['server_cpu_ms']:.3f}+{r['backend_cpu_ms']:.3f} ms  "
-                    f"fills dropped {r['fills_dropped']}")
+                for run in ((name, "touch-restart") if name == "touch-tier" else (name,)):
+                    r = first_touch(cmds[name], env, PORTS["touch"], paths, conns,
+                                    os.path.join(workdir, f"{run}.log"),
+                                    os.path.join(workdir, "backend"))
+                    results["touch"].setdefault(run, {}).setdefault(conns, []).append(r)
+                    log(f"bench: first touch {run:13} c={conns:<4} {r['rps']:7.0f} rps  "
+                        f"errors {r['errors']}  rss {r['rss_mb']:.0f} MB  cpu/req "
+                        f"{r['server_cpu_ms']:.3f}+{r['backend_cpu_ms']:.3f} ms  "
+                        f"fills dropped {r['fills_dropped']}")
     clear_tiers(tierdir)
     results["commands"]["touch-tier"] = " ".join(cmds["touch-tier"])
     results["commands"]["touch-none"] = " ".join(cmds["touch-none"])
@@ -551,6 +558,17 @@ def print_table(res, servers):
                   f"{max(x['rss_mb'] for x in t):.0f}, {max(y['rss_mb'] for y in n):.0f} | "
                   f"{cpu[0]:.3f}, {cpu[1]:.3f} | {cpu[2]:.3f}, {cpu[3]:.3f} | "
                   f"{sum(x['fills_dropped'] for x in t) if 'fills_dropped' in t[0] else '-'} |")
+    again = res.get("touch", {}).get("touch-restart")
+    if again:
+        print("\n| first touch after a restart on the filled tier, conns | req/s | errors "
+              "| CPU ms/req, median: serve | serve since its start | backend | tier hits | proofs "
+              "|\n|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for conns, runs in again.items():
+            print(f"| {conns} | {median(x['rps'] for x in runs):.0f} | {sum(x['errors'] for x in runs)} | "
+                  f"{median(x['server_cpu_ms'] for x in runs):.3f} | "
+                  f"{median(x['server_cpu_all_ms'] for x in runs):.3f} | "
+                  f"{median(x['backend_cpu_ms'] for x in runs):.3f} | "
+                  f"{median(x['disk_hits'] for x in runs)} | {median(x['disk_proofs'] for x in runs)} |")
     cold, peer = res["wrk"].get("cold"), res["wrk"].get("peer")
     if cold and peer and not res.get("backend_cpus"):
         # wrk, serve and the backend share the cores, so even a server costing

@@ -592,6 +592,11 @@ guard_deletes(struct mirror *m)
 {
 	gfs_error err;
 	/* A dry run makes nothing, so a BDIR still to be made is not checked yet. */
+	/* Refused before anything is made: a BDIR made inside DIR would stay there. */
+	if (m->backup_dir && m->rootfd >= 0 && !gfs_backup_check(m->backup_dir, m->rootfd, &err)) {
+		report(m, err.msg);
+		return exit_code_for(&err);
+	}
 	bool backup = m->backup_dir && m->rootfd >= 0 && !(m->dry_run && access(m->backup_dir, F_OK) < 0);
 	if (backup) {
 		if (!m->dry_run && make_dirs(m->backup_dir) < 0) {

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include "backup.h"
 #include "mirror.h"
 #include "safepath.h"
+#include "util.h"
 
 /* Whether the directory `inner` is `outer` or beneath it, by walking up from inner through "..". */
 static int
@@ -38,6 +40,60 @@ is_within(int inner, const struct stat *outer)
 	return -1;
 }
 
+/*
+ * Refuses B (open as bfd) when it is DIR, inside DIR or, for an existing B
+ * (holds_too), holds DIR. False with err set.
+ */
+static bool
+refuse_placement(int bfd, int rootfd, const char *path, bool holds_too, gfs_error *err)
+{
+	struct stat bst, rst;
+	if (fstat(bfd, &bst) < 0 || fstat(rootfd, &rst) < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "--backup-dir %s: %s", path, strerror(errno));
+		return false;
+	}
+	int in = is_within(bfd, &rst), holds = holds_too ? is_within(rootfd, &bst) : 0;
+	if (in == 0 && holds == 0)
+		return true;
+	gfs_error_set(err, in < 0 || holds < 0 ? GFS_ELOCAL : GFS_EINVAL,
+	              in < 0 || holds < 0 ? "--backup-dir %s: cannot tell where it is" :
+	              in > 0 ? "--backup-dir %s is inside the mirror's directory, whose sweep would "
+	                       "delete it" :
+	                       "--backup-dir %s holds the mirror's directory", path);
+	return false;
+}
+
+bool
+gfs_backup_check(const char *path, int rootfd, gfs_error *err)
+{
+	char *p = gfs_xstrdup(path);
+	bool ok = true;
+	for (bool self = true;; self = false) {
+		int fd = open(p[0] ? p : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			/* A directory still to be made holds nothing yet: only where it goes matters. */
+			ok = refuse_placement(fd, rootfd, path, self, err);
+			close(fd);
+			break;
+		}
+		/* Anything else (not a directory, no permission) is mkdir's or open's to report. */
+		if (errno != ENOENT || !p[0])
+			break;
+		size_t n = strlen(p);
+		while (n > 1 && p[n - 1] == '/')
+			p[--n] = '\0';
+		char *slash = strrchr(p, '/');
+		if (slash == p)
+			p[1] = '\0';
+		else if (slash)
+			*slash = '\0';
+		else
+			p[0] = '\0';
+	}
+	free(p);
+	return ok;
+}
+
 bool
 gfs_backup_open(gfs_backup *b, const char *path, int rootfd, bool fsync, gfs_error *err)
 {
@@ -48,19 +104,8 @@ gfs_backup_open(gfs_backup *b, const char *path, int rootfd, bool fsync, gfs_err
 		gfs_error_set(err, GFS_ELOCAL, "--backup-dir %s: %s", path, strerror(errno));
 		return false;
 	}
-	struct stat bst, rst;
-	if (fstat(b->fd, &bst) < 0 || fstat(rootfd, &rst) < 0) {
-		gfs_error_set(err, GFS_ELOCAL, "--backup-dir %s: %s", path, strerror(errno));
-		gfs_backup_close(b);
-		return false;
-	}
-	int in = is_within(b->fd, &rst), holds = is_within(rootfd, &bst);
-	if (in != 0 || holds != 0) {
-		gfs_error_set(err, in < 0 || holds < 0 ? GFS_ELOCAL : GFS_EINVAL,
-		              in < 0 || holds < 0 ? "--backup-dir %s: cannot tell where it is" :
-		              in > 0 ? "--backup-dir %s is inside the mirror's directory, whose sweep would "
-		                       "delete it" :
-		                       "--backup-dir %s holds the mirror's directory", path);
+	/* Again, on what was opened: the path may have been swapped since the check. */
+	if (!refuse_placement(b->fd, rootfd, path, true, err)) {
 		gfs_backup_close(b);
 		return false;
 	}

@@ -24,6 +24,13 @@ typedef struct gfs_backup {
 } gfs_backup;
 
 /*
+ * Refuses path as B for the mirror of rootfd (GFS_EINVAL) before anything
+ * is made: an existing directory as gfs_backup_open() does; a missing one
+ * when its nearest existing ancestor is DIR or inside it, where mkdir -p
+ * would make it. GFS_ELOCAL when where it is cannot be told.
+ */
+bool gfs_backup_check(const char *path, int rootfd, gfs_error *err);
+/*
  * Opens the existing directory path as B for the mirror of rootfd: refused
  * (GFS_EINVAL) when B is DIR, inside DIR (the sweep would delete it) or
  * holds DIR (a backup path could then be inside DIR).

@@ -274,3 +274,22 @@ def test_watch_first_pass_over_the_limit(gfs, db, tmp_path):
     rc = w.wait_exit()
     assert rc == EXIT_LIMIT, w.stderr
     assert sorted(stored(db)) == ["f0.txt", "f1.txt", "other.txt"]
+
+
+def test_a_refused_backup_dir_is_not_created(gfs, bucket, tmp_path):
+    """Issue 27, 8-13 (11): a --backup-dir still to be made inside DIR is refused
+    before mkdir -p runs, so nothing is left in DIR; a dry run refuses it too."""
+    bucket.upload_from_stream("r/f", b"f")
+    dst = tmp_path / "d"
+    dst.mkdir()
+    (dst / "stale").write_bytes(b"stale")
+    for bak in (dst / "new" / "deeper", dst / "gone" / ".." / "back", tmp_path / "link" / "b"):
+        if bak.parent.name == "link":
+            os.symlink(dst, bak.parent)
+        for dry in ((), ("--dry-run",)):
+            r = gfs.run("mirror", dst, "--prefix", "r", "--delete", "--backup-dir", bak, *dry)
+            assert r.rc == 2 and "inside the mirror's directory" in r.err, (bak, r)
+            assert sorted(os.listdir(dst)) == ["stale"], (bak, os.listdir(dst))
+    # Beside DIR it is made, as before.
+    r = gfs.run("mirror", dst, "--prefix", "r", "--delete", "--backup-dir", tmp_path / "b" / "c")
+    assert r.rc == 0 and (tmp_path / "b" / "c" / "stale").read_bytes() == b"stale", r

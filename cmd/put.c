@@ -57,8 +57,9 @@ on_opt(int opt, const char *arg, void *ctx)
 }
 
 /*
- * The source sniffs the first block for libmagic before handing it on, so
- * content detection costs no second read of the file (stdin cannot be reread).
+ * The source gathers the file's start for libmagic as it hands the reads on,
+ * so content detection costs no second read of the file (stdin cannot be
+ * reread), whatever the chunk size.
  */
 struct sniff_source {
 	int fd;
@@ -66,7 +67,8 @@ struct sniff_source {
 	char *type;             /* detected MIME type, or NULL */
 	const struct stat *st;  /* at open, for a named file; NULL for stdin */
 	int64_t total;          /* bytes read so far */
-	bool detect, sniffed;
+	bool detect;
+	gfs_sniff sniff;        /* the start gathered so far */
 	bool changed;           /* the file changed while it was read */
 	bool interrupted;       /* a stop signal came */
 };
@@ -110,7 +112,7 @@ unchanged(const struct sniff_source *src)
 }
 
 static void
-sniff(struct sniff_source *src, const uint8_t *buf, size_t len)
+sniff(struct sniff_source *src, const void *buf, size_t len)
 {
 	gfs_error err;
 	gfs_magic *m = gfs_magic_open(&err);
@@ -135,9 +137,12 @@ sniff_read(uint8_t *buf, size_t len, void *ctx)
 		errno = EIO;
 		return -1;
 	}
-	if (r > 0 && src->detect && !src->sniffed)
-		sniff(src, buf, (size_t)r);
-	src->sniffed = true;
+	const void *head;
+	size_t head_len;
+	/* gfs_put asks no more after a short read: it is the last. */
+	if (src->detect && gfs_sniff_add(&src->sniff, buf, (size_t)r, (size_t)r < len, &head, &head_len) &&
+	    head_len > 0)
+		sniff(src, head, head_len);
 	return r;
 }
 
@@ -283,6 +288,7 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 	src.po = &po;
 	bool ok = gfs_put(s, &po, sniff_read, &src, &f, &err);
 	bson_destroy(&meta);
+	gfs_sniff_free(&src.sniff);
 	free(src.type);
 	if (!ok) {
 		int rc = put_failed(j, &src, &err);

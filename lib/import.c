@@ -1081,6 +1081,11 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 	gfs_sha256 *h = gfs_sha256_new();
 	int64_t n = 0;
 	size_t len;
+	gfs_sniff sn = {0};
+	const void *head;
+	size_t head_len;
+	if (!u->content_type && imp->o.content_type)
+		u->content_type = gfs_xstrdup(imp->o.content_type);
 	while ((len = read_len(imp, u->st.st_size, u->length)) > 0) {
 		ssize_t r = gfs_source_fd(w->buf, len, &fd);
 		if (r < 0) {
@@ -1088,10 +1093,9 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 			u->state = UP_FAILED;
 			break;
 		}
-		if (n == 0 && !u->content_type)
-			u->content_type = gfs_xstrdup(imp->o.content_type
-			                              ? imp->o.content_type
-			                              : gfs_magic_type(w->magic, w->buf, (size_t)r));
+		if (!u->content_type &&
+		    gfs_sniff_add(&sn, w->buf, (size_t)r, (size_t)r < len, &head, &head_len))
+			u->content_type = gfs_xstrdup(gfs_magic_type(w->magic, head, head_len));
 		if (r == 0)
 			break;
 		/* It grew past what on_walk checked. */
@@ -1104,12 +1108,17 @@ read_into_batch(struct worker *w, int fd, struct upload *u)
 		gfs_chunk_batch_add(w->batch, &u->id, n++, w->buf, (size_t)r);
 		u->length += r;
 		if (batch_full(w) && !flush(w)) {
+			gfs_sniff_free(&sn);
 			gfs_sha256_final(h, u->sha);
 			return false;
 		}
 		if ((size_t)r < len)
 			break;
 	}
+	/* It ended on a whole read (or grew): type what was gathered. */
+	if (!u->content_type && gfs_sniff_add(&sn, w->buf, 0, true, &head, &head_len))
+		u->content_type = gfs_xstrdup(gfs_magic_type(w->magic, head, head_len));
+	gfs_sniff_free(&sn);
 	gfs_sha256_final(h, u->sha);
 	return true;
 }

@@ -1,11 +1,9 @@
 #include <magic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "magic.h"
 #include "util.h"
-
-/* libmagic needs only the start of a file; more makes text checks slower for nothing. */
-#define MAGIC_SNIFF_BYTES (64 * 1024)
 
 struct gfs_magic {
 	magic_t cookie;
@@ -42,6 +40,41 @@ gfs_magic_close(gfs_magic *m)
 const char *
 gfs_magic_type(gfs_magic *m, const void *buf, size_t len)
 {
-	const char *t = magic_buffer(m->cookie, buf, len < MAGIC_SNIFF_BYTES ? len : MAGIC_SNIFF_BYTES);
+	const char *t = magic_buffer(m->cookie, buf, len < GFS_MAGIC_SNIFF_BYTES ? len : GFS_MAGIC_SNIFF_BYTES);
 	return t && *t ? t : "application/octet-stream";
+}
+
+bool
+gfs_sniff_add(gfs_sniff *sn, const void *data, size_t len, bool end, const void **head,
+              size_t *head_len)
+{
+	if (sn->done)
+		return false;
+	/* The first read holds the whole start: typed from it, with no copy. */
+	if (!sn->buf && (len >= GFS_MAGIC_SNIFF_BYTES || end)) {
+		sn->done = true;
+		*head = data;
+		*head_len = len;
+		return true;
+	}
+	if (!sn->buf)
+		sn->buf = gfs_xmalloc(GFS_MAGIC_SNIFF_BYTES);
+	size_t take = GFS_MAGIC_SNIFF_BYTES - sn->len;
+	if (take > len)
+		take = len;
+	memcpy(sn->buf + sn->len, data, take);
+	sn->len += take;
+	if (sn->len < GFS_MAGIC_SNIFF_BYTES && !end)
+		return false;
+	sn->done = true;
+	*head = sn->buf;
+	*head_len = sn->len;
+	return true;
+}
+
+void
+gfs_sniff_free(gfs_sniff *sn)
+{
+	free(sn->buf);
+	sn->buf = NULL;
 }

@@ -22,13 +22,13 @@ gfs_watch_action_name(enum gfs_watch_action a)
 }
 
 
-/* Reads the first block for libmagic, then hands the data on to gfs_put. */
+/* Gathers the file's start for libmagic as gfs_put reads it (a short read is the last). */
 struct typed_source {
 	int fd;
 	gfs_magic *magic;
 	gfs_put_opts *po;
 	char *type;
-	bool sniffed;
+	gfs_sniff sniff;
 };
 
 static ssize_t
@@ -36,11 +36,14 @@ typed_read(uint8_t *buf, size_t len, void *ctx)
 {
 	struct typed_source *src = ctx;
 	ssize_t r = gfs_source_fd(buf, len, &src->fd);
-	if (r > 0 && !src->sniffed && src->magic && !src->po->content_type) {
-		src->type = strdup(gfs_magic_type(src->magic, buf, (size_t)r));
+	const void *head;
+	size_t head_len;
+	if (r >= 0 && src->magic && !src->po->content_type &&
+	    gfs_sniff_add(&src->sniff, buf, (size_t)r, (size_t)r < len, &head, &head_len) &&
+	    head_len > 0) {
+		src->type = strdup(gfs_magic_type(src->magic, head, head_len));
 		src->po->content_type = src->type;
 	}
-	src->sniffed = true;
 	return r;
 }
 
@@ -84,6 +87,7 @@ upload(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const char *rel, c
 	struct typed_source src = {.fd = fd, .magic = m, .po = &po};
 	gfs_file stored;
 	bool ok = gfs_put(s, &po, typed_read, &src, &stored, err);
+	gfs_sniff_free(&src.sniff);
 	free(src.type);
 	bson_destroy(&meta);
 	if (!ok)

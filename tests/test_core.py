@@ -141,6 +141,24 @@ def test_put_metadata_and_content_type(gfs, db, tmp_path):
     assert db.fs.files.find_one({"filename": "typed"})["contentType"] == "application/x-mine"
 
 
+@pytest.mark.parametrize("chunk", ["1", "7", "100K"])
+def test_content_type_is_sniffed_from_the_file_start_whatever_the_chunk_size(gfs, db, tmp_path,
+                                                                             chunk):
+    """Issue 27, 8-13 (13): libmagic sees the file's first bytes (64 KiB), not its first
+    chunk; from a file and from standard input, by put and by import."""
+    page = "<!DOCTYPE html><html><body>" + "hi " * 600 + "</body></html>\n"
+    src = tmp_path / "tree" / "page.html"
+    src.parent.mkdir()
+    src.write_text(page)
+    assert gfs.run("put", src, "--chunk-size", chunk).rc == 0
+    assert gfs.run("put", "-", "--name", "piped", "--chunk-size", chunk, input=page.encode()).rc == 0
+    assert gfs.run("import", src.parent, "--prefix", "imp", "--chunk-size", chunk).rc == 0
+    for name in ("page.html", "piped", "imp/page.html"):
+        doc = db.fs.files.find_one({"filename": name})
+        assert doc["contentType"] == doc["metadata"]["contentType"] == "text/html", (name, doc)
+        assert doc["chunkSize"] == {"1": 1, "7": 7, "100K": 102400}[chunk]
+
+
 def test_put_from_stdin(gfs, bucket):
     r = gfs.run("put", "-", "--name", "from/stdin", input=b"piped data")
     assert r.rc == 0, r

@@ -77,7 +77,10 @@ print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bo
 			char date[32];
 			gfs_iso8601(r->lock_expires, date);
 			BSON_APPEND_UTF8(&sub, "owner", r->lock_owner);
-			BSON_APPEND_UTF8(&sub, "expires", date);
+			if (r->lock_expires >= 0)
+				BSON_APPEND_UTF8(&sub, "expires", date);
+			if (r->lock_malformed[0])
+				BSON_APPEND_UTF8(&sub, "malformed", r->lock_malformed);
 		}
 		bson_append_document_end(doc, &sub);
 		BSON_APPEND_DOCUMENT_BEGIN(doc, "orphans", &sub);
@@ -158,13 +161,19 @@ print_text(const gfs_doctor_report *r, const char *db, const char *bucket, bool 
 	line(r->chunks_index == GFS_INDEX_MISSING || r->chunks_index == GFS_INDEX_NOT_UNIQUE,
 	     "chunks index:", index_words(r->chunks_index, true));
 	gfs_iso8601(r->lock_expires, date);
+	char bad[160] = "";
+	if (r->lock_malformed[0])
+		snprintf(bad, sizeof bad, "; its document is malformed: %s", r->lock_malformed);
 	if (r->lock == GFS_LOCK_FREE)
 		snprintf(buf, sizeof buf, "free");
 	else if (r->lock == GFS_LOCK_HELD)
-		snprintf(buf, sizeof buf, "held by %s (lease until %s)", r->lock_owner, date);
+		snprintf(buf, sizeof buf, "held by %s (lease until %s%s)", r->lock_owner, date, bad);
+	else if (r->lock_expires < 0)
+		snprintf(buf, sizeof buf, "stale, left by %s (it has no lease%s; the next import or "
+		         "verify --repair takes it over)", r->lock_owner, bad);
 	else
-		snprintf(buf, sizeof buf, "stale, left by %s (lease ended %s or its process is gone; "
-		         "the next import takes it over)", r->lock_owner, date);
+		snprintf(buf, sizeof buf, "stale, left by %s (lease ended %s or its process is gone%s; "
+		         "the next import or verify --repair takes it over)", r->lock_owner, date, bad);
 	line(false, "import lock:", buf);
 	const char *how = r->sampling == GFS_SAMPLE_ALL ? "counted in every chunk"
 	                : "estimated from the first chunks in natural order, the oldest";

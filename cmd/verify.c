@@ -471,6 +471,8 @@ run_verify(struct vopts *o)
 			gfs_conn_close(conn);
 			return fail(&lerr);
 		}
+		if (gfs_lock_note(lock))
+			warnx_("%s", gfs_lock_note(lock));
 	}
 	/* A second ^C kills at once, even while the driver waits on the backend. */
 	catch_interrupts(0, NULL);

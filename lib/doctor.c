@@ -161,35 +161,17 @@ check_indexes(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 	return ok;
 }
 
-/* The import lock's document, read as lock.h lays it out; held or not as gfs_lock_held() judges. */
+/* The import lock's document, as gfs_lock_read() reads it for every verb. */
 static bool
 check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 {
-	mongoc_collection_t *locks = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
-	bson_t filter = BSON_INITIALIZER;
-	BSON_APPEND_UTF8(&filter, "_id", GFS_IMPORT_LOCK);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(locks, &filter, NULL, NULL);
-	const bson_t *doc;
-	bool found = mongoc_cursor_next(cur, &doc);
-	bson_iter_t it;
-	if (found) {
-		const char *host = bson_iter_init_find(&it, doc, "host") && BSON_ITER_HOLDS_UTF8(&it)
-		                 ? bson_iter_utf8(&it, NULL) : "?";
-		int64_t pid = bson_iter_init_find(&it, doc, "pid") && BSON_ITER_HOLDS_NUMBER(&it)
-		            ? bson_iter_as_int64(&it) : -1;
-		snprintf(r->lock_owner, sizeof r->lock_owner, "%s pid %lld", host, (long long)pid);
-		if (bson_iter_init_find(&it, doc, "expires") && BSON_ITER_HOLDS_DATE_TIME(&it))
-			r->lock_expires = bson_iter_date_time(&it);
-	}
-	bool ok = gfs_cursor_done(cur, "read the import lock", err);
-	bson_destroy(&filter);
-	mongoc_collection_destroy(locks);
-	r->lock = GFS_LOCK_FREE;
-	if (!ok || !found)
-		return ok;
-	int held = gfs_lock_held(s, GFS_IMPORT_LOCK, err);
-	r->lock = held > 0 ? GFS_LOCK_HELD : GFS_LOCK_STALE;
-	return held >= 0;
+	gfs_lock_state st;
+	int found = gfs_lock_read(s, GFS_IMPORT_LOCK, &st, err);
+	r->lock = found <= 0 ? GFS_LOCK_FREE : st.held ? GFS_LOCK_HELD : GFS_LOCK_STALE;
+	r->lock_expires = st.expires;
+	snprintf(r->lock_owner, sizeof r->lock_owner, "%s", found > 0 ? st.holder : "");
+	snprintf(r->lock_malformed, sizeof r->lock_malformed, "%s", st.malformed);
+	return found >= 0;
 }
 
 /* ---- orphan chunks ----------------------------------------------------- */

@@ -44,8 +44,9 @@ typedef struct gfs_doctor_report {
 	int64_t files, chunks;     /* document counts the storage keeps (estimated) */
 	enum gfs_doctor_index files_index, chunks_index;
 	enum gfs_doctor_lock lock;
-	char lock_owner[256];      /* host and pid of the holder, when the document exists */
-	int64_t lock_expires;      /* ms since the epoch, when it exists */
+	char lock_owner[320];      /* host and pid of the holder, when the document exists */
+	int64_t lock_expires;      /* ms since the epoch, when it exists; -1: it has no lease */
+	char lock_malformed[96];   /* what is wrong with the lock's document (gfs_lock_state), or "" */
 	enum gfs_doctor_sampling sampling;
 	int64_t sampled;           /* chunks looked at */
 	int64_t sampled_orphans;   /* of those, with no files document and no upload marker */

@@ -1648,6 +1648,8 @@ static bool
 take_lock(gfs_import *imp, gfs_error *err)
 {
 	imp->lock = gfs_lock_acquire_numbered(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
+	if (gfs_lock_note(imp->lock))
+		notice(imp, "%s", gfs_lock_note(imp->lock));
 	return imp->lock != NULL;
 }
 

@@ -29,6 +29,7 @@ struct gfs_lock {
 	bool stop;
 	atomic_bool lost;
 	int64_t generation;
+	char note[256];   /* what the take has to say (a malformed document taken over), or "" */
 };
 
 struct identity {
@@ -154,15 +155,59 @@ holder_gone(const bson_t *held, const struct identity *me)
 	return start < 0 || start != held_start;
 }
 
+/*
+ * The one reading of a lock document (see lock.h). Only a date is a lease:
+ * an expiry of another type, or none, ends at once, as does a lease whose
+ * holder is known gone. A document without an owner is malformed but keeps
+ * its lease: something may still be renewing it.
+ */
 static void
-busy_error(gfs_error *err, const char *name, const bson_t *held)
+judge(const bson_t *doc, const struct identity *me, gfs_lock_state *st)
+{
+	memset(st, 0, sizeof *st);
+	st->found = true;
+	bson_iter_t it;
+	bool has_owner = bson_iter_init_find(&it, doc, "owner") && BSON_ITER_HOLDS_UTF8(&it) &&
+	                 bson_iter_utf8(&it, NULL)[0];
+	bool has_expires = bson_iter_init_find(&it, doc, "expires");
+	st->expires = has_expires && BSON_ITER_HOLDS_DATE_TIME(&it) ? bson_iter_date_time(&it) : -1;
+	snprintf(st->malformed, sizeof st->malformed, "%s%s%s", has_owner ? "" : "no owner",
+	         !has_owner && st->expires < 0 ? "; " : "",
+	         st->expires >= 0 ? "" : has_expires ? "expires is not a date" : "no expires");
+	const char *host = doc_str(doc, "host");
+	long long pid = doc_int(doc, "pid");
+	if (pid >= 0)
+		snprintf(st->holder, sizeof st->holder, "%s pid %lld", host[0] ? host : "?", pid);
+	else
+		snprintf(st->holder, sizeof st->holder, "%s pid ?", host[0] ? host : "?");
+	st->held = st->expires > gfs_now_ms() && !holder_gone(doc, me);
+}
+
+static void
+busy_error(gfs_error *err, const char *name, const bson_t *held, const gfs_lock_state *st)
 {
 	char since[32], until[32];
 	gfs_iso8601(doc_int(held, "acquired"), since);
-	gfs_iso8601(doc_int(held, "expires"), until);
+	gfs_iso8601(st->expires, until);
 	gfs_error_set(err, GFS_EBUSY,
-	              "lock '%s' is held by pid %lld on %s since %s (expires %s unless renewed)",
-	              name, (long long)doc_int(held, "pid"), doc_str(held, "host"), since, until);
+	              "lock '%s' is held by pid %lld on %s since %s (expires %s unless renewed)%s%s",
+	              name, (long long)doc_int(held, "pid"), doc_str(held, "host"), since, until,
+	              st->malformed[0] ? "; its document is malformed: " : "", st->malformed);
+}
+
+/* field equal to its value in held, as held has it, or absent when held has none. */
+static void
+append_same(bson_t *filter, const bson_t *held, const char *field)
+{
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, held, field)) {
+		BSON_APPEND_VALUE(filter, field, bson_iter_value(&it));
+		return;
+	}
+	bson_t ex;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &ex);
+	BSON_APPEND_BOOL(&ex, "$exists", false);
+	bson_append_document_end(filter, &ex);
 }
 
 /* 1: taken over, 0: still held by someone alive (err set), -1: error. */
@@ -170,16 +215,21 @@ static int
 try_takeover(gfs_lock *l, const struct identity *me, const bson_t *held, const bson_t *mine,
              gfs_error *err)
 {
-	int64_t expires = doc_int(held, "expires");
-	if (expires > gfs_now_ms() && !holder_gone(held, me)) {
-		busy_error(err, l->name, held);
+	gfs_lock_state st;
+	judge(held, me, &st);
+	if (st.held) {
+		busy_error(err, l->name, held, &st);
 		return 0;
 	}
-	/* Compare-and-swap on the stale holder, so that two takers cannot both win. */
+	/*
+	 * Compare-and-swap on the stale holder, so that two takers cannot both
+	 * win: every take writes both fields, so the first changes what the
+	 * second's filter names, whatever (if anything) the stale one held.
+	 */
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply;
 	BSON_APPEND_UTF8(&filter, "_id", l->name);
-	BSON_APPEND_UTF8(&filter, "owner", doc_str(held, "owner"));
-	BSON_APPEND_DATE_TIME(&filter, "expires", expires);
+	append_same(&filter, held, "owner");
+	append_same(&filter, held, "expires");
 	BSON_APPEND_DOCUMENT(&update, "$set", mine);
 	bson_error_t berr;
 	int rc = -1;
@@ -187,10 +237,13 @@ try_takeover(gfs_lock *l, const struct identity *me, const bson_t *held, const b
 		bson_iter_t it;
 		rc = bson_iter_init_find(&it, &reply, "matchedCount") && bson_iter_as_int64(&it) == 1;
 		if (!rc)
-			busy_error(err, l->name, held);
+			busy_error(err, l->name, held, &st);
 	} else {
 		gfs_error_from_bson(err, &berr, "take over lock");
 	}
+	if (rc == 1 && st.malformed[0])
+		snprintf(l->note, sizeof l->note,
+		         "took over lock '%s' from a malformed lock document (%s)", l->name, st.malformed);
 	bson_destroy(&filter);
 	bson_destroy(&update);
 	bson_destroy(&reply);
@@ -198,11 +251,11 @@ try_takeover(gfs_lock *l, const struct identity *me, const bson_t *held, const b
 }
 
 static bool
-find_holder(gfs_lock *l, bson_t *out, gfs_error *err)
+find_holder(mongoc_collection_t *coll, const char *name, bson_t *out, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER;
-	BSON_APPEND_UTF8(&filter, "_id", l->name);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(l->coll, &filter, NULL, NULL);
+	BSON_APPEND_UTF8(&filter, "_id", name);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, NULL, NULL);
 	const bson_t *doc;
 	bool found = mongoc_cursor_next(cur, &doc);
 	if (found)
@@ -240,7 +293,7 @@ take(gfs_lock *l, gfs_error *err)
 		bson_t held;
 		gfs_error ferr;
 		gfs_error_clear(&ferr);
-		if (!find_holder(l, &held, &ferr)) {
+		if (!find_holder(l->coll, l->name, &held, &ferr)) {
 			bson_destroy(&mine);
 			if (ferr.code != GFS_OK) {
 				*err = ferr;
@@ -323,25 +376,41 @@ heartbeat(void *arg)
 }
 
 int
-gfs_lock_held(gfs_session *s, const char *name, gfs_error *err)
+gfs_lock_read(gfs_session *s, const char *name, gfs_lock_state *st, gfs_error *err)
 {
-	gfs_lock probe = {.name = (char *)name};
-	probe.coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
+	memset(st, 0, sizeof *st);
+	st->expires = -1;
+	mongoc_collection_t *coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
 	bson_t held;
 	gfs_error ferr;
 	gfs_error_clear(&ferr);
 	int rc = 0;
-	if (find_holder(&probe, &held, &ferr)) {
+	if (find_holder(coll, name, &held, &ferr)) {
 		struct identity me;
 		identity_self(&me);
-		rc = doc_int(&held, "expires") > gfs_now_ms() && !holder_gone(&held, &me);
+		judge(&held, &me, st);
 		bson_destroy(&held);
+		rc = 1;
 	} else if (ferr.code != GFS_OK) {
 		*err = ferr;
 		rc = -1;
 	}
-	mongoc_collection_destroy(probe.coll);
+	mongoc_collection_destroy(coll);
 	return rc;
+}
+
+int
+gfs_lock_held(gfs_session *s, const char *name, gfs_error *err)
+{
+	gfs_lock_state st;
+	int rc = gfs_lock_read(s, name, &st, err);
+	return rc < 0 ? -1 : rc && st.held;
+}
+
+const char *
+gfs_lock_note(const gfs_lock *l)
+{
+	return l && l->note[0] ? l->note : NULL;
 }
 
 void

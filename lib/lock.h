@@ -10,6 +10,12 @@
  * must roughly agree), or at once when its owner ran on this host since the
  * same boot and that process is gone (a kill -9 leaves no wait behind).
  *
+ * Every verb reads a lock document one way (gfs_lock_read): a document
+ * without an owner, or whose expires is not a date or is missing, is
+ * malformed. Only a date is a lease: a malformed document is stale once
+ * its lease is over, or at once when it has none, and the next taker
+ * takes it over and says so (gfs_lock_note).
+ *
  * A lock taken again and again under one name (import's) can have its
  * takes numbered, in {_id: NAME GFS_LOCK_TAKEN_SUFFIX, n}: a holder that
  * finds its next take numbered one past its last knows that nobody held the
@@ -41,11 +47,24 @@ gfs_lock *gfs_lock_acquire_numbered(gfs_conn *conn, const char *name, int ttl_s,
 bool gfs_lock_lost(gfs_lock *l);
 /* This take's number among the numbered takes of the lock's name, from 1; 0 when not counted. */
 int64_t gfs_lock_generation(const gfs_lock *l);
+/* A lock document as every verb reads it. */
+typedef struct gfs_lock_state {
+	bool found;
+	bool held;            /* its lease is not over and its holder not known gone */
+	char holder[300];     /* "HOST pid PID", "?" for what the document lacks */
+	int64_t expires;      /* the lease's end, ms since the epoch; -1: none (not a date) */
+	char malformed[96];   /* "" or what is wrong: "no owner", "expires is not a date", ... */
+} gfs_lock_state;
+
+/* Reads the lock document name: 1 found, 0 none (st zeroed), -1 error (err set). */
+int gfs_lock_read(gfs_session *s, const char *name, gfs_lock_state *st, gfs_error *err);
 /*
- * Whether someone holds the lock now (not expired, holder not known gone),
- * without taking it: 1 held, 0 free, -1 error (err set).
+ * Whether someone holds the lock now (gfs_lock_read's held), without
+ * taking it: 1 held, 0 free, -1 error (err set).
  */
 int gfs_lock_held(gfs_session *s, const char *name, gfs_error *err);
+/* A line the take has for the user (it took over a malformed document), or NULL. */
+const char *gfs_lock_note(const gfs_lock *l);
 /* Stops renewing and removes the lock document if it is still ours. */
 void gfs_lock_release(gfs_lock *l);
 

@@ -972,3 +972,44 @@ def test_jobs_are_sized_to_the_descriptor_limit(gfs, db, tree):
     assert "open file descriptors (ulimit -n) allows" in res.err, res
     assert summary(res)["uploaded"] == 40
     assert len(stored(db)) == 40
+
+
+@pytest.mark.parametrize("doc, why", [
+    ({"expires": "PAST"}, "no owner"),
+    ({"owner": "elsewhere/1", "expires": 99999999999999}, "expires is not a date"),
+    ({"owner": "elsewhere/1", "expires": "tomorrow"}, "expires is not a date"),
+    ({"owner": "elsewhere/1"}, "no expires"),
+    ({}, "no owner; no expires"),
+], ids=["no-owner", "expires-int", "expires-string", "no-expires", "empty"])
+def test_a_malformed_import_lock_is_taken_over_with_a_line(gfs, db, tree, doc, why):
+    """Issue 27, 8-13 (8): import, verify --repair and doctor read a lock document one
+    way; a malformed one is stale after its lease, or at once when it has none, and the
+    taker says it took it over."""
+    write(tree / "f", b"x")
+    locks = db["fs.gridfsctl_locks"]
+    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    planted_doc = dict(doc, _id="import", host="elsewhere", pid=4242)
+    if planted_doc.get("expires") == "PAST":
+        planted_doc["expires"] = past
+    for verb in (("import", tree), ("verify", "--repair")):
+        locks.insert_one(planted_doc)
+        d = jsonvocab.summary(gfs.run("doctor", "--json").text, "doctor")["importLock"]
+        assert d["state"] == "stale" and d["malformed"] == why, d
+        res = gfs.run(*verb)
+        assert res.rc == 0, (verb, res)
+        assert f"took over lock 'import' from a malformed lock document ({why})" in res.err, res
+        assert locks.count_documents(LOCK_DOCS) == 0
+    assert [f["filename"] for f in db.fs.files.find()] == ["f"]
+
+
+def test_a_lock_without_owner_keeps_its_lease(gfs, db, tree):
+    """A malformed document whose expires is a date in the future is held until then."""
+    write(tree / "f", b"x")
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)
+    db["fs.gridfsctl_locks"].insert_one({"_id": "import", "expires": later})
+    d = jsonvocab.summary(gfs.run("doctor", "--json").text, "doctor")["importLock"]
+    assert d["state"] == "held" and d["malformed"] == "no owner" and "expires" in d, d
+    for verb in (("import", tree), ("verify", "--repair")):
+        res = gfs.run(*verb)
+        assert res.rc == 6 and "malformed: no owner" in res.err, res
+    assert db.fs.files.count_documents({}) == 0

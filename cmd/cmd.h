@@ -175,6 +175,12 @@ int fail(const gfs_error *err);
 
 /* systemd's Type=notify (lib/sdnotify.h) for serve and watch: a failure is said, never fatal. */
 void notify_systemd(const char *state);
+/*
+ * Finishes what killed writers left (removals cut short, puts' unfinished
+ * uploads), saying so on stderr; held: a lock the caller holds, or NULL.
+ * An exit status.
+ */
+int recover_interrupted(gfs_session *s, const char *held);
 
 /* Connects with the globals; prints a one-line error and returns NULL on failure. */
 gfs_conn *connect_or_warn(void);

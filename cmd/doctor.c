@@ -83,11 +83,16 @@ print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bo
 				BSON_APPEND_UTF8(&sub, "malformed", r->lock_malformed);
 		}
 		bson_append_document_end(doc, &sub);
+		BSON_APPEND_DOCUMENT_BEGIN(doc, "putLocks", &sub);
+		BSON_APPEND_INT64(&sub, "held", r->put_locks_held);
+		BSON_APPEND_INT64(&sub, "stale", r->put_locks_stale);
+		bson_append_document_end(doc, &sub);
 		BSON_APPEND_DOCUMENT_BEGIN(doc, "orphans", &sub);
 		BSON_APPEND_UTF8(&sub, "method", gfs_doctor_sampling_name(r->sampling));
 		BSON_APPEND_INT64(&sub, "sampled", r->sampled);
 		BSON_APPEND_INT64(&sub, "found", r->sampled_orphans);
 		BSON_APPEND_INT64(&sub, "uploading", r->sampled_uploading);
+		BSON_APPEND_INT64(&sub, "interrupted", r->sampled_left);
 		BSON_APPEND_INT64(&sub, "estimate", r->orphan_estimate);
 		bson_append_document_end(doc, &sub);
 		BSON_APPEND_INT64(doc, "problems", r->problems);
@@ -175,6 +180,12 @@ print_text(const gfs_doctor_report *r, const char *db, const char *bucket, bool 
 		snprintf(buf, sizeof buf, "stale, left by %s (lease ended %s or its process is gone%s; "
 		         "the next import or verify --repair takes it over)", r->lock_owner, date, bad);
 	line(false, "import lock:", buf);
+	if (r->put_locks_held || r->put_locks_stale) {
+		snprintf(buf, sizeof buf, "%lld held by puts at work, %lld stale (left by killed puts; "
+		         "the next put, rm, import or verify --repair removes them)",
+		         (long long)r->put_locks_held, (long long)r->put_locks_stale);
+		line(false, "put locks:", buf);
+	}
 	const char *how = r->sampling == GFS_SAMPLE_ALL ? "counted in every chunk"
 	                : "estimated from the first chunks in natural order, the oldest";
 	if (r->sampling == GFS_SAMPLE_NONE)
@@ -186,10 +197,14 @@ print_text(const gfs_doctor_report *r, const char *db, const char *bucket, bool 
 		         (long long)r->sampled_orphans, (long long)r->sampled, how,
 		         r->sampled_orphans ? ": 'gridfsctl verify --repair' removes them" : "");
 	line(r->sampled_orphans > 0, "orphans:", buf);
+	if (r->sampled_left) {
+		snprintf(buf, sizeof buf, "%lld of the orphan chunks looked at were %s",
+		         (long long)r->sampled_left, r->left_by);
+		line(true, "interrupted:", buf);
+	}
 	if (r->sampled_uploading) {
-		snprintf(buf, sizeof buf, "%lld sampled chunks belong to uploads in progress or "
-		         "interrupted (an import or put is writing them, or the next removes them)",
-		         (long long)r->sampled_uploading);
+		snprintf(buf, sizeof buf, "%lld sampled chunks belong to uploads or removals in progress "
+		         "(an import, put or rm is at work on them)", (long long)r->sampled_uploading);
 		line(false, "uploads:", buf);
 	}
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../lib/lock.h"
 #include "cmd.h"
 
 /* Every command describes itself in its own file (cmd/cmd.h: struct cmd_entry). */
@@ -149,6 +150,7 @@ main(int argc, char **argv)
 	if (!c && strcmp(argv[i], "_names") != 0)
 		return unknown_command(argv[i]);
 	cmdname = c ? c->name : NULL;
+	gfs_owner_set_verb(cmdname);
 	if (load_settings() < 0)
 		return EXIT_USAGE;
 	mongoc_log_set_handler(driver_log, NULL);

@@ -304,28 +304,7 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 }
 
 /*
- * Chunks that a writer killed midway left behind, no reader finds: those of
- * a put's unfinished upload, and those of files whose removal (an old
- * revision's, an rm's) was cut short. They go first.
- */
-static int
-recover_killed_puts(gfs_session *s)
-{
-	size_t removed, files;
-	gfs_error err;
-	if (!gfs_finish_deletions(s, NULL, &files, &err) || !gfs_put_recover(s, &removed, &err))
-		return fail(&err);
-	if (files && !G.quiet)
-		warnx_("finished removing %zu file%s an interrupted command had begun to remove", files,
-		       files == 1 ? "" : "s");
-	if (removed && !G.quiet)
-		warnx_("removed %zu unfinished upload%s left by an interrupted put", removed,
-		       removed == 1 ? "" : "s");
-	return EXIT_OK;
-}
-
-/*
- * Looks again at the uploads recover_killed_puts() took over: a chunk a
+ * Looks again at the uploads recover_interrupted() took over: a chunk a
  * dead put had in flight may have landed since. The file is stored, so a
  * failure here is a warning: their markers stay for the next put or import.
  */
@@ -388,7 +367,7 @@ cmd_put(int argc, char **argv)
 		struct put_job j = {.path = path, .name = name, .raw = raw, .fd = fd, .st = &st};
 		gfs_session *s = gfs_session_pop(conn);
 		catch_interrupts(0, NULL);
-		rc = recover_killed_puts(s);
+		rc = recover_interrupted(s, NULL);
 		if (rc == EXIT_OK) {
 			rc = upload(s, &o, &j);
 			if (rc == EXIT_OK)

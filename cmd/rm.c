@@ -213,8 +213,12 @@ cmd_rm(int argc, char **argv)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
 	catch_interrupts(0, NULL);
-	int rc = EXIT_OK;
-	if (o.id) {
+	/* A removal an rm killed midway left is finished first, as put does. */
+	int rc = o.dry_run ? EXIT_OK : recover_interrupted(s, NULL);
+	if (rc != EXIT_OK) {
+		/* The first name's line carries the error, as when its own removal fails. */
+		report(&o, o.id ? o.id : argv[i], 0, NULL, rc);
+	} else if (o.id) {
 		rc = o.dry_run ? dry_run(s, &o, NULL) : rm_id(s, &o);
 	} else {
 		int nfail = 0, last = EXIT_OK, nnames = argc - i;

@@ -216,3 +216,25 @@ notify_systemd(const char *state)
 	if (gfs_sd_notify(state) < 0)
 		warn_("NOTIFY_SOCKET %s", gfs_sd_notify_socket());
 }
+
+/*
+ * Chunks that a writer killed midway left behind, no reader finds: those of
+ * a put's unfinished upload, and those of files whose removal (an old
+ * revision's, an rm's) was cut short. put, rm and verify --repair take them
+ * first; held is a lock the caller holds (its markers are left over).
+ */
+int
+recover_interrupted(gfs_session *s, const char *held)
+{
+	size_t removed, files;
+	gfs_error err;
+	if (!gfs_finish_deletions(s, held, &files, &err) || !gfs_put_recover(s, &removed, &err))
+		return fail(&err);
+	if (files && !G.quiet)
+		warnx_("finished removing %zu file%s an interrupted command had begun to remove", files,
+		       files == 1 ? "" : "s");
+	if (removed && !G.quiet)
+		warnx_("removed %zu unfinished upload%s left by an interrupted put", removed,
+		       removed == 1 ? "" : "s");
+	return EXIT_OK;
+}

@@ -32,6 +32,8 @@ enum {
 	OPT_THREADS,
 	OPT_STRATEGY,
 	OPT_GRACE,
+	OPT_SEAL,
+	OPT_STRICT,
 	OPT_JOBS = 'j',
 };
 
@@ -50,7 +52,11 @@ static const struct cmd_opt verify_opts[] = {
 	        "--against re-upload missing or damaged files from disk", .id = OPT_REPAIR),
 	CMD_OPT(0, "grace", "SECONDS", "with --repair, leave orphan chunks younger than this (default "
 	        "3600: they may be an upload in progress)", .id = OPT_GRACE),
-	CMD_OPT('n', "dry-run", NULL, "with --repair, show what would be done and do nothing"),
+	CMD_OPT(0, "seal", NULL, "store the sha256 of each whole file that has no hash (as other "
+	        "drivers write them) in metadata.sha256 and metadata.sealedAt", .id = OPT_SEAL),
+	CMD_OPT(0, "strict", NULL, "a file with no hash (unsealed) is a problem (UNVERIFIABLE, exit 1)",
+	        .id = OPT_STRICT),
+	CMD_OPT('n', "dry-run", NULL, "with --repair or --seal, show what would be done and do nothing"),
 	CMD_OPT(0, "json", NULL, "one JSON object per problem and repair, then a summary object",
 	        .id = OPT_JSON),
 	CMD_OPT(0, "sample", "N%", "check a random N percent of the files", .id = OPT_SAMPLE),
@@ -68,7 +74,7 @@ struct vopts {
 	char *norm_prefix;
 	const char *against;
 	const char *combined;
-	bool repair, dry_run, json;
+	bool repair, dry_run, json, seal, strict;
 	double sample;
 	long threads;
 	long grace;
@@ -85,6 +91,10 @@ struct run {
 	const gfs_verify_disk_stats *dst;
 	struct progress *prog;
 	char failure[600];        /* why the run could not finish; "" when it did */
+	uint64_t unverifiable;    /* files the pass found with no hash (UNVERIFIABLE) */
+	uint64_t sealed;          /* of those, sealed by --seal */
+	gfs_seal *seals;          /* --seal: the whole ones, sealed after the pass */
+	size_t nseals, capseals;
 };
 
 static int
@@ -96,6 +106,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_AGAINST: o->against = arg; return 0;
 	case OPT_COMBINED: o->combined = arg; return 0;
 	case OPT_REPAIR: o->repair = true; return 0;
+	case OPT_SEAL: o->seal = true; return 0;
+	case OPT_STRICT: o->strict = true; return 0;
 	case 'n': o->dry_run = true; return 0;
 	case OPT_JSON: o->json = true; return 0;
 	case OPT_SAMPLE:
@@ -200,6 +212,18 @@ static void
 on_problem(const gfs_verify_problem *p, void *ctx)
 {
 	struct run *r = ctx;
+	/*
+	 * A file with no hash (other drivers write none) is counted as unsealed,
+	 * a problem only with --strict; a disk copy can still prove it.
+	 */
+	if (p->kind == GFS_VK_UNVERIFIABLE) {
+		r->unverifiable++;
+		if (!r->o->strict) {
+			if (r->o->against)
+				gfs_verify_disk_problem(r->disk, p);
+			return;
+		}
+	}
 	if (r->prog)
 		fputs("\r\033[K", stderr);
 	char detail[sizeof p->detail + 64];
@@ -214,6 +238,12 @@ on_file(const gfs_verify_file *v, void *ctx)
 {
 	struct run *r = ctx;
 	gfs_verify_disk_file(r->disk, v);
+	/* Exactly the files counted unsealed, when their chunks are whole. */
+	if (r->o->seal && v->intact && v->sha256[0] && v->file->length > 0 &&
+	    gfs_verify_unsealed(v->file)) {
+		GFS_GROW(r->seals, r->nseals + 1, r->capseals, 64);
+		gfs_seal_init(&r->seals[r->nseals++], v->file, v->sha256);
+	}
 }
 
 static void
@@ -264,6 +294,56 @@ on_disk_event(const gfs_verify_disk_event *ev, void *ctx)
 		human_line(r->combined, "%c %s", ev->mark, ev->name);
 }
 
+/* One line per file --seal sealed, would seal, or could not. */
+static void
+emit_seal(struct run *r, const gfs_seal *sl, const char *why)
+{
+	const char *state = r->o->dry_run ? "WOULD seal" : why ? "NOT-SEALED" : "SEALED";
+	if (!r->o->json) {
+		char *ids = gfs_id_string(&sl->id);
+		if (why)
+			human_line(r->pout, "%s %s: %s", state, sl->filename ? sl->filename : ids, why);
+		else
+			human_line(r->pout, "%s %s: sha256 %s%s", state, sl->filename ? sl->filename : ids,
+			           sl->sha256, r->o->dry_run ? "" : " stored");
+		free(ids);
+		return;
+	}
+	bson_t doc;
+	json_event(&doc, "seal");
+	json_filename(&doc, sl->filename);
+	append_id(&doc, "id", &sl->id);
+	BSON_APPEND_UTF8(&doc, "sha256", sl->sha256);
+	if (why)
+		BSON_APPEND_UTF8(&doc, "detail", why);
+	if (r->o->dry_run)
+		BSON_APPEND_BOOL(&doc, "dryRun", true);
+	else
+		BSON_APPEND_BOOL(&doc, "sealed", why == NULL);
+	print_json(r->pout, &doc);
+	bson_destroy(&doc);
+}
+
+/* --seal, after the pass: each whole file without a hash gets one; an exit status. */
+static int
+seal_files(struct run *r, gfs_session *s)
+{
+	int64_t now = gfs_now_ms();
+	for (size_t i = 0; i < r->nseals; i++) {
+		if (stop_signal)
+			return EXIT_INTERRUPTED;
+		gfs_error err = {0};
+		int rc = r->o->dry_run ? 1 : gfs_verify_seal(s, &r->seals[i], now, &err);
+		if (rc < 0) {
+			snprintf(r->failure, sizeof r->failure, "%s", err.msg);
+			return fail(&err);
+		}
+		emit_seal(r, &r->seals[i], rc ? NULL : err.msg);
+		r->sealed += rc && !r->o->dry_run;
+	}
+	return EXIT_OK;
+}
+
 /* The comparison with --against DIR; an exit status. */
 static int
 compare_disk(struct run *r, gfs_session *s)
@@ -280,13 +360,27 @@ compare_disk(struct run *r, gfs_session *s)
 
 /* ---- summary --------------------------------------------------------- */
 
+/* Files still without a hash after the run. */
+static uint64_t
+unsealed(const struct run *r)
+{
+	return r->unverifiable - r->sealed;
+}
+
+/* Problems of the pass and of the disk comparison; unsealed files are some only with --strict. */
+static uint64_t
+problem_count(const struct run *r)
+{
+	return r->st.problems - r->unverifiable + (r->o->strict ? unsealed(r) : 0) + r->dst->problems;
+}
+
 static void
 summary(struct run *r, double secs, bool interrupted)
 {
-	uint64_t problems = r->st.problems + r->dst->problems;
+	uint64_t problems = problem_count(r);
 	if (r->o->json) {
 		struct json_summary sum;
-		json_summary_begin(&sum, "verify", r->o->repair && r->o->dry_run);
+		json_summary_begin(&sum, "verify", r->o->dry_run);
 		bson_t *doc = &sum.body, kinds;
 		BSON_APPEND_INT64(doc, "files", (int64_t)r->st.files);
 		BSON_APPEND_INT64(doc, "checked", (int64_t)r->st.files_checked);
@@ -295,7 +389,7 @@ summary(struct run *r, double secs, bool interrupted)
 		BSON_APPEND_INT64(doc, "problems", (int64_t)problems);
 		BSON_APPEND_DOCUMENT_BEGIN(doc, "counts", &kinds);
 		for (int k = 0; k <= GFS_VK_BAD_DOC; k++)
-			if (r->st.by_kind[k])
+			if (r->st.by_kind[k] && (k != GFS_VK_UNVERIFIABLE || r->o->strict))
 				BSON_APPEND_INT64(&kinds, gfs_verify_kind_name(k), (int64_t)r->st.by_kind[k]);
 		if (r->dst->only_disk)
 			BSON_APPEND_INT64(&kinds, "MISSING-IN-GRIDFS", (int64_t)r->dst->only_disk);
@@ -307,6 +401,9 @@ summary(struct run *r, double secs, bool interrupted)
 		BSON_APPEND_BOOL(doc, "orphansChecked", r->st.orphans_checked);
 		BSON_APPEND_UTF8(doc, "strategy", gfs_read_strategy_name(r->st.strategy));
 		BSON_APPEND_INT64(doc, "inProgress", (int64_t)r->st.in_progress);
+		BSON_APPEND_INT64(doc, "unsealed", (int64_t)unsealed(r));
+		if (r->o->seal)
+			BSON_APPEND_INT64(doc, "sealed", (int64_t)r->sealed);
 		if (r->o->against) {
 			BSON_APPEND_INT64(doc, "same", (int64_t)r->dst->same);
 			BSON_APPEND_INT64(doc, "damaged", (int64_t)r->dst->damaged);
@@ -345,6 +442,11 @@ summary(struct run *r, double secs, bool interrupted)
 	if (r->o->repair && !r->o->dry_run)
 		fprintf(out, ", %llu repaired, %llu not", (unsigned long long)r->dst->repaired,
 		        (unsigned long long)r->dst->unrepaired);
+	if (r->sealed)
+		fprintf(out, ", %llu sealed", (unsigned long long)r->sealed);
+	if (unsealed(r))
+		fprintf(out, " (%llu unsealed: no hash stored%s)", (unsigned long long)unsealed(r),
+		        r->o->seal ? "" : "; 'verify --seal' stores one");
 	if (r->st.in_progress)
 		fprintf(out, " (%llu upload%s in progress left alone)", (unsigned long long)r->st.in_progress,
 		        r->st.in_progress == 1 ? "" : "s");
@@ -385,7 +487,9 @@ check(struct run *r, gfs_conn *conn, bool own_lock)
 	}
 	int rc = EXIT_OK;
 	gfs_session *s = gfs_session_pop(conn);
-	if (o->against)
+	if (o->seal)
+		rc = seal_files(r, s);
+	if (rc == EXIT_OK && o->against)
 		rc = compare_disk(r, s);
 	if (rc == EXIT_OK && o->repair)
 		gfs_verify_disk_repair(r->disk, s);
@@ -399,7 +503,7 @@ conclude(struct run *r, int rc, double secs)
 {
 	struct vopts *o = r->o;
 	bool interrupted = stop_signal || rc == EXIT_INTERRUPTED;
-	uint64_t problems = r->st.problems + r->dst->problems;
+	uint64_t problems = problem_count(r);
 	if (problems || !G.quiet || o->json)
 		summary(r, secs, interrupted);
 	if (rc == EXIT_OK && interrupted)
@@ -423,6 +527,9 @@ end_run(struct run *r)
 	if (r->combined && r->combined != stdout)
 		fclose(r->combined);
 	gfs_verify_disk_free(r->disk);
+	for (size_t i = 0; i < r->nseals; i++)
+		gfs_seal_free(&r->seals[i]);
+	free(r->seals);
 	free(r->o->norm_prefix);
 }
 
@@ -473,6 +580,19 @@ run_verify(struct vopts *o)
 		}
 		if (gfs_lock_note(lock))
 			warnx_("%s", gfs_lock_note(lock));
+		/* What killed writers left is finished before the pass, which then finds it gone. */
+		gfs_session *s = gfs_session_pop(conn);
+		int rc = recover_interrupted(s, GFS_IMPORT_LOCK);
+		gfs_session_push(s);
+		if (rc != EXIT_OK) {
+			snprintf(r.failure, sizeof r.failure, "%s", last_message());
+			if (o->json)
+				summary(&r, 0, false);
+			gfs_lock_release(lock);
+			end_run(&r);
+			gfs_conn_close(conn);
+			return rc;
+		}
 	}
 	/* A second ^C kills at once, even while the driver waits on the backend. */
 	catch_interrupts(0, NULL);
@@ -501,8 +621,8 @@ cmd_verify(int argc, char **argv)
 		usage_error("--combined needs --against DIR");
 		return EXIT_USAGE;
 	}
-	if (o.dry_run && !o.repair) {
-		usage_error("--dry-run goes with --repair");
+	if (o.dry_run && !o.repair && !o.seal) {
+		usage_error("--dry-run goes with --repair or --seal");
 		return EXIT_USAGE;
 	}
 	if (o.against && o.sample > 0 && o.sample < 1) {

@@ -171,7 +171,8 @@ check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 	r->lock_expires = st.expires;
 	snprintf(r->lock_owner, sizeof r->lock_owner, "%s", found > 0 ? st.holder : "");
 	snprintf(r->lock_malformed, sizeof r->lock_malformed, "%s", st.malformed);
-	return found >= 0;
+	return found >= 0 &&
+	       gfs_lock_sweep(s, GFS_PUT_LOCK_PREFIX, false, &r->put_locks_held, &r->put_locks_stale, err);
 }
 
 /* ---- orphan chunks ----------------------------------------------------- */
@@ -247,21 +248,30 @@ estimate_orphans(gfs_session *s, int64_t size, gfs_doctor_report *r, gfs_error *
 	bool ok = read_first(s, size, &smp, &all, err);
 	if (ok && smp.chunks > 0)
 		r->sampling = all ? GFS_SAMPLE_ALL : GFS_SAMPLE_FIRST;
-	/* Each distinct owner by _id equality: an index seek on every server. */
-	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	/*
+	 * Each distinct owner by _id equality: an index seek on every server.
+	 * Chunks whose marker's writer is gone are orphans too, which the next
+	 * run of its kind takes.
+	 */
 	for (size_t i = 0; ok && i < smp.n; i++) {
 		const bson_value_t *id = &smp.owners[i].id;
+		bson_t m;
 		int file = gfs_exists(s->files, "_id", id, err);
-		int marker = file == 0 ? gfs_exists(uploads, "_id", id, err) : 0;
-		if (marker == 0 && file == 0)
-			marker = gfs_exists(uploads, "deleting", id, err);
-		ok = file >= 0 && marker >= 0;
-		if (ok && file == 0 && marker > 0)
+		int marker = file == 0 ? gfs_marker_find(s, id, &m, err) : 0;
+		int live = marker > 0 ? gfs_marker_live(s, &m, NULL, err) : 0;
+		ok = file >= 0 && marker >= 0 && live >= 0;
+		if (ok && file == 0 && live > 0)
 			r->sampled_uploading += smp.owners[i].chunks;
 		else if (ok && file == 0)
 			r->sampled_orphans += smp.owners[i].chunks;
+		if (ok && file == 0 && marker > 0 && live == 0) {
+			r->sampled_left += smp.owners[i].chunks;
+			if (!r->left_by[0])
+				gfs_marker_left_by(&m, r->left_by, sizeof r->left_by);
+		}
+		if (marker > 0)
+			bson_destroy(&m);
 	}
-	mongoc_collection_destroy(uploads);
 	r->sampled = smp.chunks;
 	sample_free(&smp);
 	if (!ok)

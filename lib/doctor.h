@@ -47,10 +47,14 @@ typedef struct gfs_doctor_report {
 	char lock_owner[320];      /* host and pid of the holder, when the document exists */
 	int64_t lock_expires;      /* ms since the epoch, when it exists; -1: it has no lease */
 	char lock_malformed[96];   /* what is wrong with the lock's document (gfs_lock_state), or "" */
+	int64_t put_locks_held;    /* puts' own locks ("put-ID"): of puts at work */
+	int64_t put_locks_stale;   /* ...and left by killed ones, which the next put removes */
 	enum gfs_doctor_sampling sampling;
 	int64_t sampled;           /* chunks looked at */
-	int64_t sampled_orphans;   /* of those, with no files document and no upload marker */
-	int64_t sampled_uploading; /* with no files document but an upload marker */
+	int64_t sampled_orphans;   /* of those, with no files document and no writer at work */
+	int64_t sampled_uploading; /* with no files document but the marker of a writer at work */
+	int64_t sampled_left;      /* of the orphans, those a killed writer's marker names */
+	char left_by[300];         /* what the first such marker says (gfs_marker_left_by) */
 	int64_t orphan_estimate;   /* sampled_orphans scaled to the chunks count */
 	int problems;              /* wrong or missing indexes, orphans */
 } gfs_doctor_report;

@@ -263,6 +263,20 @@ gfs_id_filter(bson_t *filter, const char *field, const bson_value_t *id)
 }
 
 void
+gfs_same_filter(bson_t *filter, const bson_t *doc, const char *field)
+{
+	bson_iter_t it, found;
+	if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, field, &found)) {
+		gfs_id_filter(filter, field, bson_iter_value(&found));
+		return;
+	}
+	bson_t ex;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &ex);
+	BSON_APPEND_BOOL(&ex, "$exists", false);
+	bson_append_document_end(filter, &ex);
+}
+
+void
 gfs_append_values(bson_t *doc, const char *field, const bson_value_t *values, size_t n)
 {
 	bson_t arr;

@@ -129,6 +129,12 @@ bool gfs_id_equal(const bson_value_t *a, const bson_value_t *b);
 bson_value_t gfs_id_canonical(const bson_value_t *id);
 /* Appends {field: {$eq: id}}: an id that is a document never acts as an operator. */
 void gfs_id_filter(bson_t *filter, const char *field, const bson_value_t *id);
+/*
+ * Appends to filter a condition that field (a dotted path) is as doc has
+ * it: $eq its value, or $exists: false when doc has none. A compare-and-swap
+ * on these fails once a writer has changed any of them.
+ */
+void gfs_same_filter(bson_t *filter, const bson_t *doc, const char *field);
 /* Appends field: [values]. */
 void gfs_append_values(bson_t *doc, const char *field, const bson_value_t *values, size_t n);
 /* Appends {field: {$in: [values]}}. */
@@ -294,6 +300,25 @@ bool gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err);
  * holds. *files counts the ids finished.
  */
 bool gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error *err);
+/*
+ * What a killed writer's marker says, for reports (doctor, verify): the
+ * marker in BUCKET.gridfsctl_uploads of files_id fid, an upload's (by _id)
+ * or else a removal's (naming fid in "deleting"). 1 found (*out set), 0
+ * none, -1 error.
+ */
+int gfs_marker_find(gfs_session *s, const bson_value_t *fid, bson_t *out, gfs_error *err);
+/*
+ * Whether the writer of marker may still be at work: 1 yes, 0 no (its work
+ * is left for the next run that finishes it), -1 error. held: a lock the
+ * caller holds (NULL: none), whose markers' writers are gone. The rule is
+ * the one the finishing runs apply (gfs_put_recover, gfs_finish_deletions,
+ * import's recovery), so what is called left over is what they take.
+ */
+int gfs_marker_live(gfs_session *s, const bson_t *marker, const char *held, gfs_error *err);
+/* "left by an interrupted VERB (the next ... removes them)" for a marker whose writer is gone. */
+void gfs_marker_left_by(const bson_t *marker, char *buf, size_t len);
+/* The verb a marker's writer ran ("put", "rm", "import", ...), from its "verb" or its shape. */
+const char *gfs_marker_verb(const bson_t *marker);
 /*
  * Removes the revisions of name older than keep_id (the one just written)
  * beyond keep - 1 of them: keep counts keep_id, which is never removed,

@@ -794,6 +794,8 @@ insert_markers(struct worker *w, gfs_error *err)
 		BSON_APPEND_UTF8(d, "filename", u->job->name);
 		BSON_APPEND_INT32(d, "keep", imp->o.keep_revisions);
 		BSON_APPEND_UTF8(d, "owner", imp->owner);
+		if (gfs_owner_verb())
+			BSON_APPEND_UTF8(d, "verb", gfs_owner_verb());
 		BSON_APPEND_DATE_TIME(d, "started", now);
 		docs[n++] = d;
 	}

@@ -97,10 +97,27 @@ owner_string(char *buf, size_t len, const struct identity *id)
 	snprintf(buf, len, "%s/%s/%ld/%lld", id->host, id->boot, id->pid, id->start);
 }
 
+/* The verb this process runs, named in what it records (set once, before any thread starts). */
+static const char *own_verb;
+
+void
+gfs_owner_set_verb(const char *verb)
+{
+	own_verb = verb;
+}
+
+const char *
+gfs_owner_verb(void)
+{
+	return own_verb;
+}
+
 static void
 append_identity(bson_t *doc, const struct identity *id, const char *owner)
 {
 	BSON_APPEND_UTF8(doc, "owner", owner);
+	if (own_verb)
+		BSON_APPEND_UTF8(doc, "verb", own_verb);
 	BSON_APPEND_UTF8(doc, "host", id->host);
 	BSON_APPEND_UTF8(doc, "bootId", id->boot);
 	BSON_APPEND_INT64(doc, "pid", id->pid);
@@ -195,21 +212,6 @@ busy_error(gfs_error *err, const char *name, const bson_t *held, const gfs_lock_
 	              st->malformed[0] ? "; its document is malformed: " : "", st->malformed);
 }
 
-/* field equal to its value in held, as held has it, or absent when held has none. */
-static void
-append_same(bson_t *filter, const bson_t *held, const char *field)
-{
-	bson_iter_t it;
-	if (bson_iter_init_find(&it, held, field)) {
-		BSON_APPEND_VALUE(filter, field, bson_iter_value(&it));
-		return;
-	}
-	bson_t ex;
-	BSON_APPEND_DOCUMENT_BEGIN(filter, field, &ex);
-	BSON_APPEND_BOOL(&ex, "$exists", false);
-	bson_append_document_end(filter, &ex);
-}
-
 /* 1: taken over, 0: still held by someone alive (err set), -1: error. */
 static int
 try_takeover(gfs_lock *l, const struct identity *me, const bson_t *held, const bson_t *mine,
@@ -228,8 +230,8 @@ try_takeover(gfs_lock *l, const struct identity *me, const bson_t *held, const b
 	 */
 	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply;
 	BSON_APPEND_UTF8(&filter, "_id", l->name);
-	append_same(&filter, held, "owner");
-	append_same(&filter, held, "expires");
+	gfs_same_filter(&filter, held, "owner");
+	gfs_same_filter(&filter, held, "expires");
 	BSON_APPEND_DOCUMENT(&update, "$set", mine);
 	bson_error_t berr;
 	int rc = -1;
@@ -411,6 +413,69 @@ const char *
 gfs_lock_note(const gfs_lock *l)
 {
 	return l && l->note[0] ? l->note : NULL;
+}
+
+bool
+gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *held, int64_t *stale,
+               gfs_error *err)
+{
+	*held = *stale = 0;
+	/* Names from prefix up to (not including) prefix with its last byte one higher. */
+	char *upper = gfs_xstrdup(prefix);
+	size_t n = strlen(upper);
+	if (n == 0 || (unsigned char)upper[n - 1] == 0xff) {
+		free(upper);
+		gfs_error_set(err, GFS_EINVAL, "lock prefix '%s' cannot bound a range", prefix);
+		return false;
+	}
+	upper[n - 1]++;
+	bson_t filter = BSON_INITIALIZER, range;
+	BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &range);
+	BSON_APPEND_UTF8(&range, "$gte", prefix);
+	BSON_APPEND_UTF8(&range, "$lt", upper);
+	bson_append_document_end(&filter, &range);
+	free(upper);
+	mongoc_collection_t *coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, NULL, NULL);
+	bson_destroy(&filter);
+	struct identity me;
+	identity_self(&me);
+	/* Read them all first: removing while the cursor is open could make it skip some. */
+	bson_t **gone = NULL;
+	size_t ngone = 0, cap = 0;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		gfs_lock_state st;
+		judge(doc, &me, &st);
+		if (st.held) {
+			(*held)++;
+			continue;
+		}
+		(*stale)++;
+		if (!remove)
+			continue;
+		/* As a take-over would: only if it is still the document judged stale. */
+		bson_t *match = bson_new();
+		bson_iter_t it;
+		if (bson_iter_init_find(&it, doc, "_id"))
+			BSON_APPEND_VALUE(match, "_id", bson_iter_value(&it));
+		gfs_same_filter(match, doc, "owner");
+		gfs_same_filter(match, doc, "expires");
+		GFS_GROW(gone, ngone + 1, cap, 16);
+		gone[ngone++] = match;
+	}
+	bool ok = gfs_cursor_done(cur, "read locks", err);
+	for (size_t i = 0; i < ngone; i++) {
+		bson_error_t berr;
+		if (ok && !mongoc_collection_delete_one(coll, gone[i], NULL, NULL, &berr)) {
+			gfs_error_from_bson(err, &berr, "remove a stale lock");
+			ok = false;
+		}
+		bson_destroy(gone[i]);
+	}
+	free(gone);
+	mongoc_collection_destroy(coll);
+	return ok;
 }
 
 void

@@ -31,6 +31,8 @@
 #define GFS_LOCKS_SUFFIX "gridfsctl_locks"
 #define GFS_LOCK_DEFAULT_TTL 60
 #define GFS_LOCK_TAKEN_SUFFIX ".taken"
+/* A put's own lock, "put-" and its files_id (lib/write.c). */
+#define GFS_PUT_LOCK_PREFIX "put-"
 
 typedef struct gfs_lock gfs_lock;
 
@@ -63,13 +65,29 @@ int gfs_lock_read(gfs_session *s, const char *name, gfs_lock_state *st, gfs_erro
  * taking it: 1 held, 0 free, -1 error (err set).
  */
 int gfs_lock_held(gfs_session *s, const char *name, gfs_error *err);
+/*
+ * Counts the lock documents whose names start with prefix, as
+ * gfs_lock_read() judges them, into *held and *stale; with remove, the
+ * stale ones go (each only if it is still the document judged). Locks named
+ * once (put's "put-ID") are left by a process killed between taking and
+ * releasing them, and nobody takes them again.
+ */
+bool gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *held, int64_t *stale,
+                    gfs_error *err);
 /* A line the take has for the user (it took over a malformed document), or NULL. */
 const char *gfs_lock_note(const gfs_lock *l);
 /* Stops renewing and removes the lock document if it is still ours. */
 void gfs_lock_release(gfs_lock *l);
 
 /*
- * The owner fields of a lock (owner, host, bootId, pid, startTime), for
+ * The verb this process runs ("rm", "import", ...), which its locks and
+ * markers name (field "verb") so that what a killed process left says who
+ * left it. Set once at start, before any thread; NULL: named nowhere.
+ */
+void gfs_owner_set_verb(const char *verb);
+const char *gfs_owner_verb(void);
+/*
+ * The owner fields of a lock (owner, verb, host, bootId, pid, startTime), for
  * other records of work under way that must tell a dead writer from a
  * live one: gfs_owner_gone() reads them back.
  */

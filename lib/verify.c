@@ -285,7 +285,6 @@ struct verify {
 	size_t in_flight;
 	pthread_cond_t done_cond;
 	double last_progress;
-	mongoc_collection_t *uploads;   /* import's markers, for chunks that look orphaned */
 	bool lookups_failed;            /* a second look failed: the backend is gone, stop asking */
 };
 
@@ -676,32 +675,26 @@ exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, cha
 	return rc;
 }
 
-/*
- * A put, rm or watch removing fid right now: its deletion marker names no
- * lock (import's say "lock": "import"), names its owner, and the owner is
- * not known gone.
- */
-static bool
-removal_owner_alive(struct verify *v, const bson_value_t *fid)
+/* Who is at work on chunks whose marker's writer is alive. */
+static const char *
+live_writer(const bson_t *marker)
 {
-	bson_t filter = BSON_INITIALIZER;
-	gfs_id_filter(&filter, "deleting", fid);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->uploads, &filter, NULL, NULL);
-	bson_destroy(&filter);
-	const bson_t *doc;
 	bson_iter_t it;
-	bool alive = mongoc_cursor_next(cur, &doc) && !bson_iter_init_find(&it, doc, "lock") &&
-	             bson_has_field(doc, "owner") && !gfs_owner_gone(doc);
-	mongoc_cursor_destroy(cur);
-	return alive;
+	bool put = bson_iter_init_find(&it, marker, "lock") && BSON_ITER_HOLDS_UTF8(&it) &&
+	           strcmp(bson_iter_utf8(&it, NULL), GFS_IMPORT_LOCK) != 0;
+	if (!bson_has_field(marker, "deleting"))
+		return put ? "a put" : "an import";
+	return strcmp(gfs_marker_verb(marker), "import") == 0 ? "an import" : "a live writer";
 }
 
 /*
  * Chunks with no files document in the table: in progress (p->kind set to
  * GFS_VK_IN_PROGRESS) or orphans, with why in p->detail's tail. The marker
  * is looked for before the files document, and whether the chunks are still
- * there last: see verify.h. A put's marker names its own lock; import's
- * markers are covered by the import lock.
+ * there last: see verify.h. Whether a marker's writer is alive, and who
+ * finishes its work when it is not, are lib/write.c's (gfs_marker_live), as
+ * the runs that finish it judge; --repair holds the import lock, so import's
+ * markers are left over then.
  */
 static void
 judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
@@ -716,35 +709,33 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 	}
 	gfs_error err;
 	gfs_error_clear(&err);
-	char *lock = NULL;
-	int up = exists(v->uploads, "_id", fid, &lock, &err);
-	int del = up == 0 ? exists(v->uploads, "deleting", fid, NULL, &err) : 0;
-	int live = 0;
-	if ((up > 0 || del > 0) && (lock || !v->o->own_import_lock))
-		live = gfs_lock_held(v->s, lock ? lock : GFS_IMPORT_LOCK, &err);
-	bool remover = live == 0 && del > 0 && removal_owner_alive(v, fid);
-	if (remover)
-		live = 1;
+	bson_t m;
+	int found = gfs_marker_find(v->s, fid, &m, &err);
+	int live = found > 0 ? gfs_marker_live(v->s, &m, v->o->own_import_lock ? GFS_IMPORT_LOCK : NULL,
+	                                       &err)
+	                     : 0;
 	int file = exists(v->s->files, "_id", fid, NULL, &err);
 	int still = file == 0 && live == 0 ? exists(v->s->chunks, "files_id", fid, NULL, &err) : 1;
-	v->lookups_failed = up < 0 || del < 0 || live < 0 || file < 0 || still < 0;
+	v->lookups_failed = found < 0 || live < 0 || file < 0 || still < 0;
 	if (file > 0) {
 		p->kind = GFS_VK_IN_PROGRESS;
 		snprintf(tail, room, ": its files document was written while verify ran");
 	} else if (live > 0) {
 		p->kind = GFS_VK_IN_PROGRESS;
-		snprintf(tail, room, ": %s is %s it", remover ? "a live writer" : lock ? "a put" : "an import",
-		         up > 0 ? "uploading" : "removing");
+		snprintf(tail, room, ": %s is %s it", live_writer(&m),
+		         bson_has_field(&m, "deleting") ? "removing" : "uploading");
 	} else if (still == 0) {
 		p->kind = GFS_VK_IN_PROGRESS;
 		snprintf(tail, room, ": removed while verify ran");
-	} else if (up > 0 || del > 0) {
-		snprintf(tail, room, ": left by an interrupted %s (the next %s removes them)",
-		         lock ? "put" : "import", lock ? "put or import" : "import");
-	} else if (up < 0 || del < 0 || live < 0 || file < 0 || still < 0) {
+	} else if (found > 0 && live == 0) {
+		char why[300];
+		gfs_marker_left_by(&m, why, sizeof why);
+		snprintf(tail, room, ": %s", why);
+	} else if (v->lookups_failed) {
 		snprintf(tail, room, " (whether an upload is in progress is unknown: %s)", err.msg);
 	}
-	free(lock);
+	if (found > 0)
+		bson_destroy(&m);
 }
 
 /* complete: all the group's chunks were read (the scan did not stop inside it). */
@@ -1201,7 +1192,6 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	v.conn = conn;
 	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
 	v.s = gfs_session_pop(conn);
-	v.uploads = gfs_session_bucket_collection(v.s, GFS_UPLOADS_SUFFIX);
 	pthread_mutex_init(&v.done_mu, NULL);
 	pthread_cond_init(&v.done_cond, NULL);
 
@@ -1239,7 +1229,6 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 		st->orphans_checked = false;
 	progress(&v, true);
 	table_free(&v.t);
-	mongoc_collection_destroy(v.uploads);
 	pthread_mutex_destroy(&v.done_mu);
 	pthread_cond_destroy(&v.done_cond);
 	gfs_session_push(v.s);
@@ -1373,4 +1362,67 @@ gfs_verify_set_sha256(gfs_session *s, const bson_value_t *id, const char *sha256
 	bson_destroy(&filter);
 	bson_destroy(&update);
 	return ok;
+}
+
+/* ---- sealing ---------------------------------------------------------- */
+
+bool
+gfs_verify_unsealed(const gfs_file *f)
+{
+	bson_iter_t it, found;
+	if (!f->doc || bson_has_field(f->doc, "md5"))
+		return false;
+	return !(bson_iter_init(&it, f->doc) && bson_iter_find_descendant(&it, "metadata.sha256", &found));
+}
+
+void
+gfs_seal_init(gfs_seal *sl, const gfs_file *f, const char *sha256_hex)
+{
+	memset(sl, 0, sizeof *sl);
+	bson_value_copy(&f->id, &sl->id);
+	sl->filename = f->filename ? gfs_xstrdup(f->filename) : NULL;
+	snprintf(sl->sha256, sizeof sl->sha256, "%s", sha256_hex);
+	bson_iter_t it;
+	sl->metadata_ok = !bson_iter_init_find(&it, f->doc, "metadata") || BSON_ITER_HOLDS_DOCUMENT(&it);
+	bson_init(&sl->match);
+	gfs_id_filter(&sl->match, "_id", &f->id);
+	static const char *const same[] = {"length", "uploadDate", "md5", "metadata.sha256"};
+	for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+		gfs_same_filter(&sl->match, f->doc, same[i]);
+}
+
+void
+gfs_seal_free(gfs_seal *sl)
+{
+	bson_value_destroy(&sl->id);
+	free(sl->filename);
+	bson_destroy(&sl->match);
+}
+
+int
+gfs_verify_seal(gfs_session *s, const gfs_seal *sl, int64_t now_ms, gfs_error *err)
+{
+	if (!sl->metadata_ok) {
+		gfs_error_set(err, GFS_EINVAL, "its metadata is not a document; left unsealed");
+		return 0;
+	}
+	bson_t update = BSON_INITIALIZER, set, reply;
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+	BSON_APPEND_UTF8(&set, "metadata.sha256", sl->sha256);
+	BSON_APPEND_DATE_TIME(&set, "metadata.sealedAt", now_ms);
+	bson_append_document_end(&update, &set);
+	bson_error_t berr;
+	int rc = -1;
+	if (mongoc_collection_update_one(s->files, &sl->match, &update, NULL, &reply, &berr)) {
+		bson_iter_t it;
+		rc = bson_iter_init_find(&it, &reply, "matchedCount") && bson_iter_as_int64(&it) == 1;
+		if (!rc)
+			gfs_error_set(err, GFS_EINVAL, "its files document changed since it was read; "
+			              "left unsealed");
+	} else {
+		gfs_error_from_bson(err, &berr, "seal");
+	}
+	bson_destroy(&update);
+	bson_destroy(&reply);
+	return rc;
 }

@@ -167,6 +167,41 @@ bool gfs_verify_remove_chunk_ids(gfs_session *s, const bson_value_t *files_id,
 bool gfs_verify_set_sha256(gfs_session *s, const bson_value_t *id, const char *sha256_hex,
                            gfs_error *err);
 
+/* ---- sealing: verify --seal ------------------------------------------ */
+
+/*
+ * pymongo 4, the Node driver 7 and the Go driver 1.17 store no hash, so
+ * nothing proves a file they wrote. A file that stores none (no
+ * metadata.sha256, no md5) is unsealed; --seal gives each one the pass
+ * found whole metadata.sha256 (what the pass computed) and
+ * metadata.sealedAt, and touches nothing else of its document: from then on
+ * every reader proves it as it proves a file gridfsctl wrote. The update is
+ * a compare-and-swap on the document the pass read (same _id, length and
+ * uploadDate, still no hash), so a file changed between the read and the
+ * seal is left unsealed.
+ */
+
+/* Whether f stores no hash at all: no metadata.sha256 and no md5 field, of any type. */
+bool gfs_verify_unsealed(const gfs_file *f);
+
+/* What sealing a file needs, kept from the pass (f's document is gone by then). */
+typedef struct gfs_seal {
+	bson_value_t id;
+	char *filename;            /* NULL when the document has none */
+	char sha256[65];
+	bson_t match;              /* the compare-and-swap filter */
+	bool metadata_ok;          /* metadata absent or a document: a field can be added to it */
+} gfs_seal;
+
+void gfs_seal_init(gfs_seal *sl, const gfs_file *f, const char *sha256_hex);
+void gfs_seal_free(gfs_seal *sl);
+/*
+ * Stores metadata.sha256 and metadata.sealedAt (now_ms). 1: sealed; 0: not,
+ * with why in err (the document changed since the pass read it, or its
+ * metadata is not a document); -1: error (err set).
+ */
+int gfs_verify_seal(gfs_session *s, const gfs_seal *sl, int64_t now_ms, gfs_error *err);
+
 /* ---- pure helpers, exposed for unit tests ----------------------------- */
 
 /* Parses "10%", "10", "0.5%" into a fraction in (0, 1]. */

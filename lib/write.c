@@ -227,8 +227,6 @@ remove_files(gfs_session *s, const bson_value_t *ids, size_t n, int64_t *files, 
  * collection import uses; both go when the file is complete or its chunks
  * are removed. Whoever can take the lock of a marker knows its put is dead.
  */
-#define PUT_LOCK_PREFIX "put-"
-
 struct put_marker {
 	gfs_lock *lock;
 	char *lock_name;
@@ -239,7 +237,7 @@ marker_begin(gfs_session *s, const bson_value_t *id, const gfs_put_opts *o, stru
              gfs_error *err)
 {
 	char *ids = gfs_id_string(id);
-	m->lock_name = bson_strdup_printf(PUT_LOCK_PREFIX "%s", ids);
+	m->lock_name = bson_strdup_printf(GFS_PUT_LOCK_PREFIX "%s", ids);
 	free(ids);
 	m->lock = gfs_lock_acquire(s->conn, m->lock_name, 0, err);
 	if (!m->lock)
@@ -248,6 +246,8 @@ marker_begin(gfs_session *s, const bson_value_t *id, const gfs_put_opts *o, stru
 	BSON_APPEND_VALUE(&doc, "_id", id);
 	BSON_APPEND_UTF8(&doc, "filename", o->filename);
 	BSON_APPEND_UTF8(&doc, "lock", m->lock_name);
+	if (gfs_owner_verb())
+		BSON_APPEND_UTF8(&doc, "verb", gfs_owner_verb());
 	if (o->keep_revisions > 0)
 		BSON_APPEND_INT32(&doc, "keep", o->keep_revisions);
 	/* The caller's id may be used again soon: late writes of it are not told from a new file's. */
@@ -498,7 +498,9 @@ gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err)
 		bson_destroy(docs[i]);
 	}
 	free(docs);
-	return ok;
+	/* A put killed between taking its lock and releasing it leaves a lock nobody takes again. */
+	int64_t held, stale;
+	return ok && gfs_lock_sweep(s, GFS_PUT_LOCK_PREFIX, true, &held, &stale, err);
 }
 
 /* Flushes the batch, recording the marker before the file's first chunk goes. */
@@ -834,6 +836,90 @@ gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error 
 	free(docs);
 	mongoc_collection_destroy(uploads);
 	return ok;
+}
+
+/* ---- what markers say, for reports ---------------------------------- */
+
+int
+gfs_marker_find(gfs_session *s, const bson_value_t *fid, bson_t *out, gfs_error *err)
+{
+	static const char *const fields[] = {"_id", "deleting"};
+	mongoc_collection_t *uploads = gfs_session_bucket_collection(s, GFS_UPLOADS_SUFFIX);
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < sizeof fields / sizeof fields[0]; i++) {
+		bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+		gfs_id_filter(&filter, fields[i], fid);
+		BSON_APPEND_INT64(&opts, "limit", 1);
+		mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
+		const bson_t *doc;
+		if (mongoc_cursor_next(cur, &doc)) {
+			bson_copy_to(doc, out);
+			rc = 1;
+		}
+		if (!gfs_cursor_done(cur, "look up a marker", err)) {
+			if (rc > 0)
+				bson_destroy(out);
+			rc = -1;
+		}
+		bson_destroy(&filter);
+		bson_destroy(&opts);
+	}
+	mongoc_collection_destroy(uploads);
+	return rc;
+}
+
+static const char *
+marker_lock(const bson_t *m)
+{
+	bson_iter_t it;
+	return bson_iter_init_find(&it, m, "lock") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL)
+	                                                                       : NULL;
+}
+
+/* Under the import lock: an import's upload, or its removal (named so, or from before markers named their writer). */
+static bool
+import_marker(const bson_t *m)
+{
+	const char *lock = marker_lock(m);
+	if (!bson_has_field(m, "deleting"))
+		return !lock;
+	return lock ? strcmp(lock, GFS_IMPORT_LOCK) == 0 : !bson_has_field(m, "pid");
+}
+
+int
+gfs_marker_live(gfs_session *s, const bson_t *m, const char *held, gfs_error *err)
+{
+	/* A removal whose writer named itself: finished by the rule gfs_finish_deletions() applies. */
+	if (bson_has_field(m, "deleting") && bson_has_field(m, "pid"))
+		return !deletion_abandoned(m, held);
+	const char *lock = marker_lock(m);
+	if (!lock)
+		lock = GFS_IMPORT_LOCK;
+	if (held && strcmp(lock, held) == 0)
+		return 0;
+	return gfs_lock_held(s, lock, err);
+}
+
+const char *
+gfs_marker_verb(const bson_t *m)
+{
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, m, "verb") && BSON_ITER_HOLDS_UTF8(&it) && *bson_iter_utf8(&it, NULL))
+		return bson_iter_utf8(&it, NULL);
+	if (import_marker(m))
+		return "import";
+	return bson_has_field(m, "deleting") ? "command" : "put";
+}
+
+void
+gfs_marker_left_by(const bson_t *m, char *buf, size_t len)
+{
+	bool removal = bson_has_field(m, "deleting"), import = import_marker(m);
+	const char *next = removal ? import ? "import or verify --repair finishes its removal"
+	                                    : "rm, put, import or verify --repair finishes its removal"
+	                           : import ? "import removes them"
+	                                    : "put, rm, import or verify --repair removes them";
+	snprintf(buf, len, "left by an interrupted %s (the next %s)", gfs_marker_verb(m), next);
 }
 
 /*

@@ -138,7 +138,7 @@ def test_orphan_chunks_are_counted_exactly_in_a_small_bucket(gfs, bucket, db):
     r, d = doctor(gfs)
     assert r.rc == 1, r
     assert d["orphans"] == {"method": "all", "sampled": 13, "found": 4, "uploading": 0,
-                            "estimate": 4}
+                            "interrupted": 0, "estimate": 4}
     h = gfs.run("doctor")
     assert "orphans:      PROBLEM: 4 chunks (4 of 13 looked at" in h.text and "verify --repair" in h.text
     # verify agrees on what they are.
@@ -164,13 +164,22 @@ def test_orphan_estimate_from_a_bounded_sample(gfs, bucket, db):
 
 
 def test_chunks_of_an_upload_with_a_marker_are_not_orphans(gfs, bucket, db):
+    """...while its writer is at work (an import holds the import lock); once it is gone,
+    they are orphans that an interrupted import left, as verify says."""
     put_files(bucket, 1)
     fid = bson.ObjectId()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    db["fs.gridfsctl_locks"].insert_one({"_id": "import", "owner": "x", "host": "elsewhere.example",
+                                         "pid": 4242, "expires": now + datetime.timedelta(minutes=5)})
     db["fs.gridfsctl_uploads"].insert_one({"_id": fid, "filename": "coming.txt"})
     db.fs.chunks.insert_one({"files_id": fid, "n": 0, "data": b"x"})
     r, d = doctor(gfs)
     assert r.rc == 0, r
     assert d["orphans"]["uploading"] == 1 and d["orphans"]["found"] == 0
+    db["fs.gridfsctl_locks"].delete_one({"_id": "import"})
+    r, d = doctor(gfs)
+    assert r.rc == 1 and (d["orphans"]["found"], d["orphans"]["interrupted"]) == (1, 1), r
+    assert "left by an interrupted import (the next import removes them)" in gfs.run("doctor").text
 
 
 def test_skip_the_orphan_estimate(gfs, bucket, db):

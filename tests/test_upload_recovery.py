@@ -14,6 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "long"))
 
+import jsonvocab
+import planted
 from conftest import proc_stat
 from state import duplicated_names, incomplete_files, orphan_chunks, stored
 from test_watch import Watcher
@@ -242,3 +244,63 @@ def test_put_killed_after_storing_before_trimming(gfs, db, backend, tmp_path):
     ok(gfs.run("put", other))
     assert_clean(db, {"big.bin": f.read_bytes(), "other.bin": b"o"})
     assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+
+
+def rm_killed_between_its_writes(gfs, db, backend, tmp_path, name):
+    """An rm SIGKILLed right after its files document went, its chunks not yet."""
+    f = tmp_path / name
+    f.write_bytes(os.urandom(100_000))
+    ok(gfs.run("put", f, "--chunk-size", "16K"))
+    killed_at(gfs, backend, "delete", "fs.files", "rm", name)
+    assert len(orphan_chunks(db)) == 7
+    marker = db["fs.gridfsctl_uploads"].find_one({"deleting": {"$exists": True}})
+    assert marker["verb"] == "rm", marker
+
+
+def test_rm_killed_between_its_writes_is_named_and_finished_by_rm(gfs, db, backend, tmp_path):
+    """Issue 27, 8-13 (9): the marker says rm left it; doctor counts the chunks as
+    orphans left by an interrupted rm (not uploads in progress), verify names rm, and
+    the next rm finishes the removal."""
+    rm_killed_between_its_writes(gfs, db, backend, tmp_path, "gone.bin")
+    r = gfs.run("doctor", "--json")
+    o = jsonvocab.summary(r.text, "doctor")["orphans"]
+    assert r.rc == 1 and (o["found"], o["interrupted"], o["uploading"]) == (7, 7, 0), r
+    why = ("left by an interrupted rm (the next rm, put, import or verify --repair finishes "
+           "its removal)")
+    assert why in gfs.run("doctor").text
+    r = gfs.run("verify")
+    assert r.rc == 1 and r.text.startswith("ORPHAN-CHUNKS ") and why in r.text, r
+    res = ok(gfs.run("rm", "-f", "nonesuch"))
+    assert "finished removing 1 file an interrupted command had begun to remove" in res.err, res
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+    assert_clean(db, {})
+
+
+def test_verify_repair_finishes_a_killed_rm(gfs, db, backend, tmp_path):
+    rm_killed_between_its_writes(gfs, db, backend, tmp_path, "gone.bin")
+    res = ok(gfs.run("verify", "--repair"))
+    assert "finished removing 1 file an interrupted command had begun to remove" in res.err, res
+    assert "ORPHAN" not in res.text, res
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+    assert_clean(db, {})
+
+
+def test_a_killed_puts_lock_is_reported_and_removed(gfs, db, backend, tmp_path):
+    """Issue 27, 8-13 (10): a put killed after taking its own lock, before its upload's
+    marker named it, left "put-ID" for good. doctor reports such locks; the next put (or
+    rm, import, verify --repair) removes the stale ones and leaves those of puts at work."""
+    f = tmp_path / "f.bin"
+    f.write_bytes(os.urandom(50_000))
+    killed_at(gfs, backend, "insert", "fs.gridfsctl_locks", "put", f)
+    locks = db["fs.gridfsctl_locks"]
+    put_locks = lambda: sorted(d["_id"] for d in locks.find({"_id": {"$regex": "^put-"}}))
+    [dead] = put_locks()
+    assert db["fs.gridfsctl_uploads"].count_documents({}) == 0
+    live = planted.plant_put_in_flight(db)
+    assert put_locks() == sorted([dead, f"put-{live}"])
+    r = gfs.run("doctor", "--json")
+    assert jsonvocab.summary(r.text, "doctor")["putLocks"] == {"held": 1, "stale": 1}, r
+    assert "put locks:    1 held by puts at work, 1 stale" in gfs.run("doctor").text
+    (tmp_path / "g").write_bytes(b"g")
+    ok(gfs.run("put", tmp_path / "g"))
+    assert put_locks() == [f"put-{live}"]

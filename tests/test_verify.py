@@ -118,7 +118,7 @@ EXPECTED = {
 
 
 def test_each_fault_reported_once(gfs, faulty):
-    r = gfs.run("verify")
+    r = gfs.run("verify", "--strict")  # a file with no hash is a problem only then
     assert r.rc == 1, r
     assert kinds(r) == sorted(["MISSING-CHUNK", "WRONG-SIZE", "EXTRA-CHUNK", "CHECKSUM", "CHECKSUM",
                                "ORPHAN-CHUNKS", "INCOMPLETE", "UNVERIFIABLE", "BAD-DOC"]), r
@@ -138,7 +138,7 @@ def test_each_fault_reported_once(gfs, faulty):
 
 
 def test_json_shape(gfs, faulty):
-    r = gfs.run("verify", "--json")
+    r = gfs.run("verify", "--json", "--strict")
     assert r.rc == 1, r
     objs = json_lines(r)
     summary = objs[-1]
@@ -170,7 +170,7 @@ def test_repair(gfs, db, faulty):
     # damaged data is never deleted without a replacement
     assert db["fs.files"].count_documents({"_id": faulty["corrupt"]}) == 1
     assert "NOT-REPAIRED none corrupt" in r.text
-    r = gfs.run("verify")
+    r = gfs.run("verify", "--strict")
     assert kinds(r) == sorted(["MISSING-CHUNK", "WRONG-SIZE", "CHECKSUM", "CHECKSUM",
                                "UNVERIFIABLE", "BAD-DOC"]), r
 
@@ -224,7 +224,7 @@ def test_against(gfs, db, bucket, tmp_path):
     put(bucket, "q/outside.jpg", data(10))  # not under the prefix: not compared
 
     combined = tmp_path / "combined.txt"
-    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--combined", combined)
+    r = gfs.run("verify", "--prefix", "p", "--against", tree, "--combined", combined, "--strict")
     assert r.rc == 1, r
     assert kinds(r) == sorted(["CHECKSUM", "UNVERIFIABLE", "DIFFERS", "DIFFERS", "MISSING-IN-GRIDFS",
                                "MISSING-ON-DISK"]), r
@@ -629,8 +629,11 @@ def test_interrupted_import_leftovers_are_orphans(gfs, db, bucket):
     assert r.rc == 1 and kinds(r) == ["ORPHAN-CHUNKS", "ORPHAN-CHUNKS"], r
     assert r.text.count("left by an interrupted import") == 2, r
     r = gfs.run("verify", "--repair", "--grace", "0")
-    assert r.rc == 0 and r.text.count("REPAIRED remove-orphans") == 2, r
+    # The removal is finished before the pass (its marker goes too); the upload's chunks are orphans.
+    assert "finished removing 1 file an interrupted command had begun to remove" in r.err, r
+    assert r.rc == 0 and r.text.count("REPAIRED remove-orphans") == 1, r
     assert db["fs.chunks"].count_documents({}) == 0
+    assert db["fs.gridfsctl_uploads"].count_documents({"deleting": gone}) == 0
 
 
 @pytest.mark.parametrize("strategy", ["scan", "each"])
@@ -761,7 +764,105 @@ def test_chunks_a_live_writer_is_removing_are_in_progress(gfs, db):
     fid = bson.ObjectId()
     db["fs.gridfsctl_uploads"].insert_one({
         "_id": bson.ObjectId(), "deleting": [fid], "owner": "elsewhere.example/boot/4545/1",
-        "host": "elsewhere.example", "bootId": "boot", "pid": 4545, "startTime": 1})
+        "host": "elsewhere.example", "bootId": "boot", "pid": 4545, "startTime": 1,
+        "started": datetime.datetime.now(datetime.timezone.utc)})
     db["fs.chunks"].insert_one({"files_id": fid, "n": 0, "data": bson.Binary(b"old" * 10)})
     r = gfs.run("verify")
     assert r.rc == 0 and kinds(r) == ["IN-PROGRESS"] and "live writer is removing it" in r.text, r
+
+
+# ---- files other drivers wrote: unsealed, and verify --seal ------------------------------
+
+def driver_files(bucket, db):
+    """Files as pymongo 4's gridfs writes them (no md5, no sha256): two whole ones (one
+    with the driver's own metadata), an empty one, and one missing a chunk."""
+    bodies = {"a.txt": b"hello world\n" * 300, "b.bin": data(5000, 7), "empty": b"",
+              "broken": data(3000, 8)}
+    ids = {}
+    for name, body in bodies.items():
+        meta = {"owner": "app", "tags": ["x"]} if name == "a.txt" else None
+        ids[name] = bucket.upload_from_stream(name, body, chunk_size_bytes=CS, metadata=meta)
+    db.fs.chunks.delete_one({"files_id": ids["broken"], "n": 1})
+    for d in db.fs.files.find():
+        assert "md5" not in d and "sha256" not in (d.get("metadata") or {}), d
+    return bodies, ids
+
+
+def test_files_without_a_hash_are_counted_unsealed_not_problems(gfs, db, bucket):
+    """Issue 27, 8-13 (12): what pymongo 4 (and the Node and Go drivers) write stores no
+    hash; verify counts such files as unsealed and exits 0, unless --strict."""
+    driver_files(bucket, db)
+    db.fs.chunks.insert_one({"files_id": db.fs.files.find_one({"filename": "broken"})["_id"],
+                             "n": 1, "data": bson.Binary(data(3000, 8)[CS:2 * CS])})
+    r = gfs.run("verify", "--json")
+    assert r.rc == 0, r
+    s = jsonvocab.summary(r.text, "verify")
+    assert s["unsealed"] == 3 and s["problems"] == 0 and "UNVERIFIABLE" not in s["counts"], s
+    assert jsonvocab.events(r.text, "verify") == []
+    h = gfs.run("verify")
+    assert h.rc == 0 and "no problems (3 unsealed: no hash stored; 'verify --seal' stores one)" in h.text, h
+    r = gfs.run("verify", "--strict", "--json")
+    assert r.rc == 1, r
+    s = jsonvocab.summary(r.text, "verify")
+    assert s["problems"] == 3 and s["counts"] == {"UNVERIFIABLE": 3} and s["unsealed"] == 3, s
+
+
+def test_seal_stores_sha256_and_sealed_at_only(gfs, db, bucket):
+    bodies, ids = driver_files(bucket, db)
+    before = {d["_id"]: d for d in db.fs.files.find()}
+    r = gfs.run("verify", "--seal", "--dry-run", "--json")
+    assert r.rc == 1, r  # the missing chunk
+    assert sorted((e["filename"], e["dryRun"]) for e in jsonvocab.events(r.text, "verify")
+                  if e["event"] == "seal") == [("a.txt", True), ("b.bin", True)]
+    assert {d["_id"]: d for d in db.fs.files.find()} == before
+    r = gfs.run("verify", "--seal", "--json")
+    assert r.rc == 1, r
+    seals = [e for e in jsonvocab.events(r.text, "verify") if e["event"] == "seal"]
+    assert sorted((e["filename"], e["sealed"], e["sha256"]) for e in seals) == [
+        (n, True, hashlib.sha256(bodies[n]).hexdigest()) for n in ("a.txt", "b.bin")]
+    s = jsonvocab.summary(r.text, "verify")
+    assert s["sealed"] == 2 and s["unsealed"] == 0 and s["problems"] == 1, s  # broken: MISSING-CHUNK
+    for name in ("a.txt", "b.bin"):
+        now, was = db.fs.files.find_one({"_id": ids[name]}), before[ids[name]]
+        meta = dict(now["metadata"])
+        assert meta.pop("sha256") == hashlib.sha256(bodies[name]).hexdigest()
+        assert isinstance(meta.pop("sealedAt"), datetime.datetime)
+        assert meta == (was.get("metadata") or {}), now
+        assert {k: v for k, v in now.items() if k != "metadata"} == \
+               {k: v for k, v in was.items() if k != "metadata"}
+    for name in ("empty", "broken"):
+        assert db.fs.files.find_one({"_id": ids[name]}) == before[ids[name]]
+    # From now on they are proven: damage is found, and --strict has nothing to say of them.
+    db.fs.files.delete_one({"_id": ids["broken"]})
+    db.fs.chunks.delete_many({"files_id": ids["broken"]})
+    assert gfs.run("verify", "--strict").rc == 0
+    db.fs.chunks.update_one({"files_id": ids["b.bin"], "n": 2},
+                            {"$set": {"data": bson.Binary(b"\0" * CS)}})
+    r = gfs.run("verify")
+    assert r.rc == 1 and kinds(r) == ["CHECKSUM"] and "CHECKSUM b.bin" in r.text, r
+    assert gfs.run("get", "b.bin", "-o", "-").rc == 1
+
+
+def test_seal_leaves_a_file_changed_since_the_pass(gfs, db, bucket, backend):
+    """The seal is a compare-and-swap on the document the pass read: a file whose
+    document changed in between is left unsealed (NOT-SEALED), whatever changed."""
+    from wireproxy import Rule, WireProxy
+    fid = bucket.upload_from_stream("f", data(2500, 3), chunk_size_bytes=CS)
+    proxy = WireProxy(backend.port)
+    try:
+        rule = proxy.add(Rule("update", "fs.files", "pause"))
+        proc = gfs.popen("verify", "--seal", env={"GRIDFSCTL_URI": proxy.uri},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert rule.fired.wait(60), "verify never sealed"
+        when = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+        db.fs.files.update_one({"_id": fid}, {"$set": {"uploadDate": when}})
+        rule.release()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proxy.close()
+    text = out.decode()
+    check_sanitizer_report(err.decode(), proc.returncode)
+    assert proc.returncode == 0, (text, err)
+    assert "NOT-SEALED f: its files document changed since it was read" in text, text
+    assert "1 unsealed" in text, text
+    assert "sha256" not in (db.fs.files.find_one({"_id": fid}).get("metadata") or {})

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "../../lib/gfs.h"
+#include "../../lib/magic.h"
 #include "../../lib/names.h"
 
 static void
@@ -310,11 +311,45 @@ test_time_conversions(void **state)
 	assert_true(a > 0 && b >= a);
 }
 
+/* The start of a file is the same whatever the size of the reads that deliver it. */
+static void
+test_sniff_gathers_small_reads(void **state)
+{
+	(void)state;
+	static uint8_t file[GFS_MAGIC_SNIFF_BYTES + 10];
+	for (size_t i = 0; i < sizeof file; i++)
+		file[i] = (uint8_t)(i * 7);
+	const void *head;
+	size_t len;
+	gfs_sniff sn = {0};
+	size_t off = 0;
+	while (!gfs_sniff_add(&sn, file + off, 3, false, &head, &len))
+		off += 3;
+	assert_int_equal(len, GFS_MAGIC_SNIFF_BYTES);
+	assert_memory_equal(head, file, GFS_MAGIC_SNIFF_BYTES);
+	assert_false(gfs_sniff_add(&sn, file, 3, true, &head, &len));   /* once only */
+	gfs_sniff_free(&sn);
+
+	/* A short file ends the start early; a first read holding it all is not copied. */
+	gfs_sniff short_sn = {0};
+	assert_false(gfs_sniff_add(&short_sn, "<ht", 3, false, &head, &len));
+	assert_true(gfs_sniff_add(&short_sn, "ml>", 3, true, &head, &len));
+	assert_int_equal(len, 6);
+	assert_memory_equal(head, "<html>", 6);
+	gfs_sniff_free(&short_sn);
+	gfs_sniff whole = {0};
+	assert_true(gfs_sniff_add(&whole, file, sizeof file, false, &head, &len));
+	assert_ptr_equal(head, file);
+	assert_int_equal(len, sizeof file);
+	gfs_sniff_free(&whole);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_chunk_count),
+		cmocka_unit_test(test_sniff_gathers_small_reads),
 		cmocka_unit_test(test_chunk_expected_len),
 		cmocka_unit_test(test_parse_tolerates_numeric_types),
 		cmocka_unit_test(test_parse_prefers_top_level_content_type),

@@ -40,7 +40,8 @@ gfs_magic_close(gfs_magic *m)
 const char *
 gfs_magic_type(gfs_magic *m, const void *buf, size_t len)
 {
-	const char *t = magic_buffer(m->cookie, buf, len < GFS_MAGIC_SNIFF_BYTES ? len : GFS_MAGIC_SNIFF_BYTES);
+	size_t n = len < GFS_MAGIC_SNIFF_BYTES ? len : GFS_MAGIC_SNIFF_BYTES;
+	const char *t = magic_buffer(m->cookie, buf, n);
 	return t && *t ? t : "application/octet-stream";
 }
 

@@ -876,7 +876,10 @@ marker_lock(const bson_t *m)
 	                                                                       : NULL;
 }
 
-/* Under the import lock: an import's upload, or its removal (named so, or from before markers named their writer). */
+/*
+ * Under the import lock: an import's upload, or its removal (named so, or
+ * from before markers named their writer).
+ */
 static bool
 import_marker(const bson_t *m)
 {

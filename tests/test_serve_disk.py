@@ -497,7 +497,10 @@ def open_entries(pid, d):
 
 
 def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
-    files = {f"o/{i}.bin": os.urandom(1000 + i) for i in range(100)}
+    # Eight asked for once past the 64 kept: admission remembers a key by one
+    # bit of 65,536, so two of them sharing a bit (and one kept open as if
+    # asked for again) is a 0.04 % chance here; with 36 it was 1 %.
+    files = {f"o/{i}.bin": os.urandom(1000 + i) for i in range(72)}
     d = tmp_path / "tier"
     fill_tier(bucket, serve, d, files)
 
@@ -525,7 +528,7 @@ def test_open_entries_admit_what_is_asked_for_again(bucket, serve, tmp_path):
              and len(open_entries(s.proc.pid, d)) == 64, 30, "the file asked for again to be open")
     m = s.metrics()
     assert m["gridfsctl_serve_disk_open_entries"] == 64
-    assert m["gridfsctl_serve_disk_hits_total"] == 101
+    assert m["gridfsctl_serve_disk_hits_total"] == 73
     assert m["gridfsctl_serve_backend_reads_total"] == 0
 
 

@@ -215,6 +215,12 @@ char *printable(const char *s, size_t len);
 /* Formats one line, escapes all of it with printable() and writes it with a newline. */
 void human_line(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* doctor's topology report (cmd/topology.c): its human lines, through doctor's line(), its JSON. */
+struct gfs_topology;
+typedef void (*topology_line_fn)(bool problem, const char *what, const char *detail);
+void topology_print(const struct gfs_topology *t, const char *bucket, topology_line_fn line);
+void topology_json(bson_t *doc, const struct gfs_topology *t);
+
 /* Flushes and closes stdout at exit: a write error turns EXIT_OK into EXIT_LOCAL. */
 int close_stdout(int rc);
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../lib/doctor.h"
+#include "../lib/topology.h"
 #include "cmd.h"
 
 enum { OPT_SAMPLE = 1, OPT_JSON, OPT_ALLOW_EMPTY };
@@ -48,8 +49,8 @@ index_json(bson_t *doc, const char *key, enum gfs_doctor_index st)
 static double started;
 
 static void
-print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bool done,
-              const char *error)
+print_as_json(const gfs_doctor_report *r, const gfs_topology *topo, const char *db,
+              const char *bucket, bool done, const char *error)
 {
 	struct json_summary sum;
 	json_summary_begin(&sum, "doctor", false);
@@ -95,6 +96,7 @@ print_as_json(const gfs_doctor_report *r, const char *db, const char *bucket, bo
 		BSON_APPEND_INT64(&sub, "interrupted", r->sampled_left);
 		BSON_APPEND_INT64(&sub, "estimate", r->orphan_estimate);
 		bson_append_document_end(doc, &sub);
+		topology_json(doc, topo);
 		BSON_APPEND_INT64(doc, "problems", r->problems);
 	}
 	json_summary_end(stdout, &sum, gfs_mono_seconds() - started, error);
@@ -225,22 +227,27 @@ cmd_doctor(int argc, char **argv)
 	gfs_doctor_report r = {0};
 	if (!conn) {
 		if (o.json)
-			print_as_json(&r, G.db ? G.db : "", G.bucket ? G.bucket : GFS_DEFAULT_BUCKET, false,
+			print_as_json(&r, NULL, G.db ? G.db : "", G.bucket ? G.bucket : GFS_DEFAULT_BUCKET, false,
 			              last_message());
 		return EXIT_USAGE;
 	}
 	char *db = strdup(gfs_conn_db(conn)), *bucket = strdup(gfs_conn_bucket(conn));
 	gfs_error err;
-	bool ok = gfs_doctor(conn, o.sample, &r, &err);
+	gfs_topology topo;
+	bool ok = gfs_doctor(conn, o.sample, &r, &err) && gfs_topology_probe(conn, &topo, &err);
+	if (ok)
+		r.problems += topo.problems;
 	gfs_conn_close(conn);
 	/* A typo in a monitoring check's --bucket must not pass as an empty bucket. */
 	if (ok && !r.exists && !o.allow_empty)
 		r.problems++;
 	int rc = ok ? (r.problems ? EXIT_PARTIAL : EXIT_OK) : fail(&err);
 	if (o.json)
-		print_as_json(&r, db, bucket, ok, !ok ? err.msg : r.problems ? "problems found" : NULL);
-	else if (ok)
+		print_as_json(&r, &topo, db, bucket, ok, !ok ? err.msg : r.problems ? "problems found" : NULL);
+	else if (ok) {
 		print_text(&r, db, bucket, o.allow_empty);
+		topology_print(&topo, bucket, line);
+	}
 	free(db);
 	free(bucket);
 	return rc;

@@ -225,3 +225,17 @@ def test_usage_errors_exit_2(gfs):
     assert gfs.run("doctor", "extra").rc == 2
     h = gfs.run("doctor", "--help", db=False)
     assert h.rc == 0 and h.text.startswith("usage: gridfsctl doctor")
+
+
+def test_topology_standalone(gfs, bucket, mongo):
+    """The embedded backend is one server: pymongo's hello names no set and no mongos."""
+    hello = mongo.admin.command("hello")
+    assert "setName" not in hello and hello.get("msg") != "isdbgrid"
+    put_files(bucket, 1)
+    r, d = doctor(gfs)
+    assert r.rc == 0, r
+    assert d["topology"] == {"kind": "standalone"}
+    h = gfs.run("doctor")
+    lines = dict(l.split(":", 1) for l in h.text.splitlines())
+    assert lines["topology"].strip() == "standalone (one server, no replica set)"
+    assert gfs.run("doctor", "-q").out == b""  # a topology is not a problem

@@ -5,6 +5,7 @@
 
 #include "httputil.h"
 #include "nameindex.h"
+#include "revledger.h"
 #include "strmap.h"
 
 struct name_index {
@@ -13,6 +14,7 @@ struct name_index {
 	strmap *by_name;     /* filename -> gfs_meta (one reference held by the map) */
 	strmap *by_id;       /* key -> the same gfs_meta (no extra reference) */
 	int64_t since_ms;    /* wall clock when the last successful load or poll began */
+	gfs_rev_ledger *ledger; /* every document loads and polls saw: removals (the poller's own) */
 	atomic_bool loaded;
 	_Atomic int64_t fresh_ms;
 };
@@ -174,6 +176,7 @@ name_index_free(name_index *ix)
 	if (!ix)
 		return;
 	free_maps(ix->by_name, ix->by_id);
+	gfs_rev_ledger_free(ix->ledger);
 	pthread_rwlock_destroy(&ix->lock);
 	free(ix->prefix);
 	free(ix);
@@ -210,11 +213,34 @@ add_meta(strmap *by_name, strmap *by_id, gfs_meta *m)
 }
 
 /*
+ * Notes doc in the ledger (when there is one); a filename whose document
+ * is new to it goes to touched (when given). A document without an _id
+ * counts for nothing: the server never stores one.
+ */
+static void
+note(gfs_rev_ledger *lg, strmap *touched, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (!lg || !bson_iter_init_find(&it, doc, "_id"))
+		return;
+	char *key = gfs_meta_key(bson_iter_value(&it));
+	if (!key)
+		return;
+	const char *name = bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it)
+	                 ? bson_iter_utf8(&it, NULL) : NULL;
+	if (gfs_rev_ledger_see(lg, key, name) && name && touched)
+		strmap_put(touched, name, touched);
+	free(key);
+}
+
+/*
  * Runs a files query and hands each revision to add_meta. Only the fields
  * the index keeps are asked for, and no sort: the map orders revisions.
+ * Every document, parsed or not, is noted in lg (see revledger.h).
  */
 static bool
-scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_error *err)
+scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_rev_ledger *lg,
+     strmap *touched, int64_t *docs, gfs_error *err)
 {
 	bson_t opts = BSON_INITIALIZER, proj;
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
@@ -230,6 +256,9 @@ scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_e
 	while (mongoc_cursor_next(cur, &doc)) {
 		gfs_file f;
 		gfs_error perr;
+		note(lg, touched, doc);
+		if (docs)
+			(*docs)++;
 		if (!gfs_file_parse(doc, &f, &perr))
 			continue; /* malformed documents are verify's business */
 		if (f.filename)
@@ -246,21 +275,26 @@ name_index_load(name_index *ix, gfs_session *s, gfs_error *err)
 	gfs_prefix_filter(&filter, ix->prefix);
 	strmap *by_name = strmap_new(strmap_count(ix->by_name) + 1024);
 	strmap *by_id = strmap_new(strmap_count(ix->by_id) + 1024);
+	gfs_rev_ledger *lg = gfs_rev_ledger_new();
 	int64_t started = gfs_now_ms();
-	bool ok = scan(s, &filter, by_name, by_id, err);
+	bool ok = scan(s, &filter, by_name, by_id, lg, NULL, NULL, err);
 	bson_destroy(&filter);
 	if (!ok) {
 		free_maps(by_name, by_id);
+		gfs_rev_ledger_free(lg);
 		return false;
 	}
 	pthread_rwlock_wrlock(&ix->lock);
 	strmap *old_name = ix->by_name, *old_id = ix->by_id;
+	gfs_rev_ledger *old_lg = ix->ledger;
 	ix->by_name = by_name;
 	ix->by_id = by_id;
+	ix->ledger = lg;
 	ix->since_ms = started;
 	ix->loaded = true;
 	pthread_rwlock_unlock(&ix->lock);
 	free_maps(old_name, old_id);
+	gfs_rev_ledger_free(old_lg);
 	atomic_store(&ix->fresh_ms, gfs_now_ms());
 	return true;
 }
@@ -280,6 +314,110 @@ collect(const char *key, void *value, void *ctx)
 }
 
 /*
+ * The files documents under prefix, counted before a poll's query. The
+ * whole collection: estimatedDocumentCount, which MongoDB answers from the
+ * collection's metadata, reading no document and no index key. Under a
+ * prefix: a count of the filename range, which MongoDB answers from the
+ * keys of the spec's {filename: 1, uploadDate: 1} index alone.
+ */
+static bool
+count_files(gfs_session *s, const char *prefix, int64_t *out, gfs_error *err)
+{
+	bson_error_t berr;
+	if (!*prefix) {
+		*out = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
+	} else {
+		bson_t filter = BSON_INITIALIZER;
+		gfs_prefix_filter(&filter, prefix);
+		*out = mongoc_collection_count_documents(s->files, &filter, NULL, NULL, NULL, &berr);
+		bson_destroy(&filter);
+	}
+	if (*out >= 0)
+		return true;
+	gfs_error_from_bson(err, &berr, "index: count the files collection");
+	return false;
+}
+
+/* Puts m (taking its reference) as name's entry, or removes the entry when m is NULL. */
+static void
+set_entry(name_index *ix, const char *name, gfs_meta *m)
+{
+	pthread_rwlock_wrlock(&ix->lock);
+	gfs_meta *old = m ? strmap_put(ix->by_name, name, m) : strmap_del(ix->by_name, name);
+	if (old && strmap_get(ix->by_id, old->key) == old)
+		strmap_del(ix->by_id, old->key);
+	if (m)
+		strmap_put(ix->by_id, m->key, m);
+	pthread_rwlock_unlock(&ix->lock);
+	gfs_meta_unref(old);
+}
+
+/*
+ * Rereads one name's revisions (an equality query on the spec's index):
+ * its newest becomes the entry, whether newer or older than the one held,
+ * and none removes it; the ledger learns how many it has.
+ */
+static bool
+refresh_name(name_index *ix, gfs_session *s, const char *name, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	strmap *by_name = strmap_new(4), *by_id = strmap_new(4);
+	int64_t docs = 0;
+	bool ok = scan(s, &filter, by_name, by_id, ix->ledger, NULL, &docs, err);
+	bson_destroy(&filter);
+	if (ok) {
+		gfs_rev_ledger_set_name(ix->ledger, name, docs);
+		set_entry(ix, name, strmap_del(by_name, name));
+	}
+	free_maps(by_name, by_id);
+	return ok;
+}
+
+/* Names refreshed one by one when a poll must explain a removal; past this, one reload costs less. */
+#define REFRESH_MAX 64
+
+struct refresh {
+	name_index *ix;
+	gfs_session *s;
+	gfs_error *err;
+	bool ok;
+};
+
+static void
+refresh_each(const char *name, void *value, void *ctx)
+{
+	(void)value;
+	struct refresh *r = ctx;
+	if (r->ok)
+		r->ok = refresh_name(r->ix, r->s, name, r->err);
+}
+
+/*
+ * After a poll's query: when the count taken before it proves a removal
+ * (revledger.h), first the names that have new revisions are reread (a
+ * replacement removes their old revisions, which explains the count
+ * without a reload); whatever is still unexplained is a removal of a
+ * name the poll did not see, and the whole index is reread. A poll that
+ * finds nothing removed costs the count alone.
+ */
+static bool
+name_index_removals(name_index *ix, gfs_session *s, int64_t count, strmap *touched, gfs_error *err)
+{
+	if (!gfs_rev_ledger_removed(ix->ledger, count))
+		return true;
+	if (strmap_count(touched) <= REFRESH_MAX) {
+		struct refresh r = {ix, s, err, true};
+		strmap_each(touched, refresh_each, &r); /* refresh_name changes ix, never touched */
+		if (!r.ok)
+			return false;
+		if (!gfs_rev_ledger_removed(ix->ledger, count))
+			return true;
+	}
+	return name_index_load(ix, s, err);
+}
+
+/*
  * Not "newer than the newest seen": a writer whose clock is behind, or one
  * that took a while between dating a file and inserting its document, adds
  * files dated before revisions already seen. Anything inserted since the
@@ -293,6 +431,10 @@ name_index_poll(name_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *e
 	pthread_rwlock_rdlock(&ix->lock);
 	int64_t since = ix->since_ms - overlap_ms;
 	pthread_rwlock_unlock(&ix->lock);
+	int64_t count;
+	if (!count_files(s, ix->prefix, &count, err))
+		return false; /* before the query: see revledger.h */
+	strmap *touched = strmap_new(64);
 
 	bson_t filter = BSON_INITIALIZER, range;
 	gfs_prefix_filter(&filter, ix->prefix);
@@ -301,10 +443,11 @@ name_index_poll(name_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *e
 	bson_append_document_end(&filter, &range);
 	strmap *by_name = strmap_new(64), *by_id = strmap_new(64);
 	int64_t started = gfs_now_ms();
-	bool ok = scan(s, &filter, by_name, by_id, err);
+	bool ok = scan(s, &filter, by_name, by_id, ix->ledger, touched, NULL, err);
 	bson_destroy(&filter);
 	if (!ok) {
 		free_maps(by_name, by_id);
+		strmap_free(touched);
 		return false;
 	}
 	struct collected c = {0};
@@ -318,8 +461,11 @@ name_index_poll(name_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *e
 	free(c.items);
 	strmap_free(by_name);
 	strmap_free(by_id);
-	atomic_store(&ix->fresh_ms, gfs_now_ms());
-	return true;
+	ok = name_index_removals(ix, s, count, touched, err);
+	strmap_free(touched);
+	if (ok)
+		atomic_store(&ix->fresh_ms, gfs_now_ms());
+	return ok;
 }
 
 gfs_meta *

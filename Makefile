@@ -147,7 +147,7 @@ demo:
 # to where this install puts it.
 DOCDIR  ?= $(PREFIX)/share/doc/gridfsctl
 CONTRIB := $(sort $(wildcard contrib/*/*) $(wildcard examples/*))
-DOCS    := docs/cron.md
+DOCS    := docs/cron.md docs/scale-out.md
 MAN_DST  = $(foreach m,$(MAN_OUT),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
 COMP_DST = $(DESTDIR)$(PREFIX)/share/bash-completion/completions/gridfsctl \
 	$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_gridfsctl \

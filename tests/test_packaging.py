@@ -61,6 +61,7 @@ def test_make_install_layout(installed):
     assert (usr / "share" / "fish" / "vendor_completions.d" / "gridfsctl.fish").exists()
     doc = usr / "share" / "doc" / "gridfsctl"
     assert (doc / "cron.md").exists()
+    assert (doc / "scale-out.md").exists()
     for sub in ("systemd", "logrotate"):
         for f in os.listdir(os.path.join(CONTRIB, sub)):
             assert (doc / "contrib" / sub / f).exists(), f

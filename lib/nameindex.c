@@ -15,6 +15,7 @@ struct name_index {
 	strmap *by_id;       /* key -> the same gfs_meta (no extra reference) */
 	int64_t since_ms;    /* wall clock when the last successful load or poll began */
 	gfs_rev_ledger *ledger; /* every document loads and polls saw: removals (the poller's own) */
+	strmap *recent;      /* names the last poll found new revisions of (the poller's own) */
 	atomic_bool loaded;
 	_Atomic int64_t fresh_ms;
 };
@@ -177,6 +178,7 @@ name_index_free(name_index *ix)
 		return;
 	free_maps(ix->by_name, ix->by_id);
 	gfs_rev_ledger_free(ix->ledger);
+	strmap_free(ix->recent);
 	pthread_rwlock_destroy(&ix->lock);
 	free(ix->prefix);
 	free(ix);
@@ -381,6 +383,7 @@ struct refresh {
 	name_index *ix;
 	gfs_session *s;
 	gfs_error *err;
+	const strmap *done;  /* names already reread, or NULL */
 	bool ok;
 };
 
@@ -389,26 +392,32 @@ refresh_each(const char *name, void *value, void *ctx)
 {
 	(void)value;
 	struct refresh *r = ctx;
-	if (r->ok)
+	if (r->ok && !(r->done && strmap_get(r->done, name)))
 		r->ok = refresh_name(r->ix, r->s, name, r->err);
 }
 
 /*
  * After a poll's query: when the count taken before it proves a removal
- * (revledger.h), first the names that have new revisions are reread (a
- * replacement removes their old revisions, which explains the count
- * without a reload); whatever is still unexplained is a removal of a
- * name the poll did not see, and the whole index is reread. A poll that
- * finds nothing removed costs the count alone.
+ * (revledger.h), first the names that have new revisions, in this poll or
+ * the one before, are reread (a replacement removes its old revisions
+ * just after it inserts the new one, which may fall on either side of a
+ * poll; that explains the count without a reload); whatever is still
+ * unexplained is a removal of a name the polls did not see, and the whole
+ * index is reread. A poll that finds nothing removed costs the count alone.
  */
 static bool
 name_index_removals(name_index *ix, gfs_session *s, int64_t count, strmap *touched, gfs_error *err)
 {
 	if (!gfs_rev_ledger_removed(ix->ledger, count))
 		return true;
-	if (strmap_count(touched) <= REFRESH_MAX) {
-		struct refresh r = {ix, s, err, true};
-		strmap_each(touched, refresh_each, &r); /* refresh_name changes ix, never touched */
+	size_t recent = ix->recent ? strmap_count(ix->recent) : 0;
+	if (strmap_count(touched) + recent <= REFRESH_MAX) {
+		/* refresh_name changes ix's maps, never these two */
+		struct refresh r = {ix, s, err, NULL, true};
+		strmap_each(touched, refresh_each, &r);
+		r.done = touched;
+		if (ix->recent)
+			strmap_each(ix->recent, refresh_each, &r);
 		if (!r.ok)
 			return false;
 		if (!gfs_rev_ledger_removed(ix->ledger, count))
@@ -462,7 +471,8 @@ name_index_poll(name_index *ix, gfs_session *s, int64_t overlap_ms, gfs_error *e
 	strmap_free(by_name);
 	strmap_free(by_id);
 	ok = name_index_removals(ix, s, count, touched, err);
-	strmap_free(touched);
+	strmap_free(ix->recent);
+	ix->recent = touched;
 	if (ok)
 		atomic_store(&ix->fresh_ms, gfs_now_ms());
 	return ok;

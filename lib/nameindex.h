@@ -8,7 +8,8 @@
  * reads only files documents dated since the last poll began, less an
  * overlap for writers that lag (new files and new revisions), and notices
  * removals from one count taken before that query (revledger.h: names
- * with new revisions are reread, and past that the whole index);
+ * with new revisions in this poll or the last are reread, and past that
+ * the whole index);
  * name_index_load() rereads everything (renames, which no count shows).
  * Load and poll are called from one thread at a time. The caller decides
  * how often and how much overlap; serve documents the bounds.

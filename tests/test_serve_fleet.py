@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from test_serve import put, quote, serve, sha, wait_for  # noqa: F401 (serve: the fixture)
+from wireproxy import CommandRecorder
 
 # Far beyond the test's length: what the servers notice, the poll noticed.
 RELOAD = "3600"
@@ -116,3 +117,67 @@ def test_three_servers_follow_replacements_and_removals(bucket, serve, tmp_path)
                 # One whole revision, and the headers name the bytes sent.
                 assert sha(body) in hashes[name], (name, len(body))
                 assert etag == f'"{sha(body)}"', (name, etag)
+
+
+def files_reads(cmds, db):
+    """What a serve process asked of fs.files, by kind: the count before each
+    poll, the poll's dated query, one name's reread, the whole index, and
+    the rest (a request's lookup by _id)."""
+    kinds = collections.Counter()
+    for c in cmds:
+        if c.db != db or c.target != "fs.files":
+            continue
+        if c.name in ("count", "aggregate"):
+            kinds["count"] += 1
+        elif c.name == "find":
+            f = c.doc.get("filter") or {}
+            if "uploadDate" in f:
+                kinds["poll"] += 1
+            elif isinstance(f.get("filename"), str):
+                kinds["name"] += 1
+            elif isinstance(f.get("filename"), dict) or not f:
+                kinds["load"] += 1  # the prefix's range, or everything
+            else:
+                kinds["other"] += 1  # a request's own lookup (by _id)
+    return kinds
+
+
+def test_poll_cost_follows_the_work(bucket, backend, db, serve):
+    """Read off the wire: an idle poll is a count and the dated query; a
+    replacement rereads its one name; only a removal rereads the index."""
+    rec = CommandRecorder(backend.port)
+    try:
+        for i in range(20):
+            put(bucket, f"posters/{i:02d}.jpg", f"poster {i} ".encode() * 100)
+        s = serve("--reload", RELOAD, "--prefix", "posters", env={"GRIDFSCTL_URI": rec.uri})
+        rec.taken()
+        seen = collections.Counter()
+
+        def polls(n):
+            """Waits for n more polls; what they asked, added up."""
+            def enough():
+                seen.update(files_reads(rec.taken(), db.name))
+                return seen["poll"] >= n
+            wait_for(enough, WITHIN_S, f"{n} polls")
+            got = dict(seen)
+            seen.clear()
+            return got
+
+        idle = polls(3)
+        assert idle.get("load", 0) == 0 and idle.get("name", 0) == 0, idle
+        assert idle["count"] >= 3, idle
+        # A replacement: its old revision goes right after the new one arrives.
+        old = bucket.find({"filename": "posters/03.jpg"}).next()._id
+        put(bucket, "posters/03.jpg", b"replaced " * 100)
+        bucket.delete(old)
+        wait_for(lambda: s.get("/03.jpg")[2] == b"replaced " * 100, WITHIN_S, "the new revision")
+        replaced = polls(3)
+        assert replaced.get("load", 0) == 0, replaced
+        assert replaced.get("name", 0) >= 1, replaced
+        # A removal, with no new revision to explain it: the index is reread.
+        bucket.delete(bucket.find({"filename": "posters/07.jpg"}).next()._id)
+        wait_for(lambda: s.get("/07.jpg")[0] == 404, WITHIN_S, "404 for the removed file")
+        removed = polls(2)
+        assert removed.get("load", 0) >= 1, removed
+    finally:
+        rec.close()

@@ -10,6 +10,7 @@ import pytest
 
 import jsonvocab
 from conftest import free_port
+from wireproxy import HelloRewriter
 
 
 def doctor(gfs, *args, **kw):
@@ -239,3 +240,80 @@ def test_topology_standalone(gfs, bucket, mongo):
     lines = dict(l.split(":", 1) for l in h.text.splitlines())
     assert lines["topology"].strip() == "standalone (one server, no replica set)"
     assert gfs.run("doctor", "-q").out == b""  # a topology is not a problem
+
+
+MEMBERS = ["db1.example.net:27017", "db2.example.net:27017", "db3.example.net:27017"]
+
+
+def test_topology_replica_set_without_status(gfs, bucket, backend):
+    """hello says replica set (through a proxy rewriting hello, the only
+    answer it changes); the backend refuses replSetGetStatus, as a mongod
+    does to a user without clusterMonitor: the members hello names, the
+    primary marked, and a line saying states and lag could not be read."""
+    put_files(bucket, 1)
+    proxy = HelloRewriter(backend.port, {"setName": "rs0", "hosts": MEMBERS, "primary": MEMBERS[0],
+                                          "me": MEMBERS[0], "isWritablePrimary": True,
+                                          "secondary": False})
+    try:
+        env = {"GRIDFSCTL_URI": proxy.uri}
+        r, d = doctor(gfs, env=env)
+        assert r.rc == 0, r  # not knowing the states is said, and not a problem
+        t = d["topology"]
+        assert t["kind"] == "replicaSet" and t["setName"] == "rs0", t
+        assert [m["host"] for m in t["members"]] == MEMBERS, t
+        assert t["members"][0]["state"] == "PRIMARY", t
+        assert "state" not in t["members"][1] and "lagSeconds" not in t["members"][1], t
+        assert t["statusError"], t
+        h = gfs.run("doctor", env=env)
+        lines = h.text.splitlines()
+        top = [l for l in lines if l.startswith("topology:")]
+        assert len(top) == 1 and "replica set rs0, 3 members (states and lag not readable" in top[0], h
+        members = [l.split(":", 1)[1].strip() for l in lines if l.startswith("member:")]
+        assert members == [f"{MEMBERS[0]} PRIMARY"] + [f"{m} (state not readable)" for m in MEMBERS[1:]], h
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def config_collections(mongo, db):
+    """config.collections on the backend, as mongos reads it: a test writes
+    its bucket's documents there (under its own database's name), and they
+    are removed afterwards."""
+    coll = mongo["config"]["collections"]
+    yield coll
+    coll.delete_many({"_id": {"$in": [f"{db.name}.fs.files", f"{db.name}.fs.chunks"]}})
+
+
+def shard_doc(ns, key):
+    """A config.collections document as MongoDB 5.0 and later write it."""
+    return {"_id": ns, "lastmodEpoch": bson.ObjectId(), "lastmod": datetime.datetime.now(datetime.timezone.utc),
+            "timestamp": bson.Timestamp(1764928800, 1), "uuid": bson.Binary(os.urandom(16), 4),
+            "key": key, "unique": False, "noBalance": False}
+
+
+@pytest.mark.parametrize("key, supported", [({"files_id": 1, "n": 1}, True), ({"files_id": 1}, True),
+                                            ({"_id": 1}, False), ({"files_id": "hashed"}, False)])
+def test_topology_sharded_chunks_key(gfs, bucket, backend, db, config_collections, key, supported):
+    """hello says mongos (the proxy's one change); config.collections holds
+    the bucket's documents as mongos would read them: fs.chunks on a key
+    other than the manual's two is a PROBLEM, exit 1."""
+    put_files(bucket, 1)
+    config_collections.insert_one(shard_doc(f"{db.name}.fs.chunks", key))
+    proxy = HelloRewriter(backend.port, {"msg": "isdbgrid"})
+    try:
+        env = {"GRIDFSCTL_URI": proxy.uri}
+        r, d = doctor(gfs, env=env)
+        assert r.rc == (0 if supported else 1), r
+        t = d["topology"]
+        assert t["kind"] == "sharded", t
+        assert t["files"] == {"sharded": False}, t
+        assert t["chunks"]["sharded"] is True and t["chunks"]["supported"] is supported, t
+        assert d["problems"] == (0 if supported else 1), d
+        q = gfs.run("doctor", "-q", env=env)
+        if supported:
+            assert q.out == b"", q
+        else:
+            assert q.text.startswith("sharding:     PROBLEM: fs.chunks sharded on {"), q
+            assert len(q.text.splitlines()) == 1, q
+    finally:
+        proxy.close()

@@ -33,6 +33,7 @@ import time
 import bson
 
 OP_MSG = 2013
+OP_REPLY = 1
 DEADLINE = 30
 
 
@@ -226,6 +227,64 @@ class WireProxy(TcpProxy):
                 break
         _close(client)
         _close(server)
+
+
+class HelloRewriter(TcpProxy):
+    """Forwards every connection unchanged but for hello's answer (the one
+    reply that carries maxWireVersion, in OP_MSG or the handshake's
+    OP_REPLY), into which it merges extra: one server that says it is a
+    replica set member (setName, hosts, primary) or a mongos (msg:
+    "isdbgrid"), for what a client makes of that. Every other command and
+    answer is the backend's own."""
+
+    def __init__(self, upstream_port, extra):
+        self.extra = extra
+        super().__init__(upstream_port, "?directConnection=true")
+
+    def serve(self, client):
+        server = socket.create_connection(self.upstream)
+        self.pump(self._copy, client, server, None)
+        self.pump(self._copy, server, client, self._rewrite)
+
+    @staticmethod
+    def _copy(src, dst, rewrite):
+        try:
+            while (msg := read_msg(src)) is not None:
+                dst.sendall(rewrite(msg) if rewrite else msg)
+        except OSError:
+            pass
+        _close(src)
+        _close(dst)
+
+    def _merged(self, raw):
+        doc = bson.decode(raw)
+        if "maxWireVersion" not in doc:
+            return None
+        doc.update(self.extra)
+        return bson.encode(doc)
+
+    def _rewrite(self, msg):
+        _, req, resp, opcode = struct.unpack_from("<iiii", msg)
+        if opcode == OP_MSG:
+            flags = struct.unpack_from("<I", msg, 16)[0]
+            if flags & 1 or msg[20] != 0:
+                return msg  # a checksum, or no body first: not a reply this rewrites
+            size = struct.unpack_from("<i", msg, 21)[0]
+            body = self._merged(msg[21:21 + size])
+            if body is None:
+                return msg
+            payload = struct.pack("<I", flags) + b"\0" + body + msg[21 + size:]
+        elif opcode == OP_REPLY:
+            head = msg[16:36]
+            if struct.unpack_from("<i", head, 16)[0] != 1:
+                return msg
+            body = self._merged(msg[36:])
+            if body is None:
+                return msg
+            payload = head + body
+        else:
+            return msg
+        return struct.pack("<iiii", 16 + len(payload), req, resp, opcode) + payload
 
 
 def _close(sock):

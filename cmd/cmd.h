@@ -227,6 +227,15 @@ int close_stdout(int rc);
 /* Everyday-verb helpers (cmd/util.c). */
 void file_to_json(const gfs_file *f, bson_t *out);
 int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out);
+/*
+ * What ls and get select: a shell PATTERN when operand has a wildcard, the
+ * names matching --regex, else the names beginning with operand (NULL:
+ * all). -1 after a usage error; else the caller frees m.
+ */
+struct gfs_match;
+int select_operand(const char *operand, const char *regex, struct gfs_match *m);
+/* --id's typed syntax (lib/select.h: OID, oid:, str:, int:, long:); false after a usage error. */
+bool parse_id_option(const char *arg, bson_value_t *out);
 bool one_target(int nargs, const char *id_hex);
 int parse_rev_option(const char *arg, long *rev);
 void add_glob(const char ***list, size_t *n, const char *arg);

@@ -11,21 +11,30 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "../lib/mirror.h"
+#include "../lib/names.h"
 #include "../lib/safepath.h"
+#include "../lib/select.h"
 
-enum { OPT_ID = 1 };
+enum { OPT_ID = 1, OPT_REGEX };
 
 static const struct cmd_opt get_opts[] = {
-	CMD_OPT(0, "id", "OID", "the file with this _id instead of a NAME", .id = OPT_ID),
+	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
+	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
 	CMD_OPT('r', "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first"),
+	PREFIX_OPT("every file under the folder P (newest revisions), into -o DIR, named as "
+	           "below P"),
+	CMD_OPT(0, "regex", "RE", "every file whose name the POSIX extended regular expression RE "
+	        "matches (newest revisions), into -o DIR", .id = OPT_REGEX),
 	CMD_OPT('o', "output", "F", "write to F ('-' for stdout); default: the stored name, under the "
-	        "current directory (parent directories are created)"),
+	        "current directory (parent directories are created). With several NAMEs, --prefix "
+	        "or --regex, the directory the files go into"),
 	CMD_OPT('f', "force", NULL, "replace an existing output file"),
 	CMD_OPT_END,
 };
 
 struct get_opts {
-	const char *id, *output;
+	const char *id, *output, *prefix, *regex;
 	long rev;
 	bool force;
 };
@@ -36,6 +45,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	struct get_opts *o = ctx;
 	switch (opt) {
 	case OPT_ID: o->id = arg; return 0;
+	case 'p': o->prefix = arg; return 0;
+	case OPT_REGEX: o->regex = arg; return 0;
 	case 'o': o->output = arg; return 0;
 	case 'f': o->force = true; return 0;
 	case 'r': return parse_rev_option(arg, &o->rev);
@@ -342,25 +353,179 @@ get_to_file(gfs_session *s, const gfs_file *f, const char *output, bool force)
 	return rc;
 }
 
+/*
+ * Several files into one directory: each at the path its stored name makes
+ * beneath root (below the folder nprefix), held to mirror's rules
+ * (lib/safepath.c: never outside root, never through a symlink there).
+ */
+static int
+get_beneath(gfs_session *s, int root, const gfs_file *f, const char *nprefix, bool force)
+{
+	gfs_error err;
+	size_t raw_len = 0, len;
+	char *raw = gfs_raw_name(f->doc, &raw_len), *rel;
+	bool ok = f->filename && gfs_mirror_local_path(f->filename, nprefix, raw, raw_len, &rel, &len,
+	                                               &err);
+	free(raw);
+	if (!ok) {
+		warnx_("%s: stored name is not a safe local path (%s)",
+		       f->filename ? f->filename : "(no name)", f->filename ? err.msg : "none");
+		return EXIT_LOCAL;
+	}
+	size_t dl = gfs_safepath_dirlen(rel, len);
+	struct target t = {.shown = rel, .base = dl ? rel + dl + 1 : rel};
+	t.dirfd = gfs_safepath_opendir(root, rel, dl, GFS_SAFEPATH_CREATE, &err);
+	int rc = EXIT_LOCAL;
+	if (t.dirfd < 0) {
+		warnx_("%s: %s", rel, err.msg);
+	} else {
+		rc = get_to_path(s, f, &t, force);
+		close(t.dirfd);
+	}
+	free(rel);
+	return rc;
+}
+
+/* One file's status, or of several: 1 when only some failed; a stop or the backend ends the run. */
+struct tally {
+	int nfail, last, n;
+};
+
+static bool
+count(struct tally *t, int rc)
+{
+	t->n++;
+	if (rc != EXIT_OK) {
+		t->nfail++;
+		t->last = rc;
+	}
+	return rc != EXIT_BACKEND && rc != EXIT_INTERRUPTED && rc != EXIT_USAGE;
+}
+
+static int
+tally_rc(const struct tally *t)
+{
+	bool fatal = t->last == EXIT_BACKEND || t->last == EXIT_INTERRUPTED || t->last == EXIT_USAGE;
+	return t->nfail == 0 ? EXIT_OK : (fatal || t->nfail == t->n) ? t->last : EXIT_PARTIAL;
+}
+
+/* The names given, each to its stored name beneath root (the newest, or --rev). */
+static int
+get_names(gfs_session *s, const struct get_opts *o, int root, char **names, int n)
+{
+	struct tally t = {0};
+	for (int i = 0; i < n; i++) {
+		gfs_file f;
+		int rc = lookup_file(s, names[i], NULL, (int)o->rev, &f);
+		if (rc == EXIT_OK) {
+			rc = get_beneath(s, root, &f, "", o->force);
+			gfs_file_free(&f);
+		}
+		if (!count(&t, rc))
+			break;
+	}
+	return tally_rc(&t);
+}
+
+/* The newest revision of every name --prefix or --regex selects: one query. */
+static int
+get_matching(gfs_session *s, const struct get_opts *o, int root)
+{
+	gfs_match m;
+	gfs_error err;
+	if (o->prefix)
+		gfs_match_folder(&m, o->prefix);
+	else if (select_operand(NULL, o->regex, &m) < 0)
+		return EXIT_USAGE;
+	gfs_file *files;
+	size_t n;
+	struct tally t = {0};
+	if (!gfs_newest_match(s, &m, &files, &n, &err)) {
+		count(&t, fail(&err));
+	} else if (n == 0) {
+		gfs_error_set(&err, GFS_ENOTFOUND, o->prefix ? "%s: nothing stored under it"
+		              : "--regex %s: no name matches", o->prefix ? m.prefix : o->regex);
+		count(&t, fail(&err));
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (t.last != EXIT_BACKEND && t.last != EXIT_INTERRUPTED)
+			count(&t, stop_signal ? EXIT_INTERRUPTED
+			                      : get_beneath(s, root, &files[i], o->prefix ? m.prefix : "", o->force));
+		gfs_file_free(&files[i]);
+	}
+	if (t.last == EXIT_INTERRUPTED && stop_signal)
+		warnx_("interrupted");
+	free(files);
+	gfs_match_free(&m);
+	return tally_rc(&t);
+}
+
+/* -o DIR for several files: the user's own path, made when missing. */
+static int
+open_output_dir(const char *dir)
+{
+	char *path = bson_strdup_printf("%s/", dir);
+	bool made = make_parents(path);
+	bson_free(path);
+	int fd = made ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		warn_("-o %s", dir);
+	return fd;
+}
+
+static int
+get_several(gfs_session *s, const struct get_opts *o, char **names, int n)
+{
+	if (o->output && strcmp(o->output, "-") == 0) {
+		usage_error("several files cannot go to standard output: -o names a directory");
+		return EXIT_USAGE;
+	}
+	int root = open_output_dir(o->output ? o->output : ".");
+	if (root < 0)
+		return EXIT_LOCAL;
+	int rc = n > 0 ? get_names(s, o, root, names, n) : get_matching(s, o, root);
+	close(root);
+	return rc;
+}
+
+static int
+check_operands(const struct get_opts *o, int nargs)
+{
+	int modes = (nargs > 0) + (o->id != NULL) + (o->prefix != NULL) + (o->regex != NULL);
+	if (modes != 1) {
+		usage_error(modes ? "give NAMEs, --id, --prefix or --regex: one of them"
+		                  : "a NAME, --id, --prefix or --regex is required");
+		return -1;
+	}
+	if ((o->prefix || o->regex) && !o->output) {
+		usage_error("--%s needs -o DIR, the directory the files go into",
+		            o->prefix ? "prefix" : "regex");
+		return -1;
+	}
+	if (o->output && !*o->output) {
+		usage_error("-o needs a file name ('-' for stdout), not an empty string");
+		return -1;
+	}
+	return 0;
+}
+
 static int
 cmd_get(int argc, char **argv)
 {
 	struct get_opts o = {.rev = -1};
 	int i = parse_options(argc, argv, &cmd_get_entry, on_opt, &o);
-	if (i < 0 || !one_target(argc - i, o.id))
+	if (i < 0 || check_operands(&o, argc - i) < 0)
 		return EXIT_USAGE;
-	if (o.output && !*o.output) {
-		usage_error("-o needs a file name ('-' for stdout), not an empty string");
-		return EXIT_USAGE;
-	}
 	gfs_conn *conn = connect_or_warn();
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
 	catch_interrupts(0, NULL);
 	gfs_file f;
-	int rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f);
-	if (rc == EXIT_OK) {
+	int rc;
+	if (argc - i > 1 || o.prefix || o.regex)
+		rc = get_several(s, &o, argv + i, argc - i);
+	else if ((rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f)) == EXIT_OK) {
 		if (o.output && strcmp(o.output, "-") == 0)
 			rc = read_into(s, &f, STDOUT_FILENO, "stdout");
 		else
@@ -373,11 +538,12 @@ cmd_get(int argc, char **argv)
 }
 
 static const struct cmd_exit get_exits[] = {
-	{0, "ok"}, {1, "the stored file is damaged"}, {2, "usage"}, {3, "backend"},
+	{0, "ok"}, {1, "the stored file is damaged, or some of several failed"}, {2, "usage"},
+	{3, "backend"},
 	{4, "no such name, id or revision"}, {5, "the output exists or cannot be written"},
 	{130, "interrupted"}, {-1, NULL},
 };
 
 const struct cmd_entry cmd_get_entry = {
-	"get", "write a stored file to disk or stdout", "NAME|--id OID", get_opts, get_exits, cmd_get,
+	"get", "write a stored file to disk or stdout", "NAME|--id ID", get_opts, get_exits, cmd_get,
 };

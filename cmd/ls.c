@@ -3,19 +3,23 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "../lib/select.h"
 
-enum { OPT_JSON = 1 };
+enum { OPT_JSON = 1, OPT_REGEX };
 
 static const struct cmd_opt ls_opts[] = {
 	CMD_OPT('l', "long", NULL, "size, upload date, content type and name"),
 	CMD_OPT('h', "human-readable", NULL, "with -l, sizes as 40.0 KiB, 1.5 MiB (powers of 1024)"),
 	CMD_OPT('a', "all-revisions", NULL, "every revision, not only the newest of each name"),
+	CMD_OPT(0, "regex", "RE", "only names the POSIX extended regular expression RE matches "
+	        "(anywhere, unless anchored with ^)", .id = OPT_REGEX),
 	CMD_OPT(0, "json", NULL, "one JSON object per file (JSON Lines)", .id = OPT_JSON),
 	CMD_OPT_END,
 };
 
 struct ls {
 	bool lng, all, json, human;
+	const char *regex;
 	gfs_file pending;      /* newest revision seen so far of the current name */
 	bool have_pending;
 	int64_t revisions;     /* of the pending name */
@@ -31,6 +35,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 'h': l->human = true; return 0;
 	case 'a': l->all = true; return 0;
 	case OPT_JSON: l->json = true; return 0;
+	case OPT_REGEX: l->regex = arg; return 0;
 	}
 	return -1;
 }
@@ -111,19 +116,24 @@ cmd_ls(int argc, char **argv)
 	if (i < 0)
 		return EXIT_USAGE;
 	if (argc - i > 1) {
-		usage_error("at most one PREFIX");
+		usage_error("at most one PREFIX or PATTERN");
 		return EXIT_USAGE;
 	}
-	const char *prefix = i < argc ? argv[i] : NULL;
-	gfs_conn *conn = connect_or_warn();
-	if (!conn)
+	gfs_match m;
+	if (select_operand(i < argc ? argv[i] : NULL, l.regex, &m) < 0)
 		return EXIT_USAGE;
+	gfs_conn *conn = connect_or_warn();
+	if (!conn) {
+		gfs_match_free(&m);
+		return EXIT_USAGE;
+	}
 	gfs_session *s = gfs_session_pop(conn);
 	gfs_error err;
-	bool ok = gfs_list(s, prefix, on_file, &l, &err);
+	bool ok = gfs_list_match(s, &m, on_file, &l, &err);
 	flush_pending(&l);
 	gfs_session_push(s);
 	gfs_conn_close(conn);
+	gfs_match_free(&m);
 	return ok ? EXIT_OK : fail(&err);
 }
 
@@ -132,5 +142,5 @@ static const struct cmd_exit ls_exits[] = {
 };
 
 const struct cmd_entry cmd_ls_entry = {
-	"ls", "list files in the bucket", "[PREFIX]", ls_opts, ls_exits, cmd_ls,
+	"ls", "list files in the bucket", "[PREFIX|PATTERN]", ls_opts, ls_exits, cmd_ls,
 };

@@ -11,11 +11,17 @@
 #include "../lib/magic.h"
 #include "../lib/mirror.h"
 #include "../lib/names.h"
+#include "../lib/select.h"
 
-enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE };
+enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE, OPT_ID, OPT_META, OPT_NAMEPREFIX };
 
 static const struct cmd_opt put_opts[] = {
 	CMD_OPT('n', "name", "NAME", "stored name (default: the file's base name; required for '-')"),
+	CMD_OPT(0, "name-prefix", "P", "store each FILE as P/ and its base name", .id = OPT_NAMEPREFIX),
+	CMD_OPT(0, "id", "ID", "the new file's _id: 24 hex digits (an ObjectId), or oid:HEX, "
+	        "str:TEXT, int:N, long:N; refused when taken", .id = OPT_ID),
+	CMD_OPT(0, "metadata", "JSON", "a JSON object stored in metadata beside gridfsctl's own "
+	        "fields (a key of theirs is refused)", .id = OPT_META),
 	CMD_OPT('t', "type", "MIME", "content type (default: detected by libmagic)"),
 	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of the name in all "
 	        "(default 1; 0 keeps every revision)"),
@@ -27,11 +33,40 @@ static const struct cmd_opt put_opts[] = {
 };
 
 struct put_opts {
-	const char *name, *type;
+	const char *name, *type, *name_prefix, *id_arg;
+	bson_value_t id;
+	bson_t *metadata;
 	long keep;
 	uint64_t chunk_size;
 	bool json, allow_unsafe;
 };
+
+/* --metadata: a JSON object (libbson's parser) none of whose keys is one gridfsctl keeps itself. */
+static int
+metadata_option(const char *arg, struct put_opts *o)
+{
+	bson_error_t berr;
+	bson_t *doc = bson_new_from_json((const uint8_t *)arg, -1, &berr);
+	if (!doc) {
+		warnx_("--metadata takes a JSON object: %s", berr.message);
+		return -1;
+	}
+	bson_iter_t it;
+	if (bson_iter_init(&it, doc)) {
+		while (bson_iter_next(&it)) {
+			if (!gfs_metadata_key_reserved(bson_iter_key(&it)))
+				continue;
+			warnx_("--metadata: '%s' is a field gridfsctl keeps itself; use another key",
+			       bson_iter_key(&it));
+			bson_destroy(doc);
+			return -1;
+		}
+	}
+	if (o->metadata)
+		bson_destroy(o->metadata);
+	o->metadata = doc;
+	return 0;
+}
 
 static int
 on_opt(int opt, const char *arg, void *ctx)
@@ -40,6 +75,12 @@ on_opt(int opt, const char *arg, void *ctx)
 	switch (opt) {
 	case 'n': o->name = arg; return 0;
 	case 't': o->type = arg; return 0;
+	case OPT_NAMEPREFIX: o->name_prefix = arg; return 0;
+	case OPT_ID:
+		o->id_arg = arg;
+		bson_value_destroy(&o->id);
+		return parse_id_option(arg, &o->id) ? 0 : -1;
+	case OPT_META: return metadata_option(arg, o);
 	case OPT_JSON: o->json = true; return 0;
 	case OPT_UNSAFE: o->allow_unsafe = true; return 0;
 	case 'k':
@@ -270,6 +311,8 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 		.st = j->fd == STDIN_FILENO ? NULL : j->st,
 	};
 	bson_t meta = BSON_INITIALIZER;
+	if (o->metadata)
+		bson_concat(&meta, o->metadata);
 	if (S_ISREG(j->st->st_mode))
 		gfs_metadata_from_stat(&meta, j->st);
 	/* As import does: mirror and verify find the original bytes here. */
@@ -282,6 +325,7 @@ upload(gfs_session *s, const struct put_opts *o, const struct put_job *j)
 		.metadata = &meta,
 		.chunk_size = (int32_t)o->chunk_size,
 		.keep_revisions = (int)o->keep,
+		.id = o->id_arg ? &o->id : NULL,
 	};
 	gfs_file f;
 	gfs_error err;
@@ -317,7 +361,10 @@ settle_killed_puts(gfs_session *s)
 		warnx_("stored, but could not look again at interrupted puts' uploads: %s", err.msg);
 }
 
-/* The stored name: --name or the base name, bytes that are not UTF-8 as %XX. */
+/*
+ * The stored name: --name, else the base name (under --name-prefix), bytes
+ * that are not UTF-8 as %XX.
+ */
 static char *
 stored_name(const struct put_opts *o, const char *path, char **raw)
 {
@@ -325,7 +372,8 @@ stored_name(const struct put_opts *o, const char *path, char **raw)
 	char *given = strdup(o->name ? o->name : basename(pcopy));
 	free(pcopy);
 	bool escaped;
-	char *name = gfs_name_from_bytes(given, strlen(given), &escaped);
+	char *name = o->name_prefix ? gfs_stored_name(o->name_prefix, given, strlen(given), &escaped)
+	                            : gfs_name_from_bytes(given, strlen(given), &escaped);
 	if (escaped)
 		*raw = given;
 	else
@@ -333,54 +381,171 @@ stored_name(const struct put_opts *o, const char *path, char **raw)
 	return name;
 }
 
+/* What one FILE is stored as; a usage error (2) when that name cannot be. */
+static int
+name_job(const struct put_opts *o, const char *path, struct put_job *j)
+{
+	*j = (struct put_job){.path = path, .fd = -1};
+	char *raw = NULL;
+	char *name = stored_name(o, path, &raw);
+	gfs_error nerr;
+	j->name = name;
+	j->raw = raw;
+	if (!*name) {
+		usage_error("the stored name is empty");
+		return EXIT_USAGE;
+	}
+	bool safe = gfs_mirror_name_check(name, strlen(name), &nerr) &&
+	            (!raw || gfs_mirror_name_check(raw, strlen(raw), &nerr));
+	if (!o->allow_unsafe && !safe) {
+		warnx_("--name %s: %s, so mirror and get would refuse it as a path; "
+		       "--allow-unsafe-name to store it anyway", name, nerr.msg);
+		return EXIT_USAGE;
+	}
+	return EXIT_OK;
+}
+
+static void
+free_job(struct put_job *j)
+{
+	free((char *)j->name);
+	free((char *)j->raw);
+}
+
+/*
+ * --id names a file that must not exist yet: chunks sent under an id that
+ * has some would mix with them. Checked by equality on both collections
+ * before the first chunk (a writer racing us to the same id still makes
+ * the upload fail on the unique index, and then its chunks are not ours).
+ */
+static int
+id_free(gfs_session *s, const struct put_opts *o)
+{
+	gfs_error err;
+	int f = gfs_exists(s->files, "_id", &o->id, &err);
+	int c = f == 0 ? gfs_exists(s->chunks, "files_id", &o->id, &err) : f;
+	if (f < 0 || c < 0)
+		return fail(&err);
+	if (f == 0 && c == 0)
+		return EXIT_OK;
+	warnx_("--id %s: %s; nothing stored", o->id_arg, f ? "a file has this _id already"
+	       : "chunks with this files_id are stored (an orphan: gridfsctl verify --repair)");
+	return EXIT_USAGE;
+}
+
+static int
+put_one(gfs_session *s, const struct put_opts *o, struct put_job *j, int rc)
+{
+	struct stat st;
+	if (rc == EXIT_OK && stop_signal) {
+		warnx_("%s: interrupted; nothing stored", j->path);
+		rc = EXIT_INTERRUPTED;
+	}
+	if (rc == EXIT_OK && o->id_arg)
+		rc = id_free(s, o);
+	if (rc == EXIT_OK && (j->fd = open_source(j->path, &st)) < 0)
+		rc = EXIT_LOCAL;
+	if (rc != EXIT_OK) {
+		if (o->json)
+			print_result(j, NULL, true);
+		return rc;
+	}
+	j->st = &st;
+	rc = upload(s, o, j);
+	if (j->fd != STDIN_FILENO)
+		close(j->fd);
+	return rc;
+}
+
+static int
+by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct put_job *)a)->name, ((const struct put_job *)b)->name);
+}
+
+/* Several FILEs: one name each, and no two the same (the second would replace the first). */
+static int
+check_jobs(const struct put_opts *o, struct put_job *jobs, size_t n)
+{
+	if (n > 1 && (o->name || o->id_arg)) {
+		usage_error("--%s names one file: give one FILE, or --name-prefix",
+		            o->name ? "name" : "id");
+		return EXIT_USAGE;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(jobs[i].path, "-") == 0 && (n > 1 || !o->name)) {
+			usage_error(n > 1 ? "'-' (stdin) only alone" : "reading stdin needs --name");
+			return EXIT_USAGE;
+		}
+	if (o->name && o->name_prefix) {
+		usage_error("give --name or --name-prefix, not both");
+		return EXIT_USAGE;
+	}
+	struct put_job *sorted = gfs_xcalloc(n, sizeof *sorted);
+	memcpy(sorted, jobs, n * sizeof *sorted);
+	qsort(sorted, n, sizeof *sorted, by_name);
+	int rc = EXIT_OK;
+	for (size_t i = 1; i < n && rc == EXIT_OK; i++)
+		if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) {
+			usage_error("%s and %s would both be stored as %s", sorted[i - 1].path,
+			            sorted[i].path, sorted[i].name);
+			rc = EXIT_USAGE;
+		}
+	free(sorted);
+	return rc;
+}
+
+static int
+put_all(const struct put_opts *o, struct put_job *jobs, int n)
+{
+	gfs_conn *conn = connect_or_warn();
+	if (!conn)
+		return EXIT_USAGE;
+	gfs_session *s = gfs_session_pop(conn);
+	catch_interrupts(0, NULL);
+	int rc = recover_interrupted(s, NULL), nfail = 0, last = EXIT_OK, first = rc;
+	for (int i = 0; i < n; i++) {
+		int r = put_one(s, o, &jobs[i], first);
+		if (r != EXIT_OK) {
+			nfail++;
+			last = r;
+		}
+		if (first == EXIT_OK && (r == EXIT_BACKEND || r == EXIT_INTERRUPTED))
+			first = r; /* the rest only say they were not stored */
+	}
+	if (nfail < n)
+		settle_killed_puts(s);
+	gfs_session_push(s);
+	gfs_conn_close(conn);
+	bool fatal = last == EXIT_BACKEND || last == EXIT_INTERRUPTED;
+	rc = nfail == 0 ? EXIT_OK : (fatal || nfail == n) ? (first != EXIT_OK ? first : last)
+	                                                   : EXIT_PARTIAL;
+	return rc;
+}
+
 static int
 cmd_put(int argc, char **argv)
 {
 	struct put_opts o = {.keep = 1};
 	int i = parse_options(argc, argv, &cmd_put_entry, on_opt, &o);
-	if (i < 0)
-		return EXIT_USAGE;
-	if (argc - i != 1) {
-		usage_error(argc - i ? "one FILE at a time (use 'gridfsctl import' for trees)" : "a FILE is required");
-		return EXIT_USAGE;
+	int n = i < 0 ? 0 : argc - i, rc = i < 0 ? EXIT_USAGE : EXIT_OK;
+	struct put_job *jobs = gfs_xcalloc(n > 0 ? (size_t)n : 1, sizeof *jobs);
+	if (rc == EXIT_OK && n == 0) {
+		usage_error("a FILE is required");
+		rc = EXIT_USAGE;
 	}
-	const char *path = argv[i];
-	if (strcmp(path, "-") == 0 && !o.name) {
-		usage_error("reading stdin needs --name");
-		return EXIT_USAGE;
-	}
-	char *raw = NULL;
-	char *name = stored_name(&o, path, &raw);
-	struct stat st;
-	int fd = -1, rc = EXIT_USAGE;
-	gfs_error nerr;
-	const char *given = raw ? raw : name;
-	if (!*name)
-		usage_error("the stored name is empty");
-	else if (!o.allow_unsafe && !gfs_mirror_name_check(given, strlen(given), &nerr))
-		warnx_("--name %s: %s, so mirror and get would refuse it as a path; "
-		            "--allow-unsafe-name to store it anyway", name, nerr.msg);
-	else if ((fd = open_source(path, &st)) < 0)
-		rc = EXIT_LOCAL;
-	gfs_conn *conn = fd >= 0 ? connect_or_warn() : NULL;
-	if (conn) {
-		struct put_job j = {.path = path, .name = name, .raw = raw, .fd = fd, .st = &st};
-		gfs_session *s = gfs_session_pop(conn);
-		catch_interrupts(0, NULL);
-		rc = recover_interrupted(s, NULL);
-		if (rc == EXIT_OK) {
-			rc = upload(s, &o, &j);
-			if (rc == EXIT_OK)
-				settle_killed_puts(s);
-		} else if (o.json)
-			print_result(&j, NULL, true);
-		gfs_session_push(s);
-		gfs_conn_close(conn);
-	}
-	if (fd >= 0 && fd != STDIN_FILENO)
-		close(fd);
-	free(name);
-	free(raw);
+	for (int k = 0; rc == EXIT_OK && k < n; k++)
+		rc = name_job(&o, argv[i + k], &jobs[k]);
+	if (rc == EXIT_OK)
+		rc = check_jobs(&o, jobs, (size_t)n);
+	if (rc == EXIT_OK)
+		rc = put_all(&o, jobs, n);
+	for (int k = 0; k < n; k++)
+		free_job(&jobs[k]);
+	free(jobs);
+	bson_value_destroy(&o.id);
+	if (o.metadata)
+		bson_destroy(o.metadata);
 	return rc;
 }
 
@@ -390,6 +555,6 @@ static const struct cmd_exit put_exits[] = {
 };
 
 const struct cmd_entry cmd_put_entry = {
-	"put", "store a file, replacing older revisions when complete", "FILE|-", put_opts, put_exits,
+	"put", "store files, replacing older revisions when complete", "FILE...|-", put_opts, put_exits,
 	cmd_put,
 };

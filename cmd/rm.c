@@ -1,23 +1,32 @@
-/* gridfsctl rm: remove files, every revision of each name, or one by id. */
+/* gridfsctl rm: remove files, every revision of each name, a folder, or one by id. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmd.h"
+#include "../lib/maxdelete.h"
+#include "../lib/names.h"
+#include "../lib/select.h"
 
-enum { OPT_ID = 1, OPT_JSON };
+enum { OPT_ID = 1, OPT_JSON, OPT_MAXDEL };
 
 static const struct cmd_opt rm_opts[] = {
-	CMD_OPT(0, "id", "OID", "remove the file with this _id (one revision)", .id = OPT_ID),
+	CMD_OPT(0, "id", "ID", "remove the file with this _id (one revision): 24 hex digits, or "
+	        "oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
+	CMD_OPT('r', "recursive", NULL, "each operand is a folder: remove every file under it"),
+	PREFIX_OPT("remove every file under the folder P (as -r P)"),
+	CMD_OPT(0, "max-delete", "N", "remove nothing (exit 7) when more than N files would go",
+	        .id = OPT_MAXDEL),
 	CMD_OPT('f', "force", NULL, "a missing name is not an error"),
 	CMD_OPT('n', "dry-run", NULL, "say what would be removed; remove nothing"),
 	CMD_OPT('v', "verbose", NULL, "print each revision removed"),
-	CMD_OPT(0, "json", NULL, "print one JSON object per name: {name, removed}", .id = OPT_JSON),
+	CMD_OPT(0, "json", NULL, "print one JSON object per name: {filename, removed}", .id = OPT_JSON),
 	CMD_OPT_END,
 };
 
 struct rm_opts {
-	const char *id;
-	bool force, json, dry_run, verbose;
+	const char *id, *prefix;
+	gfs_max_delete max_delete;
+	bool force, json, dry_run, verbose, recursive;
 };
 
 static int
@@ -26,175 +35,228 @@ on_opt(int opt, const char *arg, void *ctx)
 	struct rm_opts *o = ctx;
 	switch (opt) {
 	case OPT_ID: o->id = arg; return 0;
+	case 'p': o->prefix = arg; return 0;
+	case 'r': o->recursive = true; return 0;
 	case 'f': o->force = true; return 0;
 	case 'n': o->dry_run = true; return 0;
 	case 'v': o->verbose = true; return 0;
 	case OPT_JSON: o->json = true; return 0;
+	case OPT_MAXDEL:
+		if (max_delete_option(arg, &o->max_delete) < 0)
+			return -1;
+		if (!o->max_delete.percent)
+			return 0;
+		usage_error("rm --max-delete takes a count of files, not a percentage");
+		return -1;
 	}
 	return -1;
 }
 
 /*
- * --json: one object per name; when it failed, "error" repeats the message.
- * A dry run removes nothing: the same line, marked "dryRun", counts and lists ("ids") what would go.
+ * What one operand selects: a name, a folder or an id, and the revisions
+ * it found, revs.v[first..end) of the run's one list.
+ */
+struct target {
+	const char *what;
+	enum { T_NAME, T_FOLDER, T_ID } kind;
+	size_t first, end;
+	int rc;   /* of its lookup or removal */
+};
+
+/*
+ * --json: one object per stored name; "error" repeats the message when it
+ * failed. A dry run removes nothing: the same line, marked "dryRun",
+ * counts and lists ("ids") what would go. A target that found nothing is
+ * one line too: "filename" for a name, "prefix" for a folder, "id".
  */
 static void
-report(const struct rm_opts *o, const char *what, int64_t removed, const bson_t *ids, int rc)
+report(const struct rm_opts *o, const struct target *t, const char *name, const gfs_rev *v,
+       size_t n, int rc)
 {
 	if (!o->json)
 		return;
-	bson_t doc;
+	bson_t doc, ids = BSON_INITIALIZER;
 	json_event(&doc, "removed");
-	if (o->id)
-		BSON_APPEND_UTF8(&doc, "id", what);
+	if (t->kind == T_ID)
+		BSON_APPEND_UTF8(&doc, "id", t->what);
+	else if (n > 0 || t->kind == T_NAME)
+		json_filename(&doc, name);
 	else
-		json_filename(&doc, what);
-	/* A dry run is the same line, marked: "removed" is what would be. */
-	BSON_APPEND_INT64(&doc, "removed", removed);
+		BSON_APPEND_UTF8(&doc, "prefix", t->what);
+	BSON_APPEND_INT64(&doc, "removed", rc == EXIT_OK ? (int64_t)n : 0);
 	if (o->dry_run) {
 		BSON_APPEND_BOOL(&doc, "dryRun", true);
-		if (ids)
-			BSON_APPEND_ARRAY(&doc, "ids", ids);
+		for (size_t i = 0; i < n; i++) {
+			char *id = gfs_id_string(&v[i].id), key[24];
+			snprintf(key, sizeof key, "%zu", i);
+			BSON_APPEND_UTF8(&ids, key, id);
+			free(id);
+		}
+		BSON_APPEND_ARRAY(&doc, "ids", &ids);
 	}
 	if (rc != EXIT_OK)
 		BSON_APPEND_UTF8(&doc, "error", last_message());
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
+	bson_destroy(&ids);
 }
 
-/* Deletes one revision; *gone keeps the id of one found already deleted. */
-static int
-rm_one(gfs_session *s, const struct rm_opts *o, const char *name, const bson_value_t *fid,
-       char **gone, int64_t *removed)
+/* The human lines of revisions removed (-v) or that would be (--dry-run). */
+static void
+say(const struct rm_opts *o, const gfs_rev *v, size_t n)
 {
-	if (stop_signal) {
-		warnx_("interrupted");
-		return EXIT_INTERRUPTED;
-	}
-	char *id = gfs_id_string(fid);
-	if (*gone && strcmp(*gone, id) == 0) {
-		warnx_("%s: id %s is still listed after it was deleted", name, id);
-		free(id);
-		return EXIT_BACKEND;
-	}
-	gfs_error err;
-	if (gfs_delete(s, fid, &err)) {
-		(*removed)++;
-		if (o->verbose && !o->json)
+	if (o->json || !(o->verbose || o->dry_run))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		char *id = gfs_id_string(&v[i].id);
+		const char *name = v[i].filename ? v[i].filename : "";
+		if (o->dry_run)
+			human_line(stdout, "would remove %s (id %s, %lld bytes)", name, id,
+			           (long long)v[i].length);
+		else if (o->id)
+			human_line(stdout, "removed id %s", id);
+		else
 			human_line(stdout, "removed %s (id %s)", name, id);
 		free(id);
-		return EXIT_OK;
 	}
-	if (err.code != GFS_ENOTFOUND) {
-		free(id);
-		return fail(&err);
-	}
-	free(*gone);
-	*gone = id;
-	return EXIT_OK;
 }
 
-/*
- * Removes every revision, oldest first, so the newest stays what readers get
- * until it is the last one left. Revisions are found by id alone, so that a
- * malformed files document (one verify calls BAD-DOC) goes too. A revision
- * another process removed first is not counted. find returning the very id
- * that delete just found gone would loop forever, so that is a backend error.
- */
-static int
-rm_name(gfs_session *s, const struct rm_opts *o, const char *name)
+/* Reports t: one line per stored name among its revisions (they come sorted by name). */
+static void
+report_target(const struct rm_opts *o, const struct target *t, const gfs_revs *revs)
 {
-	int64_t removed = 0;
-	char *gone = NULL;
+	if (t->first == t->end) {
+		report(o, t, t->what, NULL, 0, t->rc);
+		return;
+	}
+	say(o, revs->v + t->first, t->end - t->first);
+	for (size_t i = t->first, j; i < t->end; i = j) {
+		const char *name = revs->v[i].filename;
+		for (j = i + 1; j < t->end; j++) {
+			const char *next = revs->v[j].filename;
+			if (!name != !next || (name && strcmp(name, next) != 0))
+				break;
+		}
+		report(o, t, name ? name : "", revs->v + i, j - i, t->rc);
+	}
+}
+
+/* Finds what t selects, appended to revs: one query (by name, folder range or id). */
+static int
+find_target(gfs_session *s, const struct rm_opts *o, struct target *t, gfs_revs *revs)
+{
 	gfs_error err;
-	bson_value_t id;
-	int rc = EXIT_OK;
-	while (rc == EXIT_OK && gfs_find_first_id(s, name, &id, &err)) {
-		rc = rm_one(s, o, name, &id, &gone, &removed);
-		bson_value_destroy(&id);
-	}
-	free(gone);
-	if (rc == EXIT_OK && err.code != GFS_ENOTFOUND)
-		rc = fail(&err);
-	else if (rc == EXIT_OK && removed == 0 && !o->force)
-		rc = fail(&err);
-	report(o, name, removed, NULL, rc);
-	return rc;
-}
-
-static int
-rm_id(gfs_session *s, const struct rm_opts *o)
-{
-	bson_value_t id;
-	if (!gfs_id_parse_oid(o->id, &id)) {
-		usage_error("'%s' is not an ObjectId (24 hex digits)", o->id);
+	bson_t filter = BSON_INITIALIZER;
+	bson_value_t id = {0};
+	if (t->kind == T_ID && !parse_id_option(t->what, &id))
 		return EXIT_USAGE;
-	}
-	gfs_error err;
-	bool ok = gfs_delete(s, &id, &err);
-	if (ok && o->verbose && !o->json)
-		human_line(stdout, "removed id %s", o->id);
-	int rc = ok || (err.code == GFS_ENOTFOUND && o->force) ? EXIT_OK : fail(&err);
-	report(o, o->id, ok ? 1 : 0, NULL, rc);
-	return rc;
-}
-
-/*
- * What rm would find, by the same queries: every files document of name
- * (or the one with id), malformed ones too, oldest first. Said one line
- * per revision, or listed in the JSON object. Returns the exit code rm
- * would give, or that of the query.
- */
-static int
-dry_run(gfs_session *s, const struct rm_opts *o, const char *name)
-{
-	bson_t filter = BSON_INITIALIZER, ids = BSON_INITIALIZER;
-	bson_value_t oid;
-	if (o->id && !gfs_id_parse_oid(o->id, &oid)) {
-		usage_error("'%s' is not an ObjectId (24 hex digits)", o->id);
-		return EXIT_USAGE;
-	}
-	if (o->id)
-		gfs_id_filter(&filter, "_id", &oid);
+	char *folder = t->kind == T_FOLDER ? gfs_prefix_normalize(t->what) : NULL;
+	if (t->kind == T_ID)
+		gfs_id_filter(&filter, "_id", &id);
+	else if (t->kind == T_FOLDER)
+		gfs_prefix_filter(&filter, folder);
 	else
-		BSON_APPEND_UTF8(&filter, "filename", name);
-	bson_t *opts = BCON_NEW("sort", "{", "uploadDate", BCON_INT32(1), "_id", BCON_INT32(1), "}",
-	                        "projection", "{", "_id", BCON_INT32(1), "filename", BCON_INT32(1),
-	                        "length", BCON_INT32(1), "}");
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, opts, NULL);
-	const bson_t *doc;
-	bson_iter_t it;
-	int64_t n = 0;
-	while (mongoc_cursor_next(cur, &doc)) {
-		if (!bson_iter_init_find(&it, doc, "_id"))
-			continue;
-		char *id = gfs_id_string(bson_iter_value(&it));
-		char buf[16];
-		const char *key;
-		bson_uint32_to_string((uint32_t)n++, &key, buf, sizeof buf);
-		BSON_APPEND_UTF8(&ids, key, id);
-		const char *fname = bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it)
-		                  ? bson_iter_utf8(&it, NULL) : "";
-		int64_t len = bson_iter_init_find(&it, doc, "length") && BSON_ITER_HOLDS_NUMBER(&it)
-		            ? bson_iter_as_int64(&it) : -1;
-		if (!o->json)
-			human_line(stdout, "would remove %s (id %s, %lld bytes)", fname, id, (long long)len);
-		free(id);
-	}
-	gfs_error err;
-	int rc = EXIT_OK;
-	if (!gfs_cursor_done(cur, "find in files collection", &err)) {
-		rc = fail(&err);
-	} else if (n == 0 && !o->force) {
-		gfs_error_set(&err, GFS_ENOTFOUND, o->id ? "id %s: no such file" : "%s: no such file",
-		              o->id ? o->id : name);
-		rc = fail(&err);
-	}
-	bson_destroy(opts);
+		BSON_APPEND_UTF8(&filter, "filename", t->what);
+	t->first = revs->n;
+	bool ok = gfs_revs_find(s, &filter, revs, &err);
+	t->end = revs->n;
 	bson_destroy(&filter);
-	report(o, o->id ? o->id : name, n, &ids, rc);
-	bson_destroy(&ids);
+	bson_value_destroy(&id);
+	int rc = EXIT_OK;
+	if (!ok)
+		rc = fail(&err);
+	else if (t->first == t->end && !o->force) {
+		if (t->kind == T_ID)
+			gfs_error_set(&err, GFS_ENOTFOUND, "id %s: no such file", t->what);
+		else if (t->kind == T_FOLDER)
+			gfs_error_set(&err, GFS_ENOTFOUND, "%s: nothing stored under it", folder);
+		else
+			gfs_error_set(&err, GFS_ENOTFOUND, "%s: no such file", t->what);
+		rc = fail(&err);
+	}
+	free(folder);
 	return rc;
+}
+
+/*
+ * Removes revs in batches (gfs_delete_many: a deletion marker, then one
+ * equality statement per id in ordered bulk writes), checking for a stop
+ * between them. Each name's revisions come oldest first, so until its
+ * last batch a reader still gets its newest. *done: how many were removed
+ * (or found gone).
+ */
+#define RM_BATCH 500
+
+static int
+remove_revs(gfs_session *s, const gfs_revs *revs, size_t *done)
+{
+	bson_value_t *ids = gfs_xcalloc(RM_BATCH, sizeof *ids);
+	int rc = EXIT_OK;
+	for (*done = 0; rc == EXIT_OK && *done < revs->n;) {
+		if (stop_signal) {
+			warnx_("interrupted");
+			rc = EXIT_INTERRUPTED;
+			break;
+		}
+		size_t k = revs->n - *done < RM_BATCH ? revs->n - *done : RM_BATCH;
+		for (size_t i = 0; i < k; i++)
+			ids[i] = revs->v[*done + i].id; /* shallow: revs keeps them */
+		gfs_error err;
+		if (!gfs_delete_many(s, ids, k, NULL, NULL, &err))
+			rc = fail(&err);
+		else
+			*done += k;
+	}
+	free(ids);
+	return rc;
+}
+
+/* One operand's status; several: 1 when only some failed, else the one they share. */
+static int
+overall(const struct target *t, size_t n)
+{
+	int nfail = 0, last = EXIT_OK;
+	for (size_t i = 0; i < n; i++)
+		if (t[i].rc != EXIT_OK) {
+			nfail++;
+			last = t[i].rc;
+		}
+	bool fatal = last == EXIT_BACKEND || last == EXIT_INTERRUPTED || last == EXIT_USAGE ||
+	             last == EXIT_LIMIT;
+	return nfail == 0 ? EXIT_OK : (fatal || (size_t)nfail == n) ? last : EXIT_PARTIAL;
+}
+
+static int
+run_rm(gfs_session *s, const struct rm_opts *o, struct target *t, size_t nt)
+{
+	gfs_revs revs = {0};
+	size_t looked = 0;
+	for (; looked < nt; looked++) {
+		t[looked].rc = find_target(s, o, &t[looked], &revs);
+		if (t[looked].rc == EXIT_BACKEND || t[looked].rc == EXIT_USAGE)
+			break;
+	}
+	int rc = EXIT_OK;
+	gfs_error err;
+	if (looked < nt) {
+		looked++;
+	} else if (!gfs_max_delete_check(&o->max_delete, revs.n, revs.n, "rm", &err)) {
+		rc = fail(&err);
+	} else if (!o->dry_run) {
+		size_t done;
+		rc = remove_revs(s, &revs, &done);
+		/* What a failed or stopped batch held is reported as not removed. */
+		for (size_t i = 0; i < nt; i++)
+			if (rc != EXIT_OK && t[i].end > done && t[i].rc == EXIT_OK)
+				t[i].rc = rc;
+	}
+	for (size_t i = 0; i < looked; i++) {
+		if (rc == EXIT_LIMIT && t[i].rc == EXIT_OK)
+			t[i].rc = rc;
+		report_target(o, &t[i], &revs);
+	}
+	gfs_revs_free(&revs);
+	return rc == EXIT_LIMIT ? rc : overall(t, looked);
 }
 
 static int
@@ -204,47 +266,45 @@ cmd_rm(int argc, char **argv)
 	int i = parse_options(argc, argv, &cmd_rm_entry, on_opt, &o);
 	if (i < 0)
 		return EXIT_USAGE;
-	if (o.id ? argc - i != 0 : argc - i < 1) {
-		usage_error(o.id ? "give NAMEs or --id, not both" : "a NAME or --id is required");
+	size_t nt = (size_t)(argc - i) + (o.prefix != NULL) + (o.id != NULL);
+	if (o.id ? nt != 1 : nt < 1) {
+		usage_error(o.id ? "give NAMEs or --id, not both" : "a NAME, --prefix P or --id is required");
 		return EXIT_USAGE;
 	}
+	struct target *t = gfs_xcalloc(nt, sizeof *t);
+	size_t n = 0;
+	if (o.id)
+		t[n++] = (struct target){.what = o.id, .kind = T_ID};
+	if (o.prefix)
+		t[n++] = (struct target){.what = o.prefix, .kind = T_FOLDER};
+	for (; i < argc; i++)
+		t[n++] = (struct target){.what = argv[i], .kind = o.recursive ? T_FOLDER : T_NAME};
+	int rc = EXIT_USAGE;
 	gfs_conn *conn = connect_or_warn();
-	if (!conn)
-		return EXIT_USAGE;
-	gfs_session *s = gfs_session_pop(conn);
-	catch_interrupts(0, NULL);
-	/* A removal an rm killed midway left is finished first, as put does. */
-	int rc = o.dry_run ? EXIT_OK : recover_interrupted(s, NULL);
-	if (rc != EXIT_OK) {
-		/* The first name's line carries the error, as when its own removal fails. */
-		report(&o, o.id ? o.id : argv[i], 0, NULL, rc);
-	} else if (o.id) {
-		rc = o.dry_run ? dry_run(s, &o, NULL) : rm_id(s, &o);
-	} else {
-		int nfail = 0, last = EXIT_OK, nnames = argc - i;
-		for (; i < argc; i++) {
-			int r = o.dry_run ? dry_run(s, &o, argv[i]) : rm_name(s, &o, argv[i]);
-			if (r != EXIT_OK) {
-				nfail++;
-				last = r;
-			}
-			if (r == EXIT_BACKEND || r == EXIT_INTERRUPTED)
-				break;
-		}
-		/* One name: its own status. Several: 1 when only some failed. */
-		bool fatal = last == EXIT_BACKEND || last == EXIT_INTERRUPTED;
-		rc = nfail == 0 ? EXIT_OK : (fatal || nfail == nnames) ? last : EXIT_PARTIAL;
+	if (conn) {
+		gfs_session *s = gfs_session_pop(conn);
+		catch_interrupts(0, NULL);
+		/* A removal an rm killed midway left is finished first, as put does. */
+		rc = o.dry_run ? EXIT_OK : recover_interrupted(s, NULL);
+		if (rc != EXIT_OK)
+			report(&o, &t[0], t[0].what, NULL, 0, rc); /* the first line carries the error */
+		else
+			rc = run_rm(s, &o, t, nt);
+		gfs_session_push(s);
+		gfs_conn_close(conn);
 	}
-	gfs_session_push(s);
-	gfs_conn_close(conn);
+	free(t);
 	return rc;
 }
 
 static const struct cmd_exit rm_exits[] = {
 	{0, "ok"}, {1, "some of several names failed"}, {2, "usage"}, {3, "backend"},
-	{4, "no such name or id"}, {130, "interrupted"}, {-1, NULL},
+	{4, "no such name or id, or nothing under the folder"},
+	{7, "--max-delete: more would have been removed; nothing was"}, {130, "interrupted"},
+	{-1, NULL},
 };
 
 const struct cmd_entry cmd_rm_entry = {
-	"rm", "remove files (all revisions of a name)", "NAME...|--id OID", rm_opts, rm_exits, cmd_rm,
+	"rm", "remove files (all revisions of a name, or of a folder)", "NAME...|--id ID", rm_opts,
+	rm_exits, cmd_rm,
 };

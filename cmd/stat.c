@@ -6,7 +6,8 @@
 enum { OPT_ID = 1, OPT_JSON };
 
 static const struct cmd_opt stat_opts[] = {
-	CMD_OPT(0, "id", "OID", "the file with this _id instead of a NAME", .id = OPT_ID),
+	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
+	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
 	CMD_OPT('r', "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first"),
 	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
 	CMD_OPT_END,
@@ -112,5 +113,5 @@ static const struct cmd_exit stat_exits[] = {
 };
 
 const struct cmd_entry cmd_stat_entry = {
-	"stat", "show one file's document", "NAME|--id OID", stat_opts, stat_exits, cmd_stat,
+	"stat", "show one file's document", "NAME|--id ID", stat_opts, stat_exits, cmd_stat,
 };

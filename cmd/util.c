@@ -16,6 +16,7 @@
 #include "../lib/maxdelete.h"
 #include "../lib/names.h"
 #include "../lib/sdnotify.h"
+#include "../lib/select.h"
 
 /*
  * Length of the printable character at s[0..len), 0 when it is a control
@@ -120,7 +121,36 @@ file_to_json(const gfs_file *f, bson_t *out)
 	free(id);
 }
 
-/* Resolves NAME (with revision) or --id OID to a files document. */
+bool
+parse_id_option(const char *arg, bson_value_t *out)
+{
+	gfs_error err;
+	if (gfs_id_parse_typed(arg, out, &err))
+		return true;
+	usage_error("--id: %s", err.msg);
+	return false;
+}
+
+int
+select_operand(const char *operand, const char *regex, gfs_match *m)
+{
+	gfs_error err;
+	if (regex && operand) {
+		usage_error("give a PREFIX, a PATTERN or --regex, not two of them");
+		return -1;
+	}
+	if (regex && !gfs_match_regex(m, regex, &err)) {
+		usage_error("--regex: %s", err.msg);
+		return -1;
+	}
+	if (!regex && operand && gfs_has_glob(operand))
+		gfs_match_glob(m, operand);
+	else if (!regex)
+		gfs_match_text(m, operand);
+	return 0;
+}
+
+/* Resolves NAME (with revision) or --id ID to a files document. */
 int
 lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out)
 {
@@ -128,11 +158,10 @@ lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, 
 	bool ok;
 	if (id_hex) {
 		bson_value_t id;
-		if (!gfs_id_parse_oid(id_hex, &id)) {
-			usage_error("'%s' is not an ObjectId (24 hex digits)", id_hex);
+		if (!parse_id_option(id_hex, &id))
 			return EXIT_USAGE;
-		}
 		ok = gfs_find_by_id(s, &id, out, &err);
+		bson_value_destroy(&id);
 	} else {
 		ok = gfs_find_by_name(s, name, revision, out, &err);
 	}

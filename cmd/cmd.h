@@ -288,7 +288,7 @@ void progress_set_totals(struct progress *p, uint64_t total_items, uint64_t tota
 void progress_done(struct progress *p);
 
 /* The subcommands. */
-extern const struct cmd_entry cmd_ls_entry, cmd_get_entry, cmd_put_entry, cmd_rm_entry,
+extern const struct cmd_entry cmd_ls_entry, cmd_get_entry, cmd_put_entry, cmd_rm_entry, cmd_mv_entry,
     cmd_stat_entry, cmd_import_entry, cmd_verify_entry, cmd_mirror_entry, cmd_watch_entry,
     cmd_serve_entry, cmd_supervise_entry, cmd_doctor_entry;
 

@@ -9,7 +9,7 @@
 
 /* Every command describes itself in its own file (cmd/cmd.h: struct cmd_entry). */
 const struct cmd_entry *const commands[] = {
-	&cmd_ls_entry, &cmd_get_entry, &cmd_put_entry, &cmd_rm_entry, &cmd_stat_entry,
+	&cmd_ls_entry, &cmd_get_entry, &cmd_put_entry, &cmd_rm_entry, &cmd_mv_entry, &cmd_stat_entry,
 	&cmd_import_entry, &cmd_verify_entry, &cmd_mirror_entry, &cmd_watch_entry,
 	&cmd_serve_entry, &cmd_supervise_entry, &cmd_doctor_entry, NULL,
 };
@@ -34,23 +34,17 @@ find_command(const char *name)
 	return NULL;
 }
 
-/*
- * mongofiles' verbs, answered with what does the same here today, or
- * honestly with what comes closest: a user who knows mongofiles types them.
- */
+/* mongofiles' verbs, answered with what does the same here: a user who knows mongofiles types them. */
 static const struct {
 	const char *verb, *answer;
 } mongofiles_verbs[] = {
-	{"list", "use gridfsctl ls [PREFIX]"},
-	{"search", "gridfsctl ls takes a leading PREFIX only; for a part of a name, "
-	           "gridfsctl ls | grep TEXT"},
-	{"delete", "use gridfsctl rm NAME"},
-	{"delete_id", "use gridfsctl rm --id OID"},
-	{"get_id", "use gridfsctl get --id OID (ObjectIds only)"},
-	{"put_id", "gridfsctl has no --id for put: gridfsctl put FILE --name NAME "
-	           "stores it under a new ObjectId"},
-	{"get_regex", "gridfsctl has no regular expressions yet: gridfsctl ls | grep -E RE "
-	              "lists the names, gridfsctl get NAME fetches each"},
+	{"list", "use gridfsctl ls [PREFIX|'PATTERN']"},
+	{"search", "use gridfsctl ls --regex RE, or gridfsctl ls 'PATTERN'"},
+	{"delete", "use gridfsctl rm NAME..."},
+	{"delete_id", "use gridfsctl rm --id ID"},
+	{"get_id", "use gridfsctl get --id ID (an ObjectId, or str:TEXT, int:N, long:N)"},
+	{"put_id", "use gridfsctl put FILE --name NAME --id ID"},
+	{"get_regex", "use gridfsctl get --regex RE -o DIR"},
 };
 
 /* Says what an unknown verb may have meant, in one line; returns the exit status. */

@@ -334,6 +334,10 @@ bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep,
  */
 bool gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
                             bson_value_t **out, size_t *nout, gfs_error *err);
+/*
+ * The spec's rename of one file by _id; metadata.rawName (the bytes of the
+ * old name) goes with the old name. GFS_ENOTFOUND when there is no such file.
+ */
 bool gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_error *err);
 
 /* ---- hashing --------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include "gfs.h"
 #include "import.h"
 #include "lock.h"
+#include "names.h"
 
 /* Each bulk insert carries at most this much chunk data (one or two wire messages). */
 #define PUT_BATCH_BYTES (8 * 1024 * 1024)
@@ -999,6 +1000,10 @@ gfs_rename(gfs_session *s, const bson_value_t *id, const char *new_name, gfs_err
 	gfs_id_filter(&filter, "_id", id);
 	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
 	BSON_APPEND_UTF8(&set, "filename", new_name);
+	bson_append_document_end(&update, &set);
+	/* The raw bytes spelled the old name: kept, mirror would refuse the new one. */
+	BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &set);
+	BSON_APPEND_UTF8(&set, "metadata." GFS_RAWNAME_FIELD, "");
 	bson_append_document_end(&update, &set);
 	bson_error_t berr;
 	bool ok = mongoc_collection_update_one(s->files, &filter, &update, NULL, &reply, &berr);

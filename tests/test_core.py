@@ -372,13 +372,13 @@ def test_far_typos_get_no_guess(gridfsctl):
 
 
 MONGOFILES_ANSWERS = {
-    "list": "use gridfsctl ls",
-    "search": "gridfsctl ls | grep",
+    "list": "use gridfsctl ls [PREFIX|'PATTERN']",
+    "search": "use gridfsctl ls --regex RE",
     "delete": "use gridfsctl rm NAME",
-    "delete_id": "use gridfsctl rm --id",
-    "get_id": "use gridfsctl get --id",
-    "put_id": "gridfsctl put FILE --name NAME",
-    "get_regex": "gridfsctl ls | grep -E",
+    "delete_id": "use gridfsctl rm --id ID",
+    "get_id": "use gridfsctl get --id ID",
+    "put_id": "use gridfsctl put FILE --name NAME --id ID",
+    "get_regex": "use gridfsctl get --regex RE -o DIR",
 }
 
 

@@ -330,3 +330,68 @@ def test_watch_one_move(gfs, db, rec, tmp_path):
     finally:
         assert w.stop() == 0
     check(rec, db, prefix_ranges=0)
+
+
+# ---- issue 30: many files at once --------------------------------------------
+
+def files_side(rec, db, prefix_ranges=0):
+    """The rule on what a verb asks of fs.files and the markers; its chunk reads are
+    test_get's (SCAN)."""
+    cmds = [c for c in rec.taken() if not str(c.target).endswith(".chunks") or c.name != "find"]
+    bad = violations(cmds, db.name, prefix_ranges)
+    assert not bad, "\n".join(bad)
+    return cmds
+
+
+def test_rm_many_names_batched(gfs, db, rec, bucket):
+    many = [f"m/{i:03d}" for i in range(60)]
+    for n in many:
+        bucket.upload_from_stream(n, n.encode())
+    rec.taken()
+    assert gfs.run("rm", *many).rc == 0
+    cmds = rec.taken()
+    assert not violations(cmds, db.name)
+    mine = [c for c in cmds if c.db == db.name]
+    # one equality lookup per name; the removal in one batch, not one round per name
+    assert sum(1 for c in mine if c.name == "find" and c.target == "fs.files") == 60
+    assert sum(1 for c in mine if c.name == "delete") <= 4, mine
+    assert db.fs.files.count_documents({}) == 0 and db.fs.chunks.count_documents({}) == 0
+
+
+def test_rm_folder(gfs, db, rec, stored):
+    assert gfs.run("rm", "-r", "p/a").rc == 0
+    check(rec, db, prefix_ranges=1)
+    assert gfs.run("rm", "--prefix", "p", "--dry-run").rc == 0
+    check(rec, db, prefix_ranges=1)
+
+
+def test_ls_pattern_and_regex(gfs, db, rec, stored):
+    r = gfs.run("ls", "p/*/one.jpg")
+    assert r.rc == 0 and r.text == "p/a/one.jpg\n", r
+    cmds = rec.taken()
+    assert [c.name for c in cmds if c.db == db.name and c.target == "fs.files"] == ["find"], cmds
+    assert not violations(cmds, db.name, prefix_ranges=1)
+    assert gfs.run("ls", "--regex", "^p/b/.*\\.bin$").text == "p/b/big.bin\n"
+    check(rec, db, prefix_ranges=1)
+    assert gfs.run("ls", "--regex", "two").text == "p/a/two.jpg\n"
+    check(rec, db, prefix_ranges=0)
+
+
+def test_get_several_prefix_regex(gfs, db, rec, stored, tmp_path):
+    assert gfs.run("get", "p/a/one.jpg", "p/a/two.jpg", "-o", tmp_path / "o1").rc == 0
+    files_side(rec, db)
+    assert gfs.run("get", "--prefix", "p/a", "-o", tmp_path / "o2").rc == 0
+    files_side(rec, db, prefix_ranges=1)
+    assert gfs.run("get", "--regex", "^p/.*o", "-o", tmp_path / "o3").rc == 0
+    files_side(rec, db, prefix_ranges=1)
+
+
+def test_put_several_with_id_and_mv(gfs, db, rec, stored, tmp_path):
+    for n in ("x.jpg", "y.jpg"):
+        (tmp_path / n).write_bytes(n.encode())
+    assert gfs.run("put", tmp_path / "x.jpg", tmp_path / "y.jpg", "--name-prefix", "p/new").rc == 0
+    check(rec, db)
+    assert gfs.run("put", tmp_path / "x.jpg", "--name", "p/z.jpg", "--id", "str:z").rc == 0
+    check(rec, db)
+    assert gfs.run("mv", "p/a/one.jpg", "p/a/two.jpg", "--force").rc == 0
+    check(rec, db)

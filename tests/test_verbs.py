@@ -226,3 +226,65 @@ def test_rm_folder_dry_run_and_max_delete(gfs, bucket, db):
     r = gfs.run("rm", "-r", "p", "--json")
     assert r.rc == 4 and json.loads(r.text)["prefix"] == "p", r
     assert gfs.run("rm", "-r", "-f", "p").rc == 0
+
+
+# ---- mv ---------------------------------------------------------------------
+
+def test_mv_renames_every_revision(gfs, bucket, db):
+    old = [bucket.upload_from_stream("a.jpg", f"v{i}".encode()) for i in range(2)]
+    raw = bucket.upload_from_stream("a.jpg", b"v2", metadata={"rawName": b"a.jpg"})
+    chunks = sorted(c["_id"] for c in db.fs.chunks.find())
+    r = gfs.run("mv", "a.jpg", "b/c.jpg", "--json")
+    assert r.rc == 0, r
+    ev = jsonvocab.parse(r.text, "mv")[0]
+    assert (ev["event"], ev["filename"], ev["from"], ev["renamed"], ev["removed"]) == (
+        "moved", "b/c.jpg", "a.jpg", 3, 0)
+    assert names(db) == ["b/c.jpg"] * 3
+    assert sorted(d["_id"] for d in db.fs.files.find()) == sorted(old + [raw])
+    assert sorted(c["_id"] for c in db.fs.chunks.find()) == chunks  # no chunk rewritten
+    assert "rawName" not in db.fs.files.find_one({"_id": raw})["metadata"]
+    assert bucket.open_download_stream_by_name("b/c.jpg").read() == b"v2"
+    r = gfs.run("mv", "a.jpg", "x")
+    assert r.rc == 4 and "a.jpg: no such file" in r.err, r
+    assert gfs.run("mv", "b/c.jpg", "../up").rc == 2
+    assert gfs.run("mv", "b/c.jpg", "b/c.jpg").rc == 2
+
+
+def test_mv_onto_an_existing_name_needs_force(gfs, bucket, db):
+    src = bucket.upload_from_stream("new", b"moved")
+    dst = [bucket.upload_from_stream("dst", b"old%d" % i) for i in range(2)]
+    r = gfs.run("mv", "new", "dst")
+    assert r.rc == 2 and "dst: exists (2 revisions)" in r.err, r
+    r = gfs.run("mv", "new", "dst", "-f", "--dry-run")
+    assert r.rc == 0 and "(DRY RUN)" in r.text and "would remove 2" in r.text, r
+    assert names(db) == ["dst", "dst", "new"]
+    r = gfs.run("mv", "new", "dst", "--force")
+    assert r.rc == 0, r
+    assert [d["_id"] for d in db.fs.files.find()] == [src]
+    assert db.fs.chunks.count_documents({"files_id": {"$in": dst}}) == 0
+    assert bucket.open_download_stream_by_name("dst").read() == b"moved"
+
+
+def test_mv_order_keeps_a_name_resolving(gfs, bucket, db, backend):
+    """Renames by _id, oldest first, and removes what NEW held only after the last rename:
+    OLD resolves until its newest moves, NEW from the first rename on."""
+    from wireproxy import CommandRecorder
+    revs = [bucket.upload_from_stream("old", b"r%d" % i) for i in range(3)]
+    held = bucket.upload_from_stream("new", b"held")
+    rec = CommandRecorder(backend.port)
+    try:
+        r = gfs.run("mv", "old", "new", "-f", env={"GRIDFSCTL_URI": rec.uri})
+        assert r.rc == 0, r
+        cmds = [c for c in rec.taken() if c.db == db.name and c.name in ("update", "delete")]
+    finally:
+        rec.close()
+    steps = []
+    for c in cmds:
+        for st in c.doc.get("updates" if c.name == "update" else "deletes", []):
+            steps.append((c.name, c.target, st["q"]))
+    renames = [q["_id"]["$eq"] for name, _, q in steps if name == "update"]
+    assert renames == revs, steps  # one update by _id each, oldest first
+    first_delete = next(i for i, s in enumerate(steps) if s[0] == "delete")
+    assert all(s[0] == "delete" for s in steps[first_delete:]), steps
+    assert [s[2] for s in steps if s[1] == "fs.files"] [-1] == {"_id": {"$eq": held}}
+    assert bucket.open_download_stream_by_name("new").read() == b"r2"

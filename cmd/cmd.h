@@ -228,6 +228,18 @@ int close_stdout(int rc);
 void file_to_json(const gfs_file *f, bson_t *out);
 int lookup_file(gfs_session *s, const char *name, const char *id_hex, int revision, gfs_file *out);
 /*
+ * The status of a run over several items (names, files): an item's own
+ * when it is the only one, or when every one failed, or when the failure
+ * is grave (backend, usage, --max-delete, a signal: it ends the run, and
+ * tally_add() returns false); else 1 when only some failed.
+ */
+struct tally {
+	int n, nfail, last;
+};
+bool tally_add(struct tally *t, int rc);
+bool tally_grave(int rc);
+int tally_status(const struct tally *t);
+/*
  * What ls and get select: a shell PATTERN when operand has a wildcard, the
  * names matching --regex, else the names beginning with operand (NULL:
  * all). -1 after a usage error; else the caller frees m.
@@ -288,8 +300,8 @@ void progress_set_totals(struct progress *p, uint64_t total_items, uint64_t tota
 void progress_done(struct progress *p);
 
 /* The subcommands. */
-extern const struct cmd_entry cmd_ls_entry, cmd_get_entry, cmd_put_entry, cmd_rm_entry, cmd_mv_entry,
-    cmd_stat_entry, cmd_import_entry, cmd_verify_entry, cmd_mirror_entry, cmd_watch_entry,
-    cmd_serve_entry, cmd_supervise_entry, cmd_doctor_entry;
+extern const struct cmd_entry cmd_ls_entry, cmd_get_entry, cmd_put_entry, cmd_rm_entry,
+    cmd_mv_entry, cmd_stat_entry, cmd_import_entry, cmd_verify_entry, cmd_mirror_entry,
+    cmd_watch_entry, cmd_serve_entry, cmd_supervise_entry, cmd_doctor_entry;
 
 #endif

@@ -386,29 +386,6 @@ get_beneath(gfs_session *s, int root, const gfs_file *f, const char *nprefix, bo
 	return rc;
 }
 
-/* One file's status, or of several: 1 when only some failed; a stop or the backend ends the run. */
-struct tally {
-	int nfail, last, n;
-};
-
-static bool
-count(struct tally *t, int rc)
-{
-	t->n++;
-	if (rc != EXIT_OK) {
-		t->nfail++;
-		t->last = rc;
-	}
-	return rc != EXIT_BACKEND && rc != EXIT_INTERRUPTED && rc != EXIT_USAGE;
-}
-
-static int
-tally_rc(const struct tally *t)
-{
-	bool fatal = t->last == EXIT_BACKEND || t->last == EXIT_INTERRUPTED || t->last == EXIT_USAGE;
-	return t->nfail == 0 ? EXIT_OK : (fatal || t->nfail == t->n) ? t->last : EXIT_PARTIAL;
-}
-
 /* The names given, each to its stored name beneath root (the newest, or --rev). */
 static int
 get_names(gfs_session *s, const struct get_opts *o, int root, char **names, int n)
@@ -421,10 +398,10 @@ get_names(gfs_session *s, const struct get_opts *o, int root, char **names, int 
 			rc = get_beneath(s, root, &f, "", o->force);
 			gfs_file_free(&f);
 		}
-		if (!count(&t, rc))
+		if (!tally_add(&t, rc))
 			break;
 	}
-	return tally_rc(&t);
+	return tally_status(&t);
 }
 
 /* The newest revision of every name --prefix or --regex selects: one query. */
@@ -441,23 +418,27 @@ get_matching(gfs_session *s, const struct get_opts *o, int root)
 	size_t n;
 	struct tally t = {0};
 	if (!gfs_newest_match(s, &m, &files, &n, &err)) {
-		count(&t, fail(&err));
+		tally_add(&t, fail(&err));
 	} else if (n == 0) {
 		gfs_error_set(&err, GFS_ENOTFOUND, o->prefix ? "%s: nothing stored under it"
 		              : "--regex %s: no name matches", o->prefix ? m.prefix : o->regex);
-		count(&t, fail(&err));
+		tally_add(&t, fail(&err));
 	}
+	/* Named as below the folder; a regex's names whole. */
+	const char *below = o->prefix ? m.prefix : "";
+	bool go = t.n == 0;
 	for (size_t i = 0; i < n; i++) {
-		if (t.last != EXIT_BACKEND && t.last != EXIT_INTERRUPTED)
-			count(&t, stop_signal ? EXIT_INTERRUPTED
-			                      : get_beneath(s, root, &files[i], o->prefix ? m.prefix : "", o->force));
+		if (go && stop_signal) {
+			warnx_("interrupted");
+			go = tally_add(&t, EXIT_INTERRUPTED);
+		} else if (go) {
+			go = tally_add(&t, get_beneath(s, root, &files[i], below, o->force));
+		}
 		gfs_file_free(&files[i]);
 	}
-	if (t.last == EXIT_INTERRUPTED && stop_signal)
-		warnx_("interrupted");
 	free(files);
 	gfs_match_free(&m);
-	return tally_rc(&t);
+	return tally_status(&t);
 }
 
 /* -o DIR for several files: the user's own path, made when missing. */

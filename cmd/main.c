@@ -34,7 +34,7 @@ find_command(const char *name)
 	return NULL;
 }
 
-/* mongofiles' verbs, answered with what does the same here: a user who knows mongofiles types them. */
+/* mongofiles' verbs, answered with the command that does the same here: users type them. */
 static const struct {
 	const char *verb, *answer;
 } mongofiles_verbs[] = {

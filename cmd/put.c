@@ -503,23 +503,19 @@ put_all(const struct put_opts *o, struct put_job *jobs, int n)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
 	catch_interrupts(0, NULL);
-	int rc = recover_interrupted(s, NULL), nfail = 0, last = EXIT_OK, first = rc;
+	int first = recover_interrupted(s, NULL);
+	struct tally all = {0};
 	for (int i = 0; i < n; i++) {
 		int r = put_one(s, o, &jobs[i], first);
-		if (r != EXIT_OK) {
-			nfail++;
-			last = r;
-		}
-		if (first == EXIT_OK && (r == EXIT_BACKEND || r == EXIT_INTERRUPTED))
-			first = r; /* the rest only say they were not stored */
+		/* After the backend or a signal failed one, the rest only say they were not stored. */
+		if (!tally_add(&all, r) && first == EXIT_OK)
+			first = r;
 	}
-	if (nfail < n)
+	if (all.nfail < n)
 		settle_killed_puts(s);
 	gfs_session_push(s);
 	gfs_conn_close(conn);
-	bool fatal = last == EXIT_BACKEND || last == EXIT_INTERRUPTED;
-	rc = nfail == 0 ? EXIT_OK : (fatal || nfail == n) ? (first != EXIT_OK ? first : last)
-	                                                   : EXIT_PARTIAL;
+	int rc = tally_status(&all);
 	return rc;
 }
 

@@ -211,19 +211,14 @@ remove_revs(gfs_session *s, const gfs_revs *revs, size_t *done)
 	return rc;
 }
 
-/* One operand's status; several: 1 when only some failed, else the one they share. */
+/* One operand's status; several: 1 when only some failed (cmd/util.c: tally). */
 static int
 overall(const struct target *t, size_t n)
 {
-	int nfail = 0, last = EXIT_OK;
+	struct tally all = {0};
 	for (size_t i = 0; i < n; i++)
-		if (t[i].rc != EXIT_OK) {
-			nfail++;
-			last = t[i].rc;
-		}
-	bool fatal = last == EXIT_BACKEND || last == EXIT_INTERRUPTED || last == EXIT_USAGE ||
-	             last == EXIT_LIMIT;
-	return nfail == 0 ? EXIT_OK : (fatal || (size_t)nfail == n) ? last : EXIT_PARTIAL;
+		tally_add(&all, t[i].rc);
+	return tally_status(&all);
 }
 
 static int

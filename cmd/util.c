@@ -131,6 +131,33 @@ parse_id_option(const char *arg, bson_value_t *out)
 	return false;
 }
 
+bool
+tally_add(struct tally *t, int rc)
+{
+	t->n++;
+	if (rc != EXIT_OK) {
+		t->nfail++;
+		/* The first grave failure is the one to report: what came after followed from it. */
+		if (!tally_grave(t->last))
+			t->last = rc;
+	}
+	return !tally_grave(rc);
+}
+
+bool
+tally_grave(int rc)
+{
+	return rc == EXIT_BACKEND || rc == EXIT_INTERRUPTED || rc == EXIT_USAGE || rc == EXIT_LIMIT;
+}
+
+int
+tally_status(const struct tally *t)
+{
+	if (t->nfail == 0)
+		return EXIT_OK;
+	return tally_grave(t->last) || t->nfail == t->n ? t->last : EXIT_PARTIAL;
+}
+
 int
 select_operand(const char *operand, const char *regex, gfs_match *m)
 {

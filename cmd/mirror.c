@@ -23,7 +23,7 @@
 #include "cmd.h"
 
 enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OPT_MAX_DELETE,
-       OPT_BACKUP_DIR };
+       OPT_BACKUP_DIR, OPT_HOLD };
 
 static const struct cmd_opt mirror_opts[] = {
 	PREFIX_OPT("mirror the files under folder P (DIR/x for P/x)"),
@@ -42,9 +42,11 @@ static const struct cmd_opt mirror_opts[] = {
 	CMD_OPT(0, "no-fsync", NULL, "do not fsync files and directories (faster, not crash-safe)",
 	        .id = OPT_NO_FSYNC),
 	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: by what is to be written and "
-	        "what the server serves from an index), each (a query per file, --jobs at once), "
-	        "batched (files_id $in batches) or scan (one sorted pass over all chunks)",
+	        "what the server serves from an index), each (a query per file, --jobs at once; "
+	        "batched is the same) or scan (one pass over all chunks in natural order)",
 	        .id = OPT_READ, .values = "auto each batched scan"),
+	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
+	        "past it their files are read one by one", .id = OPT_HOLD),
 	CMD_OPT(0, "json", NULL, "a JSON summary at the end; with --dry-run or -v, one object per action",
 	        .id = OPT_JSON),
 	CMD_OPT_END,
@@ -63,6 +65,7 @@ struct mirror {
 	gfs_max_delete max_delete;
 	gfs_backup backup;
 	long jobs;
+	uint64_t hold;         /* --hold: bytes of chunks a scan keeps waiting for their turn */
 
 	gfs_conn *conn;
 	gfs_mirror_plan plan;
@@ -114,6 +117,14 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_READ:
 		if (!gfs_read_strategy_parse(arg, &m->read_mode)) {
 			usage_error("--read must be auto, each, batched or scan");
+			return -1;
+		}
+		if (m->read_mode == GFS_READ_BATCHED)
+			warnx_("--read batched is read as each now: a query per file");
+		return 0;
+	case OPT_HOLD:
+		if (!parse_size(arg, &m->hold) || m->hold == 0 || m->hold > SIZE_MAX) {
+			usage_error("--hold wants a size above 0, such as 64M, not '%s'", arg);
 			return -1;
 		}
 		return 0;
@@ -269,8 +280,7 @@ scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
 {
 	gfs_error err;
 	gfs_error_clear(&err);
-	size_t per_query = m->read_used == GFS_READ_BATCHED ? gfs_read_batch_ids(&m->caps) : 0;
-	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, per_query, (int)m->jobs, write_done,
+	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, (size_t)m->hold, (int)m->jobs, write_done,
 	                     m, &err) &&
 	    !(err.code == GFS_ECANCELED && interrupted())) {
 		atomic_fetch_add(&m->failed, 1);
@@ -361,19 +371,19 @@ stopped(struct mirror *m)
 	return interrupted() || atomic_load(&m->backend_down);
 }
 
-/* Whether to write from sorted passes (scan, batched) before the per-file writes. */
+/* Whether to write from a scan before the per-file writes. */
 static bool
 want_scan(struct mirror *m)
 {
-	m->read_used = m->read_mode;
-	if (m->read_mode == GFS_READ_EACH || m->read_mode == GFS_READ_SCAN)
-		return m->read_mode == GFS_READ_SCAN;
+	m->read_used = gfs_read_resolve(m->read_mode);
+	if (m->read_used != GFS_READ_AUTO)
+		return m->read_used == GFS_READ_SCAN;
 	gfs_session *s = gfs_session_pop(m->conn);
 	gfs_read_caps_probe(s, &m->caps);
 	if (m->read_mode == GFS_READ_AUTO)
 		m->read_used = gfs_mirror_choose_read(s, &m->caps, m->ntodo);
 	gfs_session_push(s);
-	return m->read_used != GFS_READ_EACH;
+	return m->read_used == GFS_READ_SCAN;
 }
 
 /*

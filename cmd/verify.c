@@ -34,6 +34,7 @@ enum {
 	OPT_GRACE,
 	OPT_SEAL,
 	OPT_STRICT,
+	OPT_HOLD,
 	OPT_JOBS = 'j',
 };
 
@@ -62,9 +63,11 @@ static const struct cmd_opt verify_opts[] = {
 	CMD_OPT(0, "sample", "N%", "check a random N percent of the files", .id = OPT_SAMPLE),
 	CMD_OPT(0, "threads", "N", "hashing threads (default: from the CPU count)", .id = OPT_THREADS),
 	CMD_OPT(0, "strategy", "S", "how chunks are read: auto (default: scan for the whole bucket, "
-	        "else what the server serves from an index), scan (one sorted pass over all chunks), "
-	        "batched (files_id $in batches) or each (a query per file, --jobs at once)",
+	        "else what the server serves from an index), scan (one pass over all chunks in "
+	        "natural order) or each (a query per file, --jobs at once; batched is the same)",
 	        .id = OPT_STRATEGY, .values = "auto scan batched each"),
+	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
+	        "past it their files are read again one by one", .id = OPT_HOLD),
 	CMD_OPT('j', "jobs", "N", "connections reading at once with the each strategy (default 4)"),
 	CMD_OPT_END,
 };
@@ -79,6 +82,7 @@ struct vopts {
 	long threads;
 	long grace;
 	long jobs;
+	uint64_t hold;
 	enum gfs_read_strategy strategy;
 };
 
@@ -131,6 +135,14 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_STRATEGY:
 		if (!gfs_read_strategy_parse(arg, &o->strategy)) {
 			usage_error("--strategy is auto, scan, batched or each, not '%s'", arg);
+			return -1;
+		}
+		if (o->strategy == GFS_READ_BATCHED)
+			warnx_("--strategy batched is read as each now: a query per file");
+		return 0;
+	case OPT_HOLD:
+		if (!parse_size(arg, &o->hold) || o->hold == 0 || o->hold > SIZE_MAX) {
+			usage_error("--hold wants a size above 0, such as 64M, not '%s'", arg);
 			return -1;
 		}
 		return 0;
@@ -469,6 +481,7 @@ check(struct run *r, gfs_conn *conn, bool own_lock)
 		.threads = (int)o->threads,
 		.strategy = o->strategy,
 		.jobs = (int)o->jobs,
+		.hold_bytes = (size_t)o->hold,
 		.on_problem = on_problem,
 		.on_file = on_file,
 		.on_progress = on_progress,

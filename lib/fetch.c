@@ -71,11 +71,8 @@ put(struct gfs_fetch *f, size_t i, const bson_t *doc)
 static void
 read_file(struct gfs_fetch *f, gfs_session *s, size_t i)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
 	gfs_id_filter(&filter, "files_id", f->ids[i]);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&opts, &sort);
 	BSON_APPEND_INT32(&opts, "batchSize", f->batch);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
 	bson_destroy(&filter);

@@ -187,6 +187,10 @@ typedef bool (*gfs_data_fn)(const uint8_t *data, size_t len, void *ctx);
 
 /*
  * Streams a file's content chunk by chunk, validating numbering and sizes.
+ * The chunks are read by files_id with no sort and placed by n: those
+ * that come before their turn are held up to a few MiB, past which they
+ * are read again one by one by {files_id, n}. A fault is the one a read
+ * sorted by n would meet first.
  * When verify_hash is set, content that fails gfs_integrity_check fails
  * with GFS_ECHECKSUM after the last chunk. An empty file is not looked for
  * in the chunks collection (the spec forbids the query). sha256_out (65
@@ -197,6 +201,33 @@ bool gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn f
 
 /* A batchSize for chunk cursors that keeps each batch well under 16 MB. */
 int32_t gfs_chunk_batch_size(int32_t chunk_size);
+
+/*
+ * Where a chunk's n sorts among its file's chunks (as the server sorts
+ * BSON): GFS_N_BEFORE every number (no n, null), GFS_N_NUMBER (*n set), or
+ * GFS_N_AFTER them (a string, a fraction...). No valid n but a number.
+ */
+enum gfs_n_place { GFS_N_BEFORE, GFS_N_NUMBER, GFS_N_AFTER };
+enum gfs_n_place gfs_chunk_n_place(const bson_t *doc, int64_t *n);
+
+/*
+ * Chunks that came before their turn, kept sorted by n: readers read a
+ * file's chunks with no sort (docs/design.md) and place them by n.
+ */
+typedef struct gfs_held {
+	bson_t *doc;
+	int64_t n;
+	struct gfs_held *next;
+} gfs_held;
+
+/* Keeps a copy of doc (numbered n) in *list; returns the bytes it holds. */
+size_t gfs_held_put(gfs_held **list, const bson_t *doc, int64_t n);
+/* The first held chunk when its n is at most upto (the caller destroys it), else NULL. */
+bson_t *gfs_held_take(gfs_held **list, int64_t upto);
+/* Whether a chunk numbered n is held. */
+bool gfs_held_has(const gfs_held *list, int64_t n);
+/* Frees every held chunk; returns the bytes they held. */
+size_t gfs_held_free(gfs_held **list);
 
 /*
  * Ends a read through cur, wherever its loop stopped, and destroys it:

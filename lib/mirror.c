@@ -1072,13 +1072,7 @@ gfs_mirror_choose_read(gfs_session *s, const gfs_read_caps *caps, size_t nwrite)
 		bson_error_t berr;
 		total = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
 	}
-	/*
-	 * Where the scan's sort is not served by an index (FerretDB), the
-	 * server holds the whole chunks collection before its first reply,
-	 * which at 52,000 posters is gigabytes and can outlast the reply
-	 * timeout; a query per file writes the same files as fast there.
-	 */
-	return gfs_read_choose(caps, false, nwrite, total, true);
+	return gfs_read_choose(caps, false, nwrite, total);
 }
 
 /*
@@ -1314,26 +1308,38 @@ gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
 	return false;
 }
 
+/* Where a file to write is in the scan. */
+enum {
+	SE_NEW,             /* no chunk of it yet */
+	SE_OPEN,            /* its temporary file takes its chunks in order of n */
+	SE_COMPLETE,        /* written and checked; renamed when the scan ends (a late chunk fails it) */
+	SE_DONE,            /* reported, or given up: the per-file write takes it */
+};
+
 struct scan_entry {
 	char *key;
 	size_t idx;
-	bool seen;
+	int state;
+	int fd;             /* SE_OPEN: the temporary file */
+	char tmp[64];       /* its name, beside the target */
+	int64_t next;       /* SE_OPEN: the n it wants */
+	gfs_digest *h;
+	gfs_held *held;     /* chunks before their turn */
 };
+
+/* Temporary files open at once in a scan; past it a file is left to the per-file write. */
+#define SCAN_OPEN_MAX 64
 
 struct scan {
 	gfs_mirror_dir *d;
 	const gfs_mirror_plan *plan;
 	strmap *map;
+	struct scan_entry *entries;
+	size_t n;
 	gfs_mirror_done_fn done;
 	void *ctx;
-	/* The file whose chunks are streaming past. */
-	char *cur_key;
-	struct scan_entry *cur;     /* NULL: a file we do not want */
-	const struct gfs_mirror_item *it;
-	bool failed;
-	struct temp t;
-	int64_t next, expected;
-	gfs_digest *h;
+	size_t hold, held_bytes;     /* bytes of chunks held before their turn, and the bound */
+	size_t open;                 /* temporary files open */
 	struct gfs_mirror_finisher *fin;   /* NULL: finish each file on the scan thread */
 };
 
@@ -1348,122 +1354,131 @@ id_key(const bson_value_t *id)
 	return key;
 }
 
-static void
-scan_fail(struct scan *sc, const gfs_error *err)
+static const struct gfs_mirror_item *
+entry_item(const struct scan *sc, const struct scan_entry *e)
 {
-	if (sc->t.fd >= 0) {
-		close(sc->t.fd);
-		unlinkat(sc->t.pfd, sc->t.name, 0);
-		sc->t.fd = -1;
+	return &sc->plan->items[e->idx];
+}
+
+/* Removes the entry's temporary file, closed or open. */
+static void
+scan_unlink(struct scan *sc, struct scan_entry *e)
+{
+	if (e->fd >= 0) {
+		close(e->fd);
+		e->fd = -1;
+		sc->open--;
 	}
-	if (sc->h) {
+	if (e->state != SE_OPEN && e->state != SE_COMPLETE)
+		return;
+	size_t dl;
+	leaf_of(entry_item(sc, e), &dl);
+	gfs_error derr;
+	int pfd = dir_get(sc->d, entry_item(sc, e)->rel, dl, false, &derr);
+	if (pfd >= 0)
+		unlinkat(pfd, e->tmp, 0);
+}
+
+/* Drops what the scan has of the file; err NULL: left unreported, for the per-file write. */
+static void
+scan_fail(struct scan *sc, struct scan_entry *e, const gfs_error *err)
+{
+	scan_unlink(sc, e);
+	if (e->h) {
 		char hex[65], md5[33];
-		gfs_digest_final(sc->h, hex, md5);
-		sc->h = NULL;
+		gfs_digest_final(e->h, hex, md5);
+		e->h = NULL;
 	}
-	sc->failed = true;
+	sc->held_bytes -= gfs_held_free(&e->held);
+	e->state = SE_DONE;
 	if (err)
-		sc->done(sc->cur->idx, err, sc->ctx);
+		sc->done(e->idx, err, sc->ctx);
 }
 
-/* The last chunk of the current file went by: check the whole, then rename. */
-static void
-scan_end_file(struct scan *sc)
-{
-	if (!sc->cur || sc->failed)
-		return;
-	gfs_error err;
-	const char *name = item_name(sc->it);
-	if (sc->next < sc->expected) {
-		gfs_error_set(&err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name,
-		              (long long)sc->next);
-		scan_fail(sc, &err);
-		return;
-	}
-	bool intact = gfs_digest_check(sc->h, &sc->it->file, NULL, &err);
-	sc->h = NULL;
-	if (!intact) {
-		scan_fail(sc, &err);
-		return;
-	}
-	if (!sc->fin) {
-		bool ok = temp_finish(sc->d, sc->it, &sc->t, true, &err);
-		sc->done(sc->cur->idx, ok ? NULL : &err, sc->ctx);
-		return;
-	}
-	if (!fin_hand_off(sc->fin, sc->d, sc->it, sc->cur->idx, &sc->t, &err))
-		scan_fail(sc, &err);
-}
-
-static void
-scan_begin_file(struct scan *sc, const bson_value_t *files_id)
-{
-	free(sc->cur_key);
-	sc->cur_key = id_key(files_id);
-	sc->cur = strmap_get(sc->map, sc->cur_key);
-	sc->failed = false;
-	/*
-	 * The spec: an empty file has no chunks to read, so a stray one is not
-	 * its content. It is left to the per-file write, as by every reader.
-	 */
-	if (sc->cur && sc->plan->items[sc->cur->idx].file.length == 0)
-		sc->cur = NULL;
-	if (!sc->cur)
-		return;
-	if (sc->cur->seen) {
-		/* Its chunks came in two runs: the sort is broken; the first run decided. */
-		sc->cur = NULL;
-		return;
-	}
-	sc->cur->seen = true;
-	sc->it = &sc->plan->items[sc->cur->idx];
-	sc->next = 0;
-	sc->expected = gfs_chunk_count(sc->it->file.length, sc->it->file.chunk_size);
-	gfs_error err;
-	if (!temp_open(sc->d, sc->it, &sc->t, &err)) {
-		scan_fail(sc, &err);
-		return;
-	}
-	sc->h = gfs_digest_new(&sc->it->file);
-}
-
-/* The checks of gfs_read(), for one chunk of the current file. */
+/* The first chunk of a file in its turn: its temporary file. */
 static bool
-scan_check(struct scan *sc, const bson_t *doc, const uint8_t **data, uint32_t *len,
-           gfs_error *err)
+scan_open(struct scan *sc, struct scan_entry *e)
 {
-	const char *name = item_name(sc->it);
-	bson_iter_t it;
-	int64_t n;
-	if (!gfs_chunk_n(doc, &n)) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: chunk without a valid n", name);
+	if (sc->open >= SCAN_OPEN_MAX) {
+		scan_fail(sc, e, NULL);
 		return false;
 	}
-	if (n < sc->next || n >= sc->expected) {
-		gfs_error_set(err, GFS_EEXTRACHUNK, "%s: extra chunk n=%lld (expected %lld chunks)",
-		              name, (long long)n, (long long)sc->expected);
+	struct temp t;
+	gfs_error err;
+	if (!temp_open(sc->d, entry_item(sc, e), &t, &err)) {
+		scan_fail(sc, e, &err);
 		return false;
 	}
-	if (n > sc->next) {
-		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name,
-		              (long long)sc->next);
-		return false;
-	}
-	bson_subtype_t sub;
-	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", name,
-		              (long long)n);
-		return false;
-	}
-	bson_iter_binary(&it, &sub, len, data);
-	int32_t want = gfs_chunk_expected_len(sc->it->file.length, sc->it->file.chunk_size, n);
-	if ((int64_t)*len != want) {
-		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk n=%lld has %u bytes, expected %d", name,
-		              (long long)n, *len, want);
-		return false;
-	}
-	sc->next++;
+	e->fd = t.fd;
+	memcpy(e->tmp, t.name, sizeof e->tmp);
+	sc->open++;
+	e->state = SE_OPEN;
+	e->h = gfs_digest_new(&entry_item(sc, e)->file);
 	return true;
+}
+
+/* The checks of gfs_read(), for the chunk whose turn it is. */
+static bool
+scan_check(struct scan *sc, struct scan_entry *e, const bson_t *doc, const uint8_t **data,
+           uint32_t *len, gfs_error *err)
+{
+	const struct gfs_mirror_item *it = entry_item(sc, e);
+	bson_iter_t iter;
+	bson_subtype_t sub;
+	if (!bson_iter_init_find(&iter, doc, "data") || !BSON_ITER_HOLDS_BINARY(&iter)) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", item_name(it),
+		              (long long)e->next);
+		return false;
+	}
+	bson_iter_binary(&iter, &sub, len, data);
+	int32_t want = gfs_chunk_expected_len(it->file.length, it->file.chunk_size, e->next);
+	if ((int64_t)*len != want) {
+		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk n=%lld has %u bytes, expected %d",
+		              item_name(it), (long long)e->next, *len, want);
+		return false;
+	}
+	return true;
+}
+
+/* Writes the chunk whose turn it is; false when the file failed. */
+static bool
+scan_write(struct scan *sc, struct scan_entry *e, const bson_t *doc)
+{
+	if (e->state == SE_NEW && !scan_open(sc, e))
+		return false;
+	const uint8_t *data;
+	uint32_t len;
+	gfs_error err;
+	if (!scan_check(sc, e, doc, &data, &len, &err)) {
+		scan_fail(sc, e, &err);
+		return false;
+	}
+	e->next++;
+	gfs_digest_update(e->h, data, len);
+	struct write_ctx w = {.fd = e->fd};
+	if (!write_chunk(data, len, &w)) {
+		local_error(&err, entry_item(sc, e), "write", w.error);
+		scan_fail(sc, e, &err);
+		return false;
+	}
+	return true;
+}
+
+/* All chunks 0..count-1 are in: check the whole; it is renamed when the scan ends. */
+static void
+scan_complete(struct scan *sc, struct scan_entry *e)
+{
+	gfs_error err;
+	bool intact = gfs_digest_check(e->h, &entry_item(sc, e)->file, NULL, &err);
+	e->h = NULL;
+	if (!intact) {
+		scan_fail(sc, e, &err);
+		return;
+	}
+	close(e->fd);
+	e->fd = -1;
+	sc->open--;
+	e->state = SE_COMPLETE;
 }
 
 static void
@@ -1472,41 +1487,117 @@ scan_chunk(struct scan *sc, const bson_t *doc)
 	bson_iter_t it;
 	if (!bson_iter_init_find(&it, doc, "files_id"))
 		return;
-	const bson_value_t *fid = bson_iter_value(&it);
-	bool same = sc->cur_key != NULL;
-	if (same) {
-		char *key = id_key(fid);
-		same = strcmp(key, sc->cur_key) == 0;
-		bson_free(key);
-	}
-	if (!same) {
-		scan_end_file(sc);
-		scan_begin_file(sc, fid);
-	}
-	if (!sc->cur || sc->failed)
+	char *key = id_key(bson_iter_value(&it));
+	struct scan_entry *e = strmap_get(sc->map, key);
+	bson_free(key);
+	if (!e || e->state == SE_DONE)
 		return;
-	const uint8_t *data;
-	uint32_t len;
+	const struct gfs_mirror_item *item = entry_item(sc, e);
+	const char *name = item_name(item);
+	int64_t expected = gfs_chunk_count(item->file.length, item->file.chunk_size);
+	int64_t n;
 	gfs_error err;
-	if (!scan_check(sc, doc, &data, &len, &err)) {
-		scan_fail(sc, &err);
+	if (gfs_chunk_n_place(doc, &n) != GFS_N_NUMBER) {
+		gfs_error_set(&err, GFS_EBADDOC, "%s: chunk without a valid n", name);
+		scan_fail(sc, e, &err);
 		return;
 	}
-	gfs_digest_update(sc->h, data, len);
-	struct write_ctx w = {.fd = sc->t.fd};
-	if (!write_chunk(data, len, &w)) {
-		local_error(&err, sc->it, "write", w.error);
-		scan_fail(sc, &err);
+	/* A chunk after the last, or a second copy: damage, whenever it comes. */
+	if (e->state == SE_COMPLETE || n < e->next || n >= expected || gfs_held_has(e->held, n)) {
+		gfs_error_set(&err, GFS_EEXTRACHUNK, "%s: extra chunk n=%lld (expected %lld chunks)",
+		              name, (long long)n, (long long)expected);
+		scan_fail(sc, e, &err);
+		return;
 	}
+	if (n > e->next) {
+		if (sc->held_bytes + doc->len > sc->hold)
+			scan_fail(sc, e, NULL);   /* past the bound: written file by file later */
+		else
+			sc->held_bytes += gfs_held_put(&e->held, doc, n);
+		return;
+	}
+	if (!scan_write(sc, e, doc))
+		return;
+	bson_t *next;
+	while ((next = gfs_held_take(&e->held, e->next)) != NULL) {
+		sc->held_bytes -= next->len;
+		bool ok = scan_write(sc, e, next);
+		bson_destroy(next);
+		if (!ok)
+			return;
+	}
+	if (e->next == expected)
+		scan_complete(sc, e);
 }
 
-static void
-free_entry(const char *key, void *value, void *ctx)
+/*
+ * 1 when the file has no chunk beyond those written (a duplicate, an extra
+ * that a scan stopped early has not met yet), 0 when it has, -1 when the
+ * count failed: its chunks by files_id, counted.
+ */
+static int
+no_more_chunks(gfs_session *s, const struct gfs_mirror_item *it)
 {
-	(void)key;
-	(void)ctx;
-	struct scan_entry *e = value;
-	bson_free(e->key);
+	bson_t filter = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "files_id", &it->file.id);
+	bson_error_t berr;
+	int64_t n = mongoc_collection_count_documents(s->chunks, &filter, NULL, NULL, NULL, &berr);
+	bson_destroy(&filter);
+	return n < 0 ? -1 : n == gfs_chunk_count(it->file.length, it->file.chunk_size);
+}
+
+/*
+ * The scan is over: complete files go into place, the others fail with what
+ * is missing. After a stop (canceled) a complete file goes into place once
+ * its chunks are counted; after any other failure no complete file does.
+ */
+static void
+scan_end(struct scan *sc, gfs_session *s, bool complete, bool canceled)
+{
+	for (size_t i = 0; i < sc->n; i++) {
+		struct scan_entry *e = &sc->entries[i];
+		const struct gfs_mirror_item *it = entry_item(sc, e);
+		gfs_error err;
+		if (e->state == SE_COMPLETE && !complete) {
+			int whole = canceled ? no_more_chunks(s, it) : 0;
+			if (whole < 0)
+				canceled = false;   /* the backend is not answering: ask no more */
+			if (whole != 1)
+				scan_fail(sc, e, NULL);
+		} else if (e->state == SE_OPEN && complete) {
+			gfs_error_set(&err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", item_name(it),
+			              (long long)e->next);
+			scan_fail(sc, e, &err);
+		} else if (e->state == SE_OPEN) {
+			scan_fail(sc, e, NULL); /* unfinished: its temporary file goes, no verdict */
+		}
+		sc->held_bytes -= gfs_held_free(&e->held);
+		if (e->state != SE_COMPLETE)
+			continue;
+		e->state = SE_DONE;
+		size_t dl;
+		leaf_of(it, &dl);
+		struct temp t = {.pfd = dir_get(sc->d, it->rel, dl, false, &err), .fd = -1};
+		memcpy(t.name, e->tmp, sizeof t.name);
+		if (t.pfd >= 0)
+			t.fd = openat(t.pfd, t.name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+		if (t.pfd < 0) {
+			prefix_name(&err, it);
+		} else if (t.fd < 0) {
+			local_error(&err, it, "reopen the temporary file", errno);
+			unlinkat(t.pfd, t.name, 0);
+		} else if (!sc->fin) {
+			bool ok = temp_finish(sc->d, it, &t, true, &err);
+			sc->done(e->idx, ok ? NULL : &err, sc->ctx);
+			continue;
+		} else if (fin_hand_off(sc->fin, sc->d, it, e->idx, &t, &err)) {
+			continue;
+		} else {
+			close(t.fd);
+			unlinkat(t.pfd, t.name, 0);
+		}
+		sc->done(e->idx, &err, sc->ctx);
+	}
 }
 
 static int32_t
@@ -1519,17 +1610,13 @@ scan_batch_size(const gfs_mirror_plan *plan, const size_t *idx, size_t n)
 	return gfs_chunk_batch_size(max);
 }
 
-/* Runs one cursor of chunks sorted by files_id and n through the scan. */
+/* One pass over all chunks in natural order through the scan. */
 static bool
-scan_query(struct scan *sc, gfs_session *s, const bson_t *filter, int32_t batch, gfs_error *err)
+scan_pass(struct scan *sc, gfs_session *s, int32_t batch, gfs_error *err)
 {
-	bson_t opts = BSON_INITIALIZER, sort;
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "files_id", 1);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", batch);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, filter, &opts, NULL);
+	bson_t all = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	gfs_read_scan_opts(&opts, batch);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &all, &opts, NULL);
 	bson_destroy(&opts);
 	bool ok = true;
 	const bson_t *doc;
@@ -1544,70 +1631,40 @@ scan_query(struct scan *sc, gfs_session *s, const bson_t *filter, int32_t batch,
 	return gfs_cursor_done(cur, "read chunks", err) && ok;
 }
 
-/* The $in query for the non-empty files among idx[from..from+count). */
-static size_t
-batch_filter(bson_t *filter, const gfs_mirror_plan *plan, const size_t *idx, size_t from,
-             size_t count, size_t n)
-{
-	bson_t fid, in;
-	BSON_APPEND_DOCUMENT_BEGIN(filter, "files_id", &fid);
-	BSON_APPEND_ARRAY_BEGIN(&fid, "$in", &in);
-	size_t k = 0;
-	for (size_t i = from; i < from + count && i < n; i++) {
-		const gfs_file *f = &plan->items[idx[i]].file;
-		if (f->length == 0)
-			continue;
-		char key[16];
-		const char *kp;
-		bson_uint32_to_string((uint32_t)k++, &kp, key, sizeof key);
-		bson_append_value(&in, kp, -1, &f->id);
-	}
-	bson_append_array_end(&fid, &in);
-	bson_append_document_end(filter, &fid);
-	return k;
-}
-
 bool
 gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
-                const size_t *idx, size_t n, size_t per_query, int finishers,
+                const size_t *idx, size_t n, size_t hold_bytes, int finishers,
                 gfs_mirror_done_fn done, void *ctx, gfs_error *err)
 {
-	struct scan_entry *entries = gfs_xcalloc(n, sizeof *entries);
-	struct scan sc = {.d = d, .plan = plan, .map = strmap_new(n), .done = done, .ctx = ctx};
-	sc.t.fd = -1;
+	struct scan sc = {.d = d, .plan = plan, .map = strmap_new(n), .n = n, .done = done,
+	                  .ctx = ctx, .hold = hold_bytes ? hold_bytes : GFS_READ_HOLD_DEFAULT};
+	sc.entries = gfs_xcalloc(n ? n : 1, sizeof *sc.entries);
 	if (finishers > 0 && d->opts->fsync)
 		sc.fin = fin_start(plan, finishers, done, ctx);
 	for (size_t i = 0; i < n; i++) {
-		entries[i].key = id_key(&plan->items[idx[i]].file.id);
-		entries[i].idx = idx[i];
-		strmap_put(sc.map, entries[i].key, &entries[i]);
+		struct scan_entry *e = &sc.entries[i];
+		e->idx = idx[i];
+		e->fd = -1;
+		/*
+		 * The spec: an empty file has no chunks to read, so a stray one is
+		 * not its content. It is left to the per-file write, as by every reader.
+		 */
+		if (plan->items[idx[i]].file.length == 0)
+			e->state = SE_DONE;
+		e->key = id_key(&plan->items[idx[i]].file.id);
+		strmap_put(sc.map, e->key, e);
 	}
-	int32_t batch = scan_batch_size(plan, idx, n);
-	bool ok = true;
-	if (per_query == 0) {
-		bson_t all = BSON_INITIALIZER;
-		ok = scan_query(&sc, s, &all, batch, err);
-		bson_destroy(&all);
-	}
-	for (size_t i = 0; per_query > 0 && ok && i < n; i += per_query) {
-		bson_t filter = BSON_INITIALIZER;
-		if (batch_filter(&filter, plan, idx, i, per_query, n) > 0)
-			ok = scan_query(&sc, s, &filter, batch, err);
-		bson_destroy(&filter);
-	}
-	if (ok)
-		scan_end_file(&sc);
-	else if (sc.cur && !sc.failed)
-		scan_fail(&sc, NULL); /* unfinished: its temporary file goes, no verdict */
+	bool ok = scan_pass(&sc, s, scan_batch_size(plan, idx, n), err);
+	scan_end(&sc, s, ok, !ok && err->code == GFS_ECANCELED);
 	gfs_error ferr;
 	if (!fin_stop(sc.fin, &ferr) && ok) {
 		*err = ferr;
 		ok = false;
 	}
-	free(sc.cur_key);
-	strmap_each(sc.map, free_entry, NULL);
+	for (size_t i = 0; i < n; i++)
+		bson_free(sc.entries[i].key);
 	strmap_free(sc.map);
-	free(entries);
+	free(sc.entries);
 	return ok;
 }
 

@@ -162,11 +162,11 @@ bool gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror
 /*
  * Reading many files at once (readplan.h has what each way costs): each
  * file's chunks by a query of its own (gfs_mirror_apply, on several
- * threads); or from sorted passes, one over all chunks when most of the
- * bucket is to be written, or $in batches of the wanted files' ids
- * (gfs_mirror_scan). gfs_mirror_choose_read() picks one for nwrite files
- * on a server with these caps; it counts the bucket's files only when
- * nwrite is above GFS_READ_FEW.
+ * threads); or from one pass over all chunks in natural order, when most
+ * of the bucket is to be written (gfs_mirror_scan).
+ * gfs_mirror_choose_read() picks one for nwrite files on a server with
+ * these caps; it counts the bucket's files only when nwrite is above
+ * GFS_READ_FEW.
  */
 enum gfs_read_strategy gfs_mirror_choose_read(gfs_session *s, const gfs_read_caps *caps,
                                               size_t nwrite);
@@ -175,18 +175,23 @@ enum gfs_read_strategy gfs_mirror_choose_read(gfs_session *s, const gfs_read_cap
 typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
 
 /*
- * Writes the plan items idx[0..n) from one sorted pass over all chunks
- * (per_query 0) or from $in queries of per_query ids each, with the same checks as gfs_read() and the same temporary-file-and-rename
- * as gfs_mirror_apply(). Items the pass saw no chunk of (empty files, files
- * whose chunks are all gone) are not reported: the caller writes those one
- * by one, which also reports what is missing. With fsync, finishers
- * threads (0: none) fsync and rename complete files while the pass goes
- * on; done is then called from them. False when the cursor failed, a stop
- * was requested or a directory fsync failed; files finished until then stay
- * reported.
+ * Writes the plan items idx[0..n) from one pass over all chunks in natural
+ * order (no sort), with the same checks as gfs_read() and the same
+ * temporary-file-and-rename as gfs_mirror_apply(). A file's chunks are
+ * written to its temporary file in order of n; chunks that come before
+ * their turn are held, up to hold_bytes in all (0: GFS_READ_HOLD_DEFAULT).
+ * A file is renamed into place only when the pass is over, since a
+ * duplicate or extra chunk may come last. Items not finished by the pass
+ * are not reported: those it saw no chunk of (empty files, files whose
+ * chunks are all gone) and those it gave up on (past the bound, too many
+ * open at once); the caller writes them one by one, which also reports
+ * what is missing. With fsync, finishers threads (0: none) fsync and
+ * rename complete files; done is then called from them. False when the
+ * cursor failed, a stop was requested or a directory fsync failed; files
+ * finished until then stay reported.
  */
 bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
-                     const size_t *idx, size_t n, size_t per_query, int finishers,
+                     const size_t *idx, size_t n, size_t hold_bytes, int finishers,
                      gfs_mirror_done_fn done, void *ctx, gfs_error *err);
 
 /*

@@ -3,7 +3,7 @@
 
 #include "readplan.h"
 
-/* A selection of under 1/SELECTIVE of the bucket is read file by file (or batch by batch). */
+/* A selection of under 1/SELECTIVE of the bucket is read file by file. */
 #define SELECTIVE 4
 
 static const char *const names[] = {
@@ -58,14 +58,10 @@ mentions_index(bson_iter_t *it, int depth)
 static int
 explain_indexed(gfs_session *s, const bson_t *filter)
 {
-	bson_t cmd = BSON_INITIALIZER, find, sort, reply;
+	bson_t cmd = BSON_INITIALIZER, find, reply;
 	BSON_APPEND_DOCUMENT_BEGIN(&cmd, "explain", &find);
 	BSON_APPEND_UTF8(&find, "find", mongoc_collection_get_name(s->chunks));
 	BSON_APPEND_DOCUMENT(&find, "filter", filter);
-	BSON_APPEND_DOCUMENT_BEGIN(&find, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "files_id", 1);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&find, &sort);
 	bson_append_document_end(&cmd, &find);
 	BSON_APPEND_UTF8(&cmd, "verbosity", "queryPlanner");
 	bson_error_t berr;
@@ -75,15 +71,11 @@ explain_indexed(gfs_session *s, const bson_t *filter)
 	bson_iter_t it, qp;
 	if (ok) {
 		/*
-		 * A server that filters (or, with no filter, sorts) above its
-		 * storage says so (FerretDB's filterPushdown, sortPushdown): then
-		 * no index of the storage serves the query.
+		 * A server that filters above its storage says so (FerretDB's
+		 * filterPushdown): then no index of the storage serves the query.
 		 */
 		bool pushed = !bson_iter_init_find(&it, &reply, "filterPushdown") ||
 		              !BSON_ITER_HOLDS_BOOL(&it) || bson_iter_bool(&it);
-		if (bson_iter_init_find(&it, &reply, "sortPushdown") && BSON_ITER_HOLDS_BOOL(&it) &&
-		    !bson_iter_bool(&it) && bson_empty(filter))
-			pushed = false;
 		if (!pushed)
 			rc = 0;
 		else if (bson_iter_init_find(&it, &reply, "queryPlanner") && bson_iter_recurse(&it, &qp))
@@ -114,47 +106,37 @@ gfs_read_has_sample(gfs_session *s)
 void
 gfs_read_caps_probe(gfs_session *s, gfs_read_caps *caps)
 {
-	bson_oid_t a, b;
+	bson_oid_t a;
 	bson_oid_init(&a, NULL);
-	bson_oid_init(&b, NULL);
-	bson_t eq = BSON_INITIALIZER, in = BSON_INITIALIZER, op, arr;
+	bson_t eq = BSON_INITIALIZER, op;
 	BSON_APPEND_DOCUMENT_BEGIN(&eq, "files_id", &op);
 	BSON_APPEND_OID(&op, "$eq", &a);
 	bson_append_document_end(&eq, &op);
-	BSON_APPEND_DOCUMENT_BEGIN(&in, "files_id", &op);
-	BSON_APPEND_ARRAY_BEGIN(&op, "$in", &arr);
-	BSON_APPEND_OID(&arr, "0", &a);
-	BSON_APPEND_OID(&arr, "1", &b);
-	bson_append_array_end(&op, &arr);
-	bson_append_document_end(&in, &op);
 	caps->eq_indexed = explain_indexed(s, &eq) != 0;
-	caps->in_indexed = caps->eq_indexed && explain_indexed(s, &in) != 0;
-	bson_t all = BSON_INITIALIZER;
-	caps->sort_indexed = explain_indexed(s, &all) != 0;
-	bson_destroy(&all);
 	bson_destroy(&eq);
-	bson_destroy(&in);
 }
 
 enum gfs_read_strategy
-gfs_read_choose(const gfs_read_caps *caps, bool whole, uint64_t selected, int64_t total,
-                bool bounded)
+gfs_read_choose(const gfs_read_caps *caps, bool whole, uint64_t selected, int64_t total)
 {
-	if (whole)
+	if (whole || !caps->eq_indexed)
 		return GFS_READ_SCAN;
 	bool few = total < 0 ? selected <= GFS_READ_FEW : selected * SELECTIVE < (uint64_t)total;
-	if (!few)
-		return bounded && !caps->sort_indexed && caps->eq_indexed ? GFS_READ_EACH : GFS_READ_SCAN;
-	if (caps->in_indexed)
-		return GFS_READ_BATCHED;
-	if (caps->eq_indexed)
-		return GFS_READ_EACH;
-	/* Every query reads the whole collection: as few queries as can be. */
-	return selected <= GFS_READ_BATCH_UNINDEXED ? GFS_READ_BATCHED : GFS_READ_SCAN;
+	return few ? GFS_READ_EACH : GFS_READ_SCAN;
 }
 
-size_t
-gfs_read_batch_ids(const gfs_read_caps *caps)
+enum gfs_read_strategy
+gfs_read_resolve(enum gfs_read_strategy asked)
 {
-	return caps->in_indexed ? GFS_READ_BATCH_INDEXED : GFS_READ_BATCH_UNINDEXED;
+	return asked == GFS_READ_BATCHED ? GFS_READ_EACH : asked;
+}
+
+void
+gfs_read_scan_opts(bson_t *opts, int32_t batch)
+{
+	bson_t hint;
+	BSON_APPEND_DOCUMENT_BEGIN(opts, "hint", &hint);
+	BSON_APPEND_INT32(&hint, "$natural", 1);
+	bson_append_document_end(opts, &hint);
+	BSON_APPEND_INT32(opts, "batchSize", batch);
 }

@@ -2,16 +2,27 @@
  * verify: one pass over the chunks of a bucket, hashing in parallel.
  *
  * The calling thread reads: it loads the selected files documents into a
- * table keyed by _id, then streams chunk documents sorted by files_id and n
- * (from one cursor, several, or per-file queries that lib/fetch.c runs on
- * other connections and hands back in order).
- * Every chunk is checked for number and size on the reader; its data is
- * copied into the queue of the hashing thread that owns that file (a file
- * stays with one thread, so its chunks are hashed in order). When a file's
- * last chunk has been hashed the thread hands the file back and the reader
- * gives its verdict, so callbacks always run on the calling thread.
+ * table keyed by _id, then streams chunk documents with no sort: one pass
+ * over the whole chunks collection in natural order, or per-file queries
+ * that lib/fetch.c runs on other connections and hands back file by file.
+ * A chunk is fed to its file's checker when it is the file's next (n), or
+ * when its place does not matter to the checker (an extra, a duplicate, a
+ * chunk after a fault); one that comes before its turn is held until the
+ * ones before it have come. Its data is copied into the queue of the
+ * hashing thread that owns that file (a file stays with one thread, so its
+ * chunks are hashed in order). The checker thus sees every file's chunks
+ * as a pass sorted by {files_id, n} would show them, and gives the same
+ * verdicts.
  *
- * Memory: the table of files documents, the queues (bounded in bytes), and
+ * In a scan a file's last chunk may come at any time, so a file whose
+ * chunks 0..count-1 are in is hashed at once and its hash state freed, but
+ * its verdict waits for the end of the pass (a late duplicate is still an
+ * EXTRA-CHUNK). The chunks held are bounded in bytes; past the bound the
+ * file they belong to is given up in the scan and read again by files_id
+ * at the end. Callbacks always run on the calling thread.
+ *
+ * Memory: the table of files documents and per file its checker (a few
+ * hundred bytes), the queues and the held chunks (bounded in bytes), and
  * per file in flight its hash state.
  */
 #include <openssl/evp.h>
@@ -178,6 +189,8 @@ struct vfile {
 	gfs_file f;            /* valid when !bad */
 	bool bad;
 	bool seen;             /* chunks arrived for it */
+	bool reread;           /* given up in the scan: read again by files_id at the end */
+	struct slot *sl;       /* its checker while the pass reads it; NULL before and after */
 	char *bad_name;        /* BAD-DOC: filename if it had one */
 	char bad_detail[512];
 };
@@ -187,12 +200,6 @@ struct table {
 	struct vfile **list;   /* in _id order */
 	size_t count, list_cap;
 };
-
-static bool
-key_eq(const bson_t *a, const bson_t *b)
-{
-	return a->len == b->len && memcmp(bson_get_data(a), bson_get_data(b), a->len) == 0;
-}
 
 static struct vfile *
 table_find(const struct table *t, const bson_t *key)
@@ -247,9 +254,19 @@ struct slot {
 	EVP_MD_CTX *sha, *md5;     /* md5 only for legacy files without sha256 */
 	char sha256[65], md5hex[33];
 	size_t n_extra_ids;
-	bson_value_t extra_ids[GFS_VERIFY_MAX_EXTRA_IDS];
+	bson_value_t *extra_ids;   /* GFS_VERIFY_MAX_EXTRA_IDS, allocated at the first */
 	bool aborted;              /* the scan stopped inside this file: no verdict */
 	struct slot *next_done;
+	/* reading: see "reading" below; only the reader thread touches these */
+	struct hasher *h;
+	gfs_held *held;            /* chunks before their turn, by n */
+	int64_t after_bad;         /* chunks with an n that sorts after every number, not fed yet */
+	bool has_oor;              /* an extra numbered count or beyond, or below 0, was fed */
+	int64_t first_oor_n;       /* the lowest of those */
+	bool bad_first;            /* a chunk with no n (sorted first) was fed */
+	bool ended;                /* handed to the hasher for its end */
+	bool final;                /* no more chunks can come: the verdict when hashed */
+	bool hashed;               /* the hasher is done with it */
 };
 
 struct item {
@@ -272,6 +289,14 @@ struct hasher {
 
 struct verify {
 	const gfs_verify_opts *o;
+	size_t hold;               /* bytes of held chunks allowed; 0: no bound (one file at a time) */
+	size_t held_bytes;
+	size_t rereads;            /* files given up in the scan */
+	uint64_t ended;            /* files whose chunks are in, for progress */
+	bool orphans_only;         /* a pass that looks only for chunks of no selected file */
+	strmap *orphans;           /* id_key() of a files_id with no files document: struct orphan */
+	struct orphan **orphan_list;
+	size_t n_orphans, orphans_cap;
 	gfs_verify_stats *st;
 	gfs_conn *conn;
 	gfs_session *s;
@@ -286,6 +311,7 @@ struct verify {
 	pthread_cond_t done_cond;
 	double last_progress;
 	bool lookups_failed;            /* a second look failed: the backend is gone, stop asking */
+	gfs_error lookup_err;           /* why; the verdicts still to come cannot be given */
 };
 
 static void
@@ -459,6 +485,8 @@ unless_removed_meanwhile(struct verify *v, gfs_verify_problem *p)
 	gfs_error_clear(&err);
 	int found = exists(v->s->files, "_id", p->id, NULL, &err);
 	v->lookups_failed = found < 0;
+	if (found < 0)
+		v->lookup_err = err;
 	if (found != 0)
 		return;
 	size_t n = strlen(p->detail);
@@ -502,6 +530,7 @@ slot_free(struct slot *sl)
 		EVP_MD_CTX_free(sl->md5);
 	for (size_t i = 0; i < sl->n_extra_ids; i++)
 		bson_value_destroy(&sl->extra_ids[i]);
+	free(sl->extra_ids);
 	free(sl);
 }
 
@@ -596,7 +625,31 @@ progress(struct verify *v, bool force)
 	if (!force && now - v->last_progress < 0.1)
 		return;
 	v->last_progress = now;
-	v->o->on_progress(v->st->files_checked, v->st->bytes, v->o->ctx);
+	uint64_t files = v->st->files_checked > v->ended ? v->st->files_checked : v->ended;
+	v->o->on_progress(files, v->st->bytes, v->o->ctx);
+}
+
+/* The verdict on a file whose chunks are all in and hashed; its slot goes. */
+static void
+judge(struct verify *v, struct slot *sl)
+{
+	if (sl->vf->sl == sl)
+		sl->vf->sl = NULL;
+	/* Verdicts come after the pass: without the backend, whether the file is gone is unknown. */
+	if (v->lookups_failed)
+		sl->aborted = true;
+	verdict(v, sl);
+	slot_free(sl);
+}
+
+/* The hasher is done with sl: judged now when no chunk of it can come any more. */
+static void
+hashed(struct verify *v, struct slot *sl)
+{
+	v->in_flight--;
+	sl->hashed = true;
+	if (sl->final)
+		judge(v, sl);
 }
 
 /* Gives verdicts on the files whose hashing finished; wait: until none is in flight. */
@@ -614,9 +667,7 @@ drain(struct verify *v, bool wait)
 		pthread_mutex_unlock(&v->done_mu);
 		for (struct slot *sl = list, *nx; sl; sl = nx) {
 			nx = sl->next_done;
-			verdict(v, sl);
-			slot_free(sl);
-			v->in_flight--;
+			hashed(v, sl);
 		}
 		pthread_mutex_lock(&v->done_mu);
 	}
@@ -625,25 +676,17 @@ drain(struct verify *v, bool wait)
 	pthread_mutex_unlock(&v->done_mu);
 	for (struct slot *sl = list, *nx; sl; sl = nx) {
 		nx = sl->next_done;
-		verdict(v, sl);
-		slot_free(sl);
-		v->in_flight--;
+		hashed(v, sl);
 	}
 	progress(v, false);
 }
 
 /* ---- reading --------------------------------------------------------- */
 
-/* The group of consecutive chunks with one files_id. */
-struct group {
-	bool active;
-	bson_t key;                /* id_key() of files_id */
+/* Chunks of a files_id that no files document has: counted, judged at the end. */
+struct orphan {
 	bson_value_t files_id;
-	struct vfile *vf;          /* NULL: orphans (or a file not selected) */
-	bool skip;                 /* a BAD-DOC file, or a file not in the sample */
-	struct slot *sl;
-	struct hasher *h;
-	int64_t chunks, bytes;     /* for orphans */
+	int64_t chunks, bytes;
 };
 
 /*
@@ -717,6 +760,8 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 	int file = exists(v->s->files, "_id", fid, NULL, &err);
 	int still = file == 0 && live == 0 ? exists(v->s->chunks, "files_id", fid, NULL, &err) : 1;
 	v->lookups_failed = found < 0 || live < 0 || file < 0 || still < 0;
+	if (v->lookups_failed)
+		v->lookup_err = err;
 	if (file > 0) {
 		p->kind = GFS_VK_IN_PROGRESS;
 		snprintf(tail, room, ": its files document was written while verify ran");
@@ -738,79 +783,27 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 		bson_destroy(&m);
 }
 
-/* complete: all the group's chunks were read (the scan did not stop inside it). */
-static void
-group_end(struct verify *v, struct group *g, bool complete)
-{
-	if (!g->active)
-		return;
-	if (g->sl) {
-		if (complete)
-			gfs_chunk_check_end(&g->sl->check);
-		else
-			g->sl->aborted = true;
-		hasher_put(g->h, g->sl, NULL, 0, true);
-		g->sl = NULL;
-	} else if (!g->vf && !g->skip && complete) {
-		gfs_verify_problem p;
-		problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
-		p.id = &g->files_id;
-		p.count = g->chunks;
-		p.bytes = g->bytes;
-		snprintf(p.detail, sizeof p.detail, "count=%lld bytes=%lld", (long long)g->chunks,
-		         (long long)g->bytes);
-		judge_orphans(v, &g->files_id, &p);
-		report(v, &p);
-	}
-	bson_destroy(&g->key);
-	bson_value_destroy(&g->files_id);
-	memset(g, 0, sizeof *g);
-}
-
-static void
-group_begin(struct verify *v, struct group *g, const bson_value_t *files_id, bson_t *key)
-{
-	g->active = true;
-	g->key = *key;             /* takes ownership */
-	bson_value_copy(files_id, &g->files_id);
-	g->vf = table_find(&v->t, key);
-	if (!g->vf) {
-		/*
-		 * Only a scan of the whole bucket can call chunks orphans: under a
-		 * prefix or sample they may belong to a file not selected.
-		 */
-		g->skip = !v->st->orphans_checked;
-		return;
-	}
-	g->vf->seen = true;
-	if (g->vf->bad) {
-		g->skip = true;
-		return;
-	}
-	g->sl = slot_new(g->vf);
-	g->h = &v->h[v->next_h];
-	v->next_h = (v->next_h + 1) % v->nh;
-	v->in_flight++;
-}
-
 static void
 note_extra_id(struct slot *sl, const bson_t *doc)
 {
 	bson_iter_t it;
 	if (sl->n_extra_ids >= GFS_VERIFY_MAX_EXTRA_IDS || !bson_iter_init_find(&it, doc, "_id"))
 		return;
+	if (!sl->extra_ids)
+		sl->extra_ids = gfs_xcalloc(GFS_VERIFY_MAX_EXTRA_IDS, sizeof *sl->extra_ids);
 	bson_value_copy(bson_iter_value(&it), &sl->extra_ids[sl->n_extra_ids++]);
 }
 
+/* Feeds one chunk to its file's checker now, and its data to the hasher when it is content. */
 static void
-chunk(struct verify *v, struct group *g, const bson_t *doc)
+take(struct verify *v, struct slot *sl, const bson_t *doc)
 {
 	bson_iter_t it;
-	bool has_data = false;
 	int64_t n;
 	bool has_n = gfs_chunk_n(doc, &n);
 	if (!has_n)
 		n = -1;
+	bool has_data = false;
 	uint32_t len = 0;
 	const uint8_t *data = NULL;
 	if (bson_iter_init_find(&it, doc, "data") && BSON_ITER_HOLDS_BINARY(&it)) {
@@ -818,27 +811,239 @@ chunk(struct verify *v, struct group *g, const bson_t *doc)
 		bson_iter_binary(&it, &sub, &len, &data);
 		has_data = true;
 	}
-	v->st->chunks++;
-	if (!g->vf || g->skip) {
-		g->chunks++;
-		g->bytes += len;
-		return;
-	}
 	v->st->bytes += len;
-	int64_t dups = g->sl->check.dups;
-	if (gfs_chunk_check_add(&g->sl->check, has_n, n, has_data, len) == 1)
-		hasher_put(g->h, g->sl, data, len, false);
-	else if (g->sl->check.dups > dups)
-		note_extra_id(g->sl, doc);
+	gfs_chunk_check *c = &sl->check;
+	int64_t extras = c->extras, dups = c->dups;
+	int rc = gfs_chunk_check_add(c, has_n, n, has_data, len);
+	if (rc == 1 && !sl->ended)
+		hasher_put(sl->h, sl, data, len, false);
+	if (c->extras == extras)
+		return;
+	/* A pass sorted by n meets the lowest extra first. */
+	if (n < c->first_extra_n)
+		c->first_extra_n = n;
+	if (c->dups > dups) {
+		note_extra_id(sl, doc);
+	} else if (!sl->has_oor || n < sl->first_oor_n) {
+		sl->has_oor = true;
+		sl->first_oor_n = n;
+	}
 }
 
-/* One chunk of a pass: it joins the group of chunks with its files_id, or starts one. */
+/*
+ * A chunk with no n sorts before all others: had it come first, the
+ * checker would have failed at once and counted as extra only the chunks
+ * numbered count or beyond, or below 0. It comes late: make it so.
+ */
 static void
-feed(struct verify *v, struct group *g, const bson_t *doc)
+bad_first(struct slot *sl)
+{
+	gfs_chunk_check *c = &sl->check;
+	c->extras -= c->dups;
+	c->dups = 0;
+	c->first_extra_n = c->extras ? sl->first_oor_n : -1;
+	for (size_t i = 0; i < sl->n_extra_ids; i++)
+		bson_value_destroy(&sl->extra_ids[i]);
+	sl->n_extra_ids = 0;
+	c->failed = false;
+	c->next = 0;
+	gfs_chunk_check_add(c, false, -1, false, 0);
+	sl->bad_first = true;
+}
+
+static void
+held_free(struct verify *v, struct slot *sl)
+{
+	v->held_bytes -= gfs_held_free(&sl->held);
+}
+
+/* Feeds the held chunks whose turn has come (all of them once the checker has failed, or all). */
+static void
+take_held(struct verify *v, struct slot *sl, bool all)
+{
+	bson_t *doc;
+	while ((doc = gfs_held_take(&sl->held, all || sl->check.failed ? INT64_MAX
+	                                                                 : sl->check.next)) != NULL) {
+		v->held_bytes -= doc->len;
+		take(v, sl, doc);
+		bson_destroy(doc);
+	}
+}
+
+/* Hands the slot to its hasher for the end; the verdict comes when it is hashed and final. */
+static void
+end_slot(struct verify *v, struct slot *sl)
+{
+	if (sl->ended)
+		return;
+	sl->ended = true;
+	if (!sl->aborted)
+		v->ended++;
+	hasher_put(sl->h, sl, NULL, 0, true);
+}
+
+/*
+ * When the file's content is settled (all chunks 0..count-1 in, or the
+ * checker failed, which no later chunk but one with no n changes), its
+ * hashing ends; late chunks still reach the checker until the verdict.
+ */
+static void
+settle(struct verify *v, struct slot *sl)
+{
+	gfs_chunk_check *c = &sl->check;
+	if (sl->ended || sl->held || (!c->failed && c->next < c->expected))
+		return;
+	if (sl->after_bad && !c->failed)
+		gfs_chunk_check_add(c, false, -1, false, 0);
+	end_slot(v, sl);
+}
+
+/* No more chunks of this file can come: feed what is held, then the verdict. */
+static void
+file_end(struct verify *v, struct slot *sl)
+{
+	if (!sl->ended) {
+		take_held(v, sl, true);
+		if (sl->after_bad && !sl->check.failed)
+			gfs_chunk_check_add(&sl->check, false, -1, false, 0);
+		gfs_chunk_check_end(&sl->check);
+		end_slot(v, sl);
+	}
+	sl->final = true;
+	if (sl->hashed)
+		judge(v, sl);
+}
+
+/* The scan gives up on the file: no verdict from it, and a read by files_id at the end. */
+static void
+give_up(struct verify *v, struct vfile *vf)
+{
+	struct slot *sl = vf->sl;
+	held_free(v, sl);
+	sl->aborted = true;
+	vf->sl = NULL;
+	vf->reread = true;
+	v->rereads++;
+	end_slot(v, sl);
+	sl->final = true;
+	if (sl->hashed)
+		judge(v, sl);
+}
+
+static void
+hold(struct verify *v, struct vfile *vf, const bson_t *doc, int64_t n)
+{
+	struct slot *sl = vf->sl;
+	if (v->hold && v->held_bytes + doc->len > v->hold) {
+		give_up(v, vf);
+		return;
+	}
+	v->held_bytes += gfs_held_put(&sl->held, doc, n);
+}
+
+static struct slot *
+slot_open(struct verify *v, struct vfile *vf)
+{
+	struct slot *sl = slot_new(vf);
+	sl->h = &v->h[v->next_h];
+	v->next_h = (v->next_h + 1) % v->nh;
+	v->in_flight++;
+	vf->sl = sl;
+	return sl;
+}
+
+/* One chunk of a selected file, in whatever order the server sent it. */
+static void
+file_chunk(struct verify *v, struct vfile *vf, const bson_t *doc)
+{
+	struct slot *sl = vf->sl ? vf->sl : slot_open(v, vf);
+	gfs_chunk_check *c = &sl->check;
+	int64_t n;
+	switch (gfs_chunk_n_place(doc, &n)) {
+	case GFS_N_BEFORE:
+		if (sl->bad_first || (!c->failed && c->next == 0 && c->extras == 0))
+			take(v, sl, doc);
+		else
+			bad_first(sl);
+		sl->bad_first = true;
+		break;
+	case GFS_N_AFTER:
+		if (c->failed || sl->ended)
+			take(v, sl, doc);
+		else
+			sl->after_bad++;
+		break;
+	case GFS_N_NUMBER:
+		if (!c->failed && !sl->ended && n > c->next && n < c->expected) {
+			hold(v, vf, doc, n);
+			return;
+		}
+		take(v, sl, doc);
+	}
+	take_held(v, sl, false);
+	settle(v, sl);
+}
+
+static void
+orphan_chunk(struct verify *v, const bson_value_t *fid, const bson_t *key, const bson_t *doc)
+{
+	if (!v->orphans)
+		v->orphans = strmap_new(64);
+	void **slot = strmap_slot(v->orphans, bson_get_data(key), key->len);
+	struct orphan *o = *slot;
+	if (!o) {
+		o = gfs_xcalloc(1, sizeof *o);
+		bson_value_copy(fid, &o->files_id);
+		*slot = o;
+		GFS_GROW(v->orphan_list, v->n_orphans + 1, v->orphans_cap, 16);
+		v->orphan_list[v->n_orphans++] = o;
+	}
+	bson_iter_t it;
+	o->chunks++;
+	if (bson_iter_init_find(&it, doc, "data") && BSON_ITER_HOLDS_BINARY(&it)) {
+		uint32_t len;
+		const uint8_t *data;
+		bson_subtype_t sub;
+		bson_iter_binary(&it, &sub, &len, &data);
+		o->bytes += len;
+	}
+}
+
+/* Reports the orphan groups of the pass, each once, and forgets them. */
+static void
+report_orphans(struct verify *v, bool complete)
+{
+	for (size_t i = 0; i < v->n_orphans; i++) {
+		struct orphan *o = v->orphan_list[i];
+		if (complete && !v->lookups_failed) {
+			gfs_verify_problem p;
+			problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
+			p.id = &o->files_id;
+			p.count = o->chunks;
+			p.bytes = o->bytes;
+			snprintf(p.detail, sizeof p.detail, "count=%lld bytes=%lld", (long long)o->chunks,
+			         (long long)o->bytes);
+			judge_orphans(v, &o->files_id, &p);
+			report(v, &p);
+		}
+		bson_value_destroy(&o->files_id);
+		free(o);
+	}
+	free(v->orphan_list);
+	v->orphan_list = NULL;
+	v->n_orphans = v->orphans_cap = 0;
+	strmap_free(v->orphans);
+	v->orphans = NULL;
+}
+
+/* One chunk of a pass: to its file, or to the orphans. */
+static void
+feed(struct verify *v, const bson_t *doc)
 {
 	bson_iter_t it;
 	if (!bson_iter_init_find(&it, doc, "files_id")) {
 		/* Not a chunk of anything: count it as an orphan group of its own. */
+		v->st->chunks++;
 		gfs_verify_problem p;
 		problem_init(&p, GFS_VK_ORPHAN_CHUNKS, NULL);
 		p.count = 1;
@@ -850,48 +1055,74 @@ feed(struct verify *v, struct group *g, const bson_t *doc)
 	const bson_value_t *fid = bson_iter_value(&it);
 	bson_t key;
 	id_key(fid, &key);
-	if (g->active && key_eq(&g->key, &key)) {
-		bson_destroy(&key);
-	} else {
-		group_end(v, g, true);
-		group_begin(v, g, fid, &key);
-	}
-	chunk(v, g, doc);
+	struct vfile *vf = table_find(&v->t, &key);
+	if (!vf || !v->orphans_only)
+		v->st->chunks++;
+	/*
+	 * Only a pass over the whole bucket can call chunks orphans: under a
+	 * prefix or sample they may belong to a file not selected.
+	 */
+	if (!vf && v->st->orphans_checked)
+		orphan_chunk(v, fid, &key, doc);
+	bson_destroy(&key);
+	if (!vf || v->orphans_only)
+		return;
+	vf->seen = true;
+	if (!vf->bad && !vf->reread)
+		file_chunk(v, vf, doc);
 	drain(v, false);
 }
 
-/* Streams one cursor of chunks sorted by files_id, n. */
 static bool
-stream(struct verify *v, const bson_t *filter, int32_t batch, gfs_error *err)
+stopped(struct verify *v, gfs_error *err)
 {
-	bson_t opts = BSON_INITIALIZER, sort;
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "files_id", 1);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", batch);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->s->chunks, filter, &opts, NULL);
-	bson_destroy(&opts);
+	if (!v->o->stop || !*v->o->stop)
+		return false;
+	gfs_error_set(err, GFS_ECANCELED, "verify interrupted");
+	return true;
+}
 
-	struct group g;
-	memset(&g, 0, sizeof g);
+/*
+ * After a pass: every file still open is at its end (complete), or gets no
+ * verdict (the pass stopped inside it).
+ */
+static void
+pass_end(struct verify *v, bool complete)
+{
+	for (size_t i = 0; i < v->t.count; i++) {
+		struct slot *sl = v->t.list[i]->sl;
+		if (!sl)
+			continue;
+		if (!complete) {
+			held_free(v, sl);
+			sl->aborted = true;
+		}
+		file_end(v, sl);
+	}
+	report_orphans(v, complete);
+}
+
+/*
+ * One pass over the whole chunks collection in natural order: no filter,
+ * no sort, so that the server reads its storage once and answers at once.
+ */
+static bool
+scan(struct verify *v, int32_t batch, gfs_error *err)
+{
+	bson_t all = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	gfs_read_scan_opts(&opts, batch);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->s->chunks, &all, &opts, NULL);
+	bson_destroy(&opts);
 	const bson_t *doc;
 	bool ok = true;
-	while (mongoc_cursor_next(cur, &doc)) {
-		if (v->o->stop && *v->o->stop) {
-			gfs_error_set(err, GFS_ECANCELED, "verify interrupted");
-			ok = false;
-			break;
-		}
-		feed(v, &g, doc);
+	while (ok && mongoc_cursor_next(cur, &doc)) {
+		ok = !stopped(v, err);
+		if (ok)
+			feed(v, doc);
 	}
 	if (!gfs_cursor_done(cur, "read chunks", err))
 		ok = false;
-	/*
-	 * Always end the group: its slot must reach the hasher to be freed. After
-	 * an interruption or a cursor error it may be only partly read.
-	 */
-	group_end(v, &g, ok);
+	pass_end(v, ok);
 	return ok;
 }
 
@@ -1045,140 +1276,95 @@ unseen_files(struct verify *v)
 	}
 }
 
-/* Chunks of the selected files, by $in queries over batches of their ids. */
+/*
+ * The chunks of the selected files (only_rereads: of those the scan gave
+ * up on), a query per file on several connections at once; a file's
+ * chunks end with its query, so it is judged then.
+ */
 static bool
-stream_batched(struct verify *v, int32_t batch, gfs_error *err)
-{
-	size_t per = v->o->ids_per_batch > 0 ? (size_t)v->o->ids_per_batch : gfs_read_batch_ids(&v->caps);
-	for (size_t i = 0; i < v->t.count; i += per) {
-		bson_t filter = BSON_INITIALIZER, fid, in;
-		BSON_APPEND_DOCUMENT_BEGIN(&filter, "files_id", &fid);
-		BSON_APPEND_ARRAY_BEGIN(&fid, "$in", &in);
-		size_t k = 0;
-		for (size_t j = i; j < i + per && j < v->t.count; j++) {
-			struct vfile *vf = v->t.list[j];
-			if (vf->bad)
-				continue;
-			char idx[16];
-			const char *key;
-			bson_uint32_to_string((uint32_t)k++, &key, idx, sizeof idx);
-			bson_append_value(&in, key, -1, &vf->id);
-		}
-		bson_append_array_end(&fid, &in);
-		bson_append_document_end(&filter, &fid);
-		bool ok = k == 0 || stream(v, &filter, batch, err);
-		bson_destroy(&filter);
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-/* Chunks of the selected files, a query per file on several connections at once. */
-static bool
-stream_each(struct verify *v, int32_t batch, gfs_error *err)
+read_files(struct verify *v, bool only_rereads, int32_t batch, gfs_error *err)
 {
 	const bson_value_t **ids = gfs_xcalloc(v->t.count + 1, sizeof *ids);
+	struct vfile **vfs = gfs_xcalloc(v->t.count + 1, sizeof *vfs);
 	size_t n = 0;
-	for (size_t i = 0; i < v->t.count; i++)
-		if (!v->t.list[i]->bad)
-			ids[n++] = &v->t.list[i]->id;
+	for (size_t i = 0; i < v->t.count; i++) {
+		struct vfile *vf = v->t.list[i];
+		if (vf->bad || (only_rereads && !vf->reread))
+			continue;
+		/* Read again from the start: what the scan saw of it counts for nothing. */
+		vf->reread = false;
+		vf->seen = false;
+		vfs[n] = vf;
+		ids[n++] = &vf->id;
+	}
+	/* One file at a time is read here: its chunks before their turn are held, whatever they weigh. */
+	v->hold = 0;
 	gfs_fetch *f = gfs_fetch_start(v->conn, ids, n, v->o->jobs > 0 ? v->o->jobs : DEFAULT_JOBS,
 	                               batch);
-	struct group g;
-	memset(&g, 0, sizeof g);
 	bson_t *doc;
-	size_t file;
+	size_t file, cur = SIZE_MAX;
 	int rc;
 	bool ok = true;
 	while (ok && (rc = gfs_fetch_next(f, &doc, &file, err)) > 0) {
-		if (v->o->stop && *v->o->stop) {
-			gfs_error_set(err, GFS_ECANCELED, "verify interrupted");
-			ok = false;
-		} else {
-			feed(v, &g, doc);
+		ok = !stopped(v, err);
+		if (ok && file != cur) {
+			if (cur != SIZE_MAX && vfs[cur]->sl)
+				file_end(v, vfs[cur]->sl);
+			cur = file;
 		}
+		if (ok)
+			feed(v, doc);
 		bson_destroy(doc);
 	}
 	if (ok && rc < 0)
 		ok = false;
-	group_end(v, &g, ok);
 	gfs_fetch_free(f);
+	pass_end(v, ok);
+	free(vfs);
 	free(ids);
 	return ok;
 }
 
 /*
- * A whole-bucket check that read chunks by id has not seen the chunks of no
- * file yet: the files_ids the chunks collection holds are listed ($group),
- * and the chunks of each that no files document has are read as a scan
- * reads them, so that every strategy finds the same orphans.
- */
-static bool
-stream_orphans(struct verify *v, int32_t batch, gfs_error *err)
-{
-	bson_t pipeline = BSON_INITIALIZER, stage, spec, opts = BSON_INITIALIZER;
-	BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
-	BSON_APPEND_DOCUMENT_BEGIN(&stage, "$group", &spec);
-	BSON_APPEND_UTF8(&spec, "_id", "$files_id");
-	bson_append_document_end(&stage, &spec);
-	bson_append_document_end(&pipeline, &stage);
-	BSON_APPEND_INT32(&opts, "batchSize", 1000);
-	mongoc_cursor_t *cur =
-	    mongoc_collection_aggregate(v->s->chunks, MONGOC_QUERY_NONE, &pipeline, &opts, NULL);
-	bson_destroy(&pipeline);
-	bson_destroy(&opts);
-	bson_value_t *lost = NULL;
-	size_t n = 0, cap = 0;
-	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it;
-		if (!bson_iter_init_find(&it, doc, "_id"))
-			continue;
-		bson_t key;
-		id_key(bson_iter_value(&it), &key);
-		bool known = table_find(&v->t, &key) != NULL;
-		bson_destroy(&key);
-		if (known)
-			continue;
-		GFS_GROW(lost, n + 1, cap, 16);
-		bson_value_copy(bson_iter_value(&it), &lost[n++]);
-	}
-	bool ok = gfs_cursor_done(cur, "list the chunks' files_ids", err);
-	/* A null group stands for chunks without files_id too: {$eq: null} finds both. */
-	for (size_t i = 0; ok && i < n; i++) {
-		bson_t filter = BSON_INITIALIZER;
-		gfs_id_filter(&filter, "files_id", &lost[i]);
-		ok = stream(v, &filter, batch, err);
-		bson_destroy(&filter);
-	}
-	for (size_t i = 0; i < n; i++)
-		bson_value_destroy(&lost[i]);
-	free(lost);
-	return ok;
-}
-
-/*
- * The whole bucket is read in one sorted scan. A selection is read the
- * way gfs_read_choose() picks from the server's answer to explain: see
+ * The whole bucket is read in one scan. A selection is read the way
+ * gfs_read_choose() picks from the server's answer to explain: see
  * readplan.h and gridfsctl-verify(1).
  */
 static enum gfs_read_strategy
 choose(struct verify *v, bool partial)
 {
 	enum gfs_read_strategy want = v->o->strategy;
-	if (want == GFS_READ_SCAN || (want == GFS_READ_AUTO && !partial))
-		return GFS_READ_SCAN;
-	gfs_read_caps_probe(v->s, &v->caps);
 	if (want != GFS_READ_AUTO)
 		return want;
+	if (!partial)
+		return GFS_READ_SCAN;
+	gfs_read_caps_probe(v->s, &v->caps);
 	int64_t total = -1;
 	if (v->t.count > GFS_READ_FEW) {
 		bson_error_t berr;
 		total = mongoc_collection_estimated_document_count(v->s->files, NULL, NULL, NULL, &berr);
 	}
-	/* A large selection costs what the whole bucket costs: one scan, as for the whole. */
-	return gfs_read_choose(&v->caps, false, v->t.count, total, false);
+	return gfs_read_choose(&v->caps, false, v->t.count, total);
+}
+
+/*
+ * The chunks: one scan, then the files it gave up on by files_id; or a
+ * query per file, then (for the whole bucket) a scan for orphans only.
+ */
+static bool
+read_chunks(struct verify *v, bool partial, int32_t batch, gfs_error *err)
+{
+	if (gfs_read_resolve(v->st->strategy) == GFS_READ_SCAN) {
+		if (!scan(v, batch, err))
+			return false;
+		return v->rereads == 0 || read_files(v, true, batch, err);
+	}
+	if (!read_files(v, false, batch, err))
+		return false;
+	if (partial)
+		return true;
+	v->orphans_only = true;
+	return scan(v, batch, err);
 }
 
 bool
@@ -1190,6 +1376,7 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	v.o = o;
 	v.st = st;
 	v.conn = conn;
+	v.hold = o->hold_bytes ? o->hold_bytes : GFS_READ_HOLD_DEFAULT;
 	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
 	v.s = gfs_session_pop(conn);
 	pthread_mutex_init(&v.done_mu, NULL);
@@ -1207,20 +1394,15 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 		ok = false;
 	}
 	progress(&v, true);
-	int32_t batch = gfs_chunk_batch_size(max_chunk);
-	if (ok && st->strategy == GFS_READ_SCAN) {
-		bson_t all = BSON_INITIALIZER;
-		ok = stream(&v, &all, batch, err);
-		bson_destroy(&all);
-	} else if (ok) {
-		ok = st->strategy == GFS_READ_EACH ? stream_each(&v, batch, err)
-		                                   : stream_batched(&v, batch, err);
-		if (ok && !partial)
-			ok = stream_orphans(&v, batch, err);
-	}
+	if (ok)
+		ok = read_chunks(&v, partial, gfs_chunk_batch_size(max_chunk), err);
 	if (v.nh) {
 		drain(&v, true);
 		hashers_stop(&v);
+	}
+	if (ok && v.lookups_failed) {
+		*err = v.lookup_err;
+		ok = false;
 	}
 	if (ok)
 		unseen_files(&v);

@@ -2,14 +2,16 @@
  * verify: check every files document of a bucket (or of a prefix, or a
  * sample) against its chunks, hashing in parallel with reading.
  *
- * The chunks are streamed sorted by {files_id: 1, n: 1} (the spec's unique
- * index) while the files documents are held in a table keyed by _id, so a
- * file's chunks arrive together and in order and only its hash state is
- * kept while it is in flight. The whole bucket is one sorted scan; a
- * selection is read by $in batches or a query per file when the server
- * serves those from an index (readplan.h). Every way feeds the same
- * checks, so every way finds the same problems. Problems are handed to a
- * callback on the calling thread, each once.
+ * The chunks are streamed with no sort, as the query rule of
+ * docs/design.md wants: the whole bucket in one pass in natural order, a
+ * selection by a query per file (readplan.h). A file's chunks may come in
+ * any order, interleaved with others': each is placed by its n, so that
+ * the checks see what a pass sorted by {files_id: 1, n: 1} would show and
+ * every way finds the same problems. Chunks that come before their turn
+ * are held, up to a bound in bytes; past it their file is read again by
+ * files_id at the end. A file's verdict waits for the end of the pass (a
+ * duplicate may come last), its hash state does not. Problems are handed
+ * to a callback on the calling thread, each once.
  *
  * Chunks without a files document are orphans unless an import is writing
  * them: import marks each upload (and each removal) in
@@ -103,8 +105,9 @@ typedef struct gfs_verify_opts {
 	int threads;                 /* hashing threads; 0: chosen from the CPU count */
 	/* GFS_READ_AUTO: chosen by gfs_read_choose() from what is selected and the server */
 	enum gfs_read_strategy strategy;
-	int ids_per_batch;           /* GFS_READ_BATCHED: files per $in query; 0: gfs_read_batch_ids() */
 	int jobs;                    /* GFS_READ_EACH: connections reading at once; 0: 4 */
+	/* GFS_READ_SCAN: bytes of chunks held before their turn; 0: GFS_READ_HOLD_DEFAULT */
+	size_t hold_bytes;
 	gfs_verify_problem_fn on_problem;
 	gfs_verify_file_fn on_file;  /* may be NULL */
 	gfs_verify_progress_fn on_progress;  /* may be NULL; called now and then */

@@ -272,28 +272,24 @@ static void
 test_choose_whole_bucket_scans(void **state)
 {
 	(void)state;
-	gfs_read_caps none = {0}, all = {.eq_indexed = true, .in_indexed = true};
-	assert_int_equal(gfs_read_choose(&all, true, 10, 10, false), GFS_READ_SCAN);
-	assert_int_equal(gfs_read_choose(&none, true, 10, -1, false), GFS_READ_SCAN);
+	gfs_read_caps none = {0}, all = {.eq_indexed = true};
+	assert_int_equal(gfs_read_choose(&all, true, 10, 10), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&none, true, 10, -1), GFS_READ_SCAN);
 }
 
-/* A selection: batches where $in is indexed, a query per file where only equality is. */
+/*
+ * A selection: a query per file where the equality is indexed; one scan
+ * where it is not (every query would read the whole collection).
+ */
 static void
 test_choose_selection_by_server(void **state)
 {
 	(void)state;
-	gfs_read_caps mongo = {.eq_indexed = true, .in_indexed = true};
-	gfs_read_caps eq_only = {.eq_indexed = true};
+	gfs_read_caps eq = {.eq_indexed = true};
 	gfs_read_caps none = {0};
-	assert_int_equal(gfs_read_choose(&mongo, false, 200, -1, false), GFS_READ_BATCHED);
-	assert_int_equal(gfs_read_choose(&eq_only, false, 200, -1, false), GFS_READ_EACH);
-	/* nothing indexed: one $in pass reads the collection once */
-	assert_int_equal(gfs_read_choose(&none, false, 200, -1, false), GFS_READ_BATCHED);
-	assert_int_equal(gfs_read_choose(&none, false, 3000, 52000, false), GFS_READ_BATCHED);
-	assert_int_equal(gfs_read_choose(&none, false, GFS_READ_BATCH_UNINDEXED + 1, 52000, false),
-	                 GFS_READ_SCAN);
-	assert_int_equal(gfs_read_batch_ids(&mongo), GFS_READ_BATCH_INDEXED);
-	assert_int_equal(gfs_read_batch_ids(&none), GFS_READ_BATCH_UNINDEXED);
+	assert_int_equal(gfs_read_choose(&eq, false, 200, -1), GFS_READ_EACH);
+	assert_int_equal(gfs_read_choose(&none, false, 1, -1), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&none, false, 200, 52000), GFS_READ_SCAN);
 }
 
 /* A quarter of the bucket or more is one scan; more than GFS_READ_FEW uncounted is too. */
@@ -301,30 +297,22 @@ static void
 test_choose_large_selection_scans(void **state)
 {
 	(void)state;
-	gfs_read_caps eq_only = {.eq_indexed = true, .sort_indexed = true};
-	assert_int_equal(gfs_read_choose(&eq_only, false, 1299, 5200, false), GFS_READ_EACH);
-	assert_int_equal(gfs_read_choose(&eq_only, false, 1300, 5200, false), GFS_READ_SCAN);
-	assert_int_equal(gfs_read_choose(&eq_only, false, 3, 10, false), GFS_READ_SCAN);
-	assert_int_equal(gfs_read_choose(&eq_only, false, GFS_READ_FEW, -1, false), GFS_READ_EACH);
-	assert_int_equal(gfs_read_choose(&eq_only, false, GFS_READ_FEW + 1, -1, false), GFS_READ_SCAN);
+	gfs_read_caps eq = {.eq_indexed = true};
+	assert_int_equal(gfs_read_choose(&eq, false, 1299, 5200), GFS_READ_EACH);
+	assert_int_equal(gfs_read_choose(&eq, false, 1300, 5200), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&eq, false, 3, 10), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_choose(&eq, false, GFS_READ_FEW, -1), GFS_READ_EACH);
+	assert_int_equal(gfs_read_choose(&eq, false, GFS_READ_FEW + 1, -1), GFS_READ_SCAN);
 }
 
-/*
- * A server that sorts the whole collection in memory before its first
- * reply, but serves a query per file (FerretDB on PostgreSQL): a large
- * selection is read file by file when the caller asks for bounded reads
- * (mirror); the whole bucket is still one scan.
- */
+/* batched, the $in of old, is still a word: it reads as each. */
 static void
-test_choose_unsorted_server_reads_each(void **state)
+test_batched_reads_as_each(void **state)
 {
 	(void)state;
-	gfs_read_caps pg = {.eq_indexed = true};
-	gfs_read_caps none = {0};
-	assert_int_equal(gfs_read_choose(&pg, false, 5000, 5000, true), GFS_READ_EACH);
-	assert_int_equal(gfs_read_choose(&pg, false, 5000, 5000, false), GFS_READ_SCAN);
-	assert_int_equal(gfs_read_choose(&pg, true, 5000, 5000, true), GFS_READ_SCAN);
-	assert_int_equal(gfs_read_choose(&none, false, 5000, 5000, true), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_resolve(GFS_READ_BATCHED), GFS_READ_EACH);
+	assert_int_equal(gfs_read_resolve(GFS_READ_SCAN), GFS_READ_SCAN);
+	assert_int_equal(gfs_read_resolve(GFS_READ_AUTO), GFS_READ_AUTO);
 }
 
 static void
@@ -360,7 +348,7 @@ main(void)
 		cmocka_unit_test(test_choose_whole_bucket_scans),
 		cmocka_unit_test(test_choose_selection_by_server),
 		cmocka_unit_test(test_choose_large_selection_scans),
-		cmocka_unit_test(test_choose_unsorted_server_reads_each),
+		cmocka_unit_test(test_batched_reads_as_each),
 		cmocka_unit_test(test_strategy_words),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

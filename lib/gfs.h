@@ -230,6 +230,14 @@ bool gfs_held_has(const gfs_held *list, int64_t n);
 size_t gfs_held_free(gfs_held **list);
 
 /*
+ * Chunk n of a file, by {files_id, n} equality: 1 with *doc (the caller
+ * destroys it), 0 when there is none, -1 with err set when the query failed
+ * or n has two copies (GFS_EEXTRACHUNK; name is the file's, for the message).
+ */
+int gfs_chunk_by_n(gfs_session *s, const bson_value_t *files_id, int64_t n, const char *name,
+                   bson_t **doc, gfs_error *err);
+
+/*
  * Ends a read through cur, wherever its loop stopped, and destroys it:
  * false with err (may be NULL) set, prefixed by what, when the cursor
  * failed. A loop that stopped on its own leaves no cursor error.

@@ -927,72 +927,60 @@ tee_end(struct tee *t, bool ok)
 	t->fill = NULL;
 }
 
+/* Checks chunk n as gfs_read does and pushes its bytes in range. */
+static bool
+stream_chunk(const gfs_meta *m, struct stream *s, struct tee *tee, const bson_t *doc, int64_t n,
+             const char *name, gfs_error *err)
+{
+	bson_iter_t it;
+	bson_subtype_t sub;
+	uint32_t len;
+	const uint8_t *data;
+	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: chunk %lld has no data", name, (long long)n);
+		return false;
+	}
+	bson_iter_binary(&it, &sub, &len, &data);
+	if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, n)) {
+		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk %lld has the wrong size", name,
+		              (long long)n);
+		return false;
+	}
+	tee_data(tee, data, len);
+	int64_t base = n * m->chunk_size;
+	int64_t from = s->first > base ? s->first - base : 0;
+	int64_t to = s->last < base + len - 1 ? s->last - base : (int64_t)len - 1;
+	if (!tee_push(s, tee, data + from, (size_t)(to - from + 1), base + to == s->last)) {
+		gfs_error_set(err, GFS_ECANCELED, "%s: client went away", name);
+		return false;
+	}
+	return true;
+}
+
 /*
- * Reads chunks w0..w1 in order, checking numbering and sizes as gfs_read
- * does, and pushes the bytes in range; *next is the chunk wanted next.
+ * Reads chunks w0..w1 in order, each by {files_id, n} equality (no range,
+ * no sort), checking them as gfs_read does, and pushes the bytes in range;
+ * *next is the chunk wanted next.
  */
 static bool
 stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, struct tee *tee, int64_t w0,
               int64_t w1, int64_t *next, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, range;
-	gfs_id_filter(&filter, "files_id", &m->id);
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "n", &range);
-	BSON_APPEND_INT64(&range, "$gte", w0);
-	BSON_APPEND_INT64(&range, "$lte", w1);
-	bson_append_document_end(&filter, &range);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
-	BSON_APPEND_INT32(&sort, "n", 1);
-	bson_append_document_end(&opts, &sort);
-	BSON_APPEND_INT32(&opts, "batchSize", (int32_t)(w1 - w0 + 1));
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
 	const char *name = m->name ? m->name : m->key;
-	bool ok = true;
-	const bson_t *doc;
-	while (ok && mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it;
-		int64_t n;
-		if (!gfs_chunk_n(doc, &n) || n != *next) {
-			gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: chunk %lld missing or out of order", name,
+	for (*next = w0; *next <= w1; (*next)++) {
+		bson_t *doc;
+		int rc = gfs_chunk_by_n(ses, &m->id, *next, name, &doc, err);
+		if (rc == 0)
+			gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name,
 			              (long long)*next);
-			ok = false;
-			break;
-		}
-		bson_subtype_t sub;
-		uint32_t len;
-		const uint8_t *data;
-		if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
-			gfs_error_set(err, GFS_EBADDOC, "%s: chunk %lld has no data", name, (long long)n);
-			ok = false;
-			break;
-		}
-		bson_iter_binary(&it, &sub, &len, &data);
-		if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, n)) {
-			gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk %lld has the wrong size", name,
-			              (long long)n);
-			ok = false;
-			break;
-		}
-		tee_data(tee, data, len);
-		int64_t base = n * m->chunk_size;
-		int64_t from = s->first > base ? s->first - base : 0;
-		int64_t to = s->last < base + len - 1 ? s->last - base : (int64_t)len - 1;
-		if (!tee_push(s, tee, data + from, (size_t)(to - from + 1), base + to == s->last)) {
-			gfs_error_set(err, GFS_ECANCELED, "%s: client went away", name);
-			ok = false;
-			break;
-		}
-		(*next)++;
+		if (rc <= 0)
+			return false;
+		bool ok = stream_chunk(m, s, tee, doc, *next, name, err);
+		bson_destroy(doc);
+		if (!ok)
+			return false;
 	}
-	if (!gfs_cursor_done(cur, "read chunks", err))
-		ok = false;
-	if (ok && *next <= w1) {
-		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", name, (long long)*next);
-		ok = false;
-	}
-	return ok;
+	return true;
 }
 
 /*
@@ -2387,8 +2375,11 @@ preload(struct httpserve *srv, gfs_error *err)
 	struct preload p = {srv, strmap_new(name_index_count(srv->index)), srv->cfg.cache_size};
 	name_index_each(srv->index, want_meta, &p);
 	gfs_session *ses = gfs_session_pop(srv->conn);
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, hint;
 	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(GFS_DEFAULT_CHUNK_SIZE));
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "hint", &hint);
+	BSON_APPEND_INT32(&hint, "$natural", 1);
+	bson_append_document_end(&opts, &hint);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
 	const bson_t *doc;
 	while (strmap_count(p.want) > 0 && !preload_stopping(srv) && mongoc_cursor_next(cur, &doc))

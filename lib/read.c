@@ -238,26 +238,48 @@ arrive(struct read_state *st, const bson_t *doc, gfs_error *err)
 	return deliver(st, doc, err) && fault_due(st, err) && deliver_held(st, err);
 }
 
+int
+gfs_chunk_by_n(gfs_session *s, const bson_value_t *files_id, int64_t n, const char *name,
+               bson_t **doc, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "files_id", files_id);
+	BSON_APPEND_INT64(&filter, "n", n);
+	BSON_APPEND_INT32(&opts, "batchSize", 2);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+	const bson_t *found;
+	*doc = NULL;
+	if (mongoc_cursor_next(cur, &found))
+		*doc = bson_copy(found);
+	bool two = *doc && mongoc_cursor_next(cur, &found);
+	if (!gfs_cursor_done(cur, "read a chunk", err) || two) {
+		if (two)
+			gfs_error_set(err, GFS_EEXTRACHUNK, "%s: extra chunk n=%lld (a second copy)", name,
+			              (long long)n);
+		if (*doc)
+			bson_destroy(*doc);
+		*doc = NULL;
+		return -1;
+	}
+	return *doc ? 1 : 0;
+}
+
 /* Reads chunk n of the file by {files_id, n} equality and delivers it; none is a missing chunk. */
 static bool
 deliver_by_n(struct read_state *st, int64_t n, gfs_error *err)
 {
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-	gfs_id_filter(&filter, "files_id", &st->f->id);
-	BSON_APPEND_INT64(&filter, "n", n);
-	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(st->s->chunks, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	const bson_t *doc;
-	bool found = mongoc_cursor_next(cur, &doc);
-	bool ok = !found || deliver(st, doc, err);
-	if (!gfs_cursor_done(cur, "read a chunk", err))
-		return false;
-	if (ok && !found)
+	bson_t *doc;
+	int rc = gfs_chunk_by_n(st->s, &st->f->id, n, st->name, &doc, err);
+	if (rc == 0)
 		gfs_error_set(err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", st->name,
 		              (long long)n);
-	return ok && found;
+	if (rc <= 0)
+		return false;
+	bool ok = deliver(st, doc, err);
+	bson_destroy(doc);
+	return ok;
 }
 
 /* After the cursor: the held chunks and those left for later, in turn, then what is missing. */

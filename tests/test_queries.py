@@ -32,8 +32,6 @@ from test_serve import Server
 from test_watch import Watcher
 from wireproxy import CommandRecorder
 
-SCAN = ("the chunk reads of verify, mirror, get and serve sort by n or pass over the bucket "
-        "sorted (lib/read.c, readplan.c, fetch.c): issue 26's scan rewrite")
 WATCH = "watch sends a folder range on the files for each side of a single file moved: issue 26's watch rewrite"
 
 # Commands that read or write nothing of a collection's documents.
@@ -176,7 +174,6 @@ def test_stat(gfs, db, rec, stored):
     check(rec, db)
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
 def test_get(gfs, db, rec, stored, tmp_path):
     r = gfs.run("get", "p/b/big.bin", "-o", tmp_path / "out")
     assert r.rc == 0 and (tmp_path / "out").read_bytes() == planted.data(10000), r
@@ -235,16 +232,24 @@ def test_doctor(gfs, db, rec, stored, bucket):
     check(rec, db)
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
 def test_verify(gfs, db, rec, stored):
     assert gfs.run("verify", "--no-progress").rc == 0
     check(rec, db)
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
 def test_verify_prefix(gfs, db, rec, stored):
     assert gfs.run("verify", "--prefix", "p/a", "--no-progress").rc == 0
     check(rec, db, prefix_ranges=1)
+
+
+@pytest.mark.parametrize("args", [[], ["--strategy", "each"], ["--strategy", "batched"],
+                                  ["--hold", "1"]])
+def test_verify_damage_every_way(gfs, db, rec, args):
+    """Damage planted by updates and late inserts: chunks out of turn are held,
+    or past --hold read again by files_id; each reads file by file."""
+    planted.plant_damage(db)
+    assert gfs.run("verify", "--no-progress", *args).rc == 1
+    check(rec, db)
 
 
 def repair(gfs, db):
@@ -264,20 +269,25 @@ def test_verify_repair_deletes_by_equality(gfs, db, rec):
     check(rec, db, only={"delete", "update", "findAndModify"})
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
 def test_verify_repair(gfs, db, rec):
     repair(gfs, db)
     check(rec, db)
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
 def test_mirror(gfs, db, rec, stored, tmp_path):
     out = tmp_path / "mirror"
     assert gfs.run("mirror", out, "--prefix", "p", "--no-progress").rc == 0
     check(rec, db, prefix_ranges=1)
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
+@pytest.mark.parametrize("read", ["scan", "each", "batched"])
+def test_mirror_every_read(gfs, db, rec, stored, tmp_path, read):
+    out = tmp_path / "mirror"
+    assert gfs.run("mirror", out, "--read", read, "--no-progress").rc == 0
+    assert (out / "p" / "b" / "big.bin").read_bytes() == planted.data(10000)
+    check(rec, db)
+
+
 def test_mirror_delete(gfs, db, rec, stored, tmp_path):
     out = tmp_path / "mirror"
     (out / "stale").mkdir(parents=True)
@@ -287,7 +297,6 @@ def test_mirror_delete(gfs, db, rec, stored, tmp_path):
     check(rec, db, prefix_ranges=1)
 
 
-@pytest.mark.xfail(strict=True, reason=SCAN)
 def test_serve(gfs, db, rec, stored, tmp_path):
     s = Server(gfs, tmp_path)
     try:

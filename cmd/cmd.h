@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "../lib/gfs.h"
+#include "../lib/readplan.h"
 
 /* Exit codes, documented in gridfsctl(1). */
 enum {
@@ -256,6 +257,14 @@ struct gfs_max_delete;
 int max_delete_option(const char *arg, struct gfs_max_delete *out);
 /* False, after a usage error, when --max-delete is given without --delete: a bound on nothing. */
 bool max_delete_fits(const struct gfs_max_delete *md, bool deleting);
+/* The --hold argument of verify and mirror (bytes, above 0); -1 after a usage error. */
+int hold_option(const char *arg, size_t *out);
+/*
+ * How chunks are read (verify's --strategy, mirror's --read, named by opt):
+ * a word of gfs_read_strategy_parse(); batched is taken with a warning, as
+ * it reads as each. -1 after a usage error.
+ */
+int read_option(const char *opt, const char *arg, enum gfs_read_strategy *out);
 
 /*
  * Interrupts (cmd/interrupt.c), the one way every verb is asked to stop.

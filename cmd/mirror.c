@@ -65,7 +65,7 @@ struct mirror {
 	gfs_max_delete max_delete;
 	gfs_backup backup;
 	long jobs;
-	uint64_t hold;         /* --hold: bytes of chunks a scan keeps waiting for their turn */
+	size_t hold;           /* --hold: bytes of chunks a scan keeps waiting for their turn */
 
 	gfs_conn *conn;
 	gfs_mirror_plan plan;
@@ -114,20 +114,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	case 'c': m->checksum = true; return 0;
 	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
 	case OPT_JSON: m->json = true; return 0;
-	case OPT_READ:
-		if (!gfs_read_strategy_parse(arg, &m->read_mode)) {
-			usage_error("--read must be auto, each, batched or scan");
-			return -1;
-		}
-		if (m->read_mode == GFS_READ_BATCHED)
-			warnx_("--read batched is read as each now: a query per file");
-		return 0;
-	case OPT_HOLD:
-		if (!parse_size(arg, &m->hold) || m->hold == 0 || m->hold > SIZE_MAX) {
-			usage_error("--hold wants a size above 0, such as 64M, not '%s'", arg);
-			return -1;
-		}
-		return 0;
+	case OPT_READ: return read_option("read", arg, &m->read_mode);
+	case OPT_HOLD: return hold_option(arg, &m->hold);
 	case 'j':
 		if (!parse_int(arg, 1, MAX_JOBS, &m->jobs)) {
 			usage_error("--jobs needs a number from 1 to %d", MAX_JOBS);
@@ -280,7 +268,7 @@ scan_all(struct mirror *m, gfs_mirror_dir *d, gfs_session *s)
 {
 	gfs_error err;
 	gfs_error_clear(&err);
-	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, (size_t)m->hold, (int)m->jobs, write_done,
+	if (!gfs_mirror_scan(d, s, &m->plan, m->todo, m->ntodo, m->hold, (int)m->jobs, write_done,
 	                     m, &err) &&
 	    !(err.code == GFS_ECANCELED && interrupted())) {
 		atomic_fetch_add(&m->failed, 1);

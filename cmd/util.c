@@ -257,6 +257,32 @@ max_delete_option(const char *arg, gfs_max_delete *out)
 	return -1;
 }
 
+int
+hold_option(const char *arg, size_t *out)
+{
+	uint64_t v;
+	if (parse_size(arg, &v) && v > 0 && v <= SIZE_MAX / 2) {
+		*out = (size_t)v;
+		return 0;
+	}
+	usage_error("--hold takes a size above 0, such as 64M, not '%s'", arg);
+	return -1;
+}
+
+int
+read_option(const char *opt, const char *arg, enum gfs_read_strategy *out)
+{
+	enum gfs_read_strategy s;
+	if (!gfs_read_strategy_parse(arg, &s)) {
+		usage_error("--%s is auto, scan, batched or each, not '%s'", opt, arg);
+		return -1;
+	}
+	if (s == GFS_READ_BATCHED)
+		warnx_("--%s batched is read as each now: a query per file", opt);
+	*out = s;
+	return 0;
+}
+
 bool
 max_delete_fits(const struct gfs_max_delete *md, bool deleting)
 {

@@ -82,7 +82,7 @@ struct vopts {
 	long threads;
 	long grace;
 	long jobs;
-	uint64_t hold;
+	size_t hold;
 	enum gfs_read_strategy strategy;
 };
 
@@ -132,20 +132,8 @@ on_opt(int opt, const char *arg, void *ctx)
 			return -1;
 		}
 		return 0;
-	case OPT_STRATEGY:
-		if (!gfs_read_strategy_parse(arg, &o->strategy)) {
-			usage_error("--strategy is auto, scan, batched or each, not '%s'", arg);
-			return -1;
-		}
-		if (o->strategy == GFS_READ_BATCHED)
-			warnx_("--strategy batched is read as each now: a query per file");
-		return 0;
-	case OPT_HOLD:
-		if (!parse_size(arg, &o->hold) || o->hold == 0 || o->hold > SIZE_MAX) {
-			usage_error("--hold wants a size above 0, such as 64M, not '%s'", arg);
-			return -1;
-		}
-		return 0;
+	case OPT_STRATEGY: return read_option("strategy", arg, &o->strategy);
+	case OPT_HOLD: return hold_option(arg, &o->hold);
 	case OPT_JOBS:
 		if (!parse_int(arg, 1, 32, &o->jobs)) {
 			usage_error("--jobs wants a number from 1 to 32, not '%s'", arg);
@@ -481,7 +469,7 @@ check(struct run *r, gfs_conn *conn, bool own_lock)
 		.threads = (int)o->threads,
 		.strategy = o->strategy,
 		.jobs = (int)o->jobs,
-		.hold_bytes = (size_t)o->hold,
+		.hold_bytes = o->hold,
 		.on_problem = on_problem,
 		.on_file = on_file,
 		.on_progress = on_progress,

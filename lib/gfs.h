@@ -230,6 +230,14 @@ bool gfs_held_has(const gfs_held *list, int64_t n);
 size_t gfs_held_free(gfs_held **list);
 
 /*
+ * The data of chunk n of a file of this length and chunk size, checked as
+ * every reader checks it: binary, and of the size n must have. False with
+ * err (GFS_EBADDOC, GFS_EWRONGSIZE; name is the file's) otherwise.
+ */
+bool gfs_chunk_data(const bson_t *doc, int64_t length, int32_t chunk_size, int64_t n,
+                    const char *name, const uint8_t **data, uint32_t *len, gfs_error *err);
+
+/*
  * Chunk n of a file, by {files_id, n} equality: 1 with *doc (the caller
  * destroys it), 0 when there is none, -1 with err set when the query failed
  * or n has two copies (GFS_EEXTRACHUNK; name is the file's, for the message).

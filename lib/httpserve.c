@@ -932,20 +932,10 @@ static bool
 stream_chunk(const gfs_meta *m, struct stream *s, struct tee *tee, const bson_t *doc, int64_t n,
              const char *name, gfs_error *err)
 {
-	bson_iter_t it;
-	bson_subtype_t sub;
 	uint32_t len;
 	const uint8_t *data;
-	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: chunk %lld has no data", name, (long long)n);
+	if (!gfs_chunk_data(doc, m->length, m->chunk_size, n, name, &data, &len, err))
 		return false;
-	}
-	bson_iter_binary(&it, &sub, &len, &data);
-	if ((int64_t)len != gfs_chunk_expected_len(m->length, m->chunk_size, n)) {
-		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk %lld has the wrong size", name,
-		              (long long)n);
-		return false;
-	}
 	tee_data(tee, data, len);
 	int64_t base = n * m->chunk_size;
 	int64_t from = s->first > base ? s->first - base : 0;

@@ -1417,39 +1417,18 @@ scan_open(struct scan *sc, struct scan_entry *e)
 	return true;
 }
 
-/* The checks of gfs_read(), for the chunk whose turn it is. */
-static bool
-scan_check(struct scan *sc, struct scan_entry *e, const bson_t *doc, const uint8_t **data,
-           uint32_t *len, gfs_error *err)
-{
-	const struct gfs_mirror_item *it = entry_item(sc, e);
-	bson_iter_t iter;
-	bson_subtype_t sub;
-	if (!bson_iter_init_find(&iter, doc, "data") || !BSON_ITER_HOLDS_BINARY(&iter)) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", item_name(it),
-		              (long long)e->next);
-		return false;
-	}
-	bson_iter_binary(&iter, &sub, len, data);
-	int32_t want = gfs_chunk_expected_len(it->file.length, it->file.chunk_size, e->next);
-	if ((int64_t)*len != want) {
-		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk n=%lld has %u bytes, expected %d",
-		              item_name(it), (long long)e->next, *len, want);
-		return false;
-	}
-	return true;
-}
-
 /* Writes the chunk whose turn it is; false when the file failed. */
 static bool
 scan_write(struct scan *sc, struct scan_entry *e, const bson_t *doc)
 {
 	if (e->state == SE_NEW && !scan_open(sc, e))
 		return false;
+	const struct gfs_mirror_item *it = entry_item(sc, e);
 	const uint8_t *data;
 	uint32_t len;
 	gfs_error err;
-	if (!scan_check(sc, e, doc, &data, &len, &err)) {
+	if (!gfs_chunk_data(doc, it->file.length, it->file.chunk_size, e->next, item_name(it), &data,
+	                    &len, &err)) {
 		scan_fail(sc, e, &err);
 		return false;
 	}
@@ -1457,7 +1436,7 @@ scan_write(struct scan *sc, struct scan_entry *e, const bson_t *doc)
 	gfs_digest_update(e->h, data, len);
 	struct write_ctx w = {.fd = e->fd};
 	if (!write_chunk(data, len, &w)) {
-		local_error(&err, entry_item(sc, e), "write", w.error);
+		local_error(&err, it, "write", w.error);
 		scan_fail(sc, e, &err);
 		return false;
 	}

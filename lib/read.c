@@ -112,27 +112,36 @@ struct read_state {
 	void *ctx;
 };
 
+bool
+gfs_chunk_data(const bson_t *doc, int64_t length, int32_t chunk_size, int64_t n,
+               const char *name, const uint8_t **data, uint32_t *len, gfs_error *err)
+{
+	bson_iter_t it;
+	bson_subtype_t sub;
+	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
+		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", name,
+		              (long long)n);
+		return false;
+	}
+	bson_iter_binary(&it, &sub, len, data);
+	int32_t want = gfs_chunk_expected_len(length, chunk_size, n);
+	if ((int64_t)*len != want) {
+		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk n=%lld has %u bytes, expected %d", name,
+		              (long long)n, *len, want);
+		return false;
+	}
+	return true;
+}
+
 /* The checks of a chunk whose turn it is, then its data on its way; false with err on a fault. */
 static bool
 deliver(struct read_state *st, const bson_t *doc, gfs_error *err)
 {
-	bson_iter_t it;
-	int64_t n = st->next;
-	bson_subtype_t sub;
 	const uint8_t *data;
 	uint32_t len;
-	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", st->name,
-		              (long long)n);
+	if (!gfs_chunk_data(doc, st->f->length, st->f->chunk_size, st->next, st->name, &data, &len,
+	                    err))
 		return false;
-	}
-	bson_iter_binary(&it, &sub, &len, &data);
-	int32_t want = gfs_chunk_expected_len(st->f->length, st->f->chunk_size, n);
-	if ((int64_t)len != want) {
-		gfs_error_set(err, GFS_EWRONGSIZE, "%s: chunk n=%lld has %u bytes, expected %d",
-		              st->name, (long long)n, len, want);
-		return false;
-	}
 	st->next++;
 	gfs_digest_update(st->d, data, len);
 	if (st->fn && !st->fn(data, len, st->ctx)) {

@@ -172,7 +172,7 @@ on_refused(const char *name, const gfs_error *why, void *ctx)
  * The run has phases, each spread over the worker threads: compare every
  * file with the disk (fixing mode and mtime in place where only those
  * differ), then write what differs, either file by file or, when most of
- * the bucket is to be written, from one sorted pass over all chunks.
+ * the bucket is to be written, from one pass over all chunks in natural order.
  */
 enum phase { PHASE_DECIDE, PHASE_WRITE, PHASE_SCAN };
 

@@ -9,6 +9,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("GRIDFSCTL_BIN", os.path.join(ROOT, "gridfsctl"))
 
 
+def rss_kb(pid):
+    """The resident memory of pid in KiB, 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def run_timed(argv, env=None):
     """Runs argv to the end; returns (wall seconds, peak RSS in MiB, stdout, CPU seconds).
 

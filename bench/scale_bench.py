@@ -30,18 +30,7 @@ import time
 
 import pymongo
 
-from benchlib import BIN, posters_db
-
-
-def rss_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+from benchlib import BIN, posters_db, rss_kb
 
 
 def ferretdb_pid(datadir):

@@ -23,16 +23,7 @@ import time
 import gridfs
 import pymongo
 
-
-def rss_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+from benchlib import rss_kb
 
 
 def raw(db, sort):

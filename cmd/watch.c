@@ -8,13 +8,19 @@
  * status line.
  *
  * Under a systemd watchdog (WatchdogSec=), WATCHDOG=1 goes out at most half
- * an interval apart while the loop turns: a timer beside the signals wakes
- * it when nothing else does. A full pass or a batch blocks the loop, so
- * each file they handle is a sign of life too; what is left unpinged is a
- * wait longer than the interval on one call, which the unit's WatchdogSec
- * must allow for (contrib/systemd/gridfsctl-watch.service).
+ * an interval apart: a timer beside the signals wakes the loop, which
+ * answers it (and SIGUSR1) while the library's worker waits on the
+ * backend. Each backend call is bounded by the interval (the driver's
+ * timeouts, unless the URI or GRIDFSCTL_TIMEOUT set them), so that a call
+ * that hangs ends rather than being pinged over for ever. Before the loop
+ * runs, the first full pass pings for each file it handles.
+ *
+ * The library's events come from its worker (and import's threads), the
+ * status line from the loop's thread: output is one line at a time under
+ * a lock.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -70,6 +76,7 @@ struct watch_cli {
 	int64_t ping_every_ms;
 	_Atomic int64_t next_ping_ms;
 	int tfd, ep;          /* its timer, and one epoll set of it and sfd for the loop */
+	pthread_mutex_t out;  /* one line at a time on stdout and stderr */
 };
 
 static int
@@ -251,6 +258,7 @@ on_event(const gfs_watcher_event *ev, void *ctx)
 {
 	struct watch_cli *w = ctx;
 	ping_if_due(w);
+	pthread_mutex_lock(&w->out);
 	switch (ev->kind) {
 	case GFS_WEV_WARNING: warnx_("%s", ev->message); break;
 	case GFS_WEV_ACTION: count_action(w, ev->action); report(w, ev->action, ev->name, ev->bytes); break;
@@ -259,18 +267,22 @@ on_event(const gfs_watcher_event *ev, void *ctx)
 	case GFS_WEV_BACKEND_DOWN: report_down(w, ev); break;
 	case GFS_WEV_BACKEND_UP: report_up(w, ev); break;
 	}
+	pthread_mutex_unlock(&w->out);
 }
 
 /* SIGUSR1: what waits, and since when, on stderr (and as JSON with --json). */
 static void
-status_line(const struct watch_cli *w)
+status_line(struct watch_cli *w)
 {
 	gfs_watcher_status st;
 	gfs_watcher_status_of(w->watcher, &st);
+	pthread_mutex_lock(&w->out);
 	if (w->json && !G.quiet) {
 		bson_t doc;
 		json_event(&doc, "status");
 		BSON_APPEND_INT64(&doc, "pending", (int64_t)st.pending);
+		BSON_APPEND_INT64(&doc, "inFlight", (int64_t)st.in_flight);
+		BSON_APPEND_INT64(&doc, "retrying", (int64_t)st.retrying);
 		if (st.oldest_ms)
 			BSON_APPEND_DATE_TIME(&doc, "since", st.oldest_ms);
 		BSON_APPEND_BOOL(&doc, "backend", !st.down);
@@ -282,7 +294,8 @@ status_line(const struct watch_cli *w)
 		emit_json(&doc);
 	}
 	int64_t now = gfs_now_ms();
-	fprintf(stderr, "%s watch: %zu changes waiting", progname, st.pending);
+	fprintf(stderr, "%s watch: %zu changes waiting (%zu in flight, %zu retrying)", progname,
+	        st.pending, st.in_flight, st.retrying);
 	if (st.oldest_ms)
 		fprintf(stderr, " (the oldest for %lld s)", (long long)(now - st.oldest_ms) / 1000);
 	if (st.down)
@@ -290,6 +303,7 @@ status_line(const struct watch_cli *w)
 	if (st.pass_owed)
 		fprintf(stderr, "; a full pass is owed");
 	fprintf(stderr, "; %zu directories watched, %zu not\n", st.directories, st.unwatched);
+	pthread_mutex_unlock(&w->out);
 }
 
 /* The watchdog's timer, or one signal: false when a signal says stop (w->rc set). */
@@ -372,6 +386,22 @@ loop_fd_close(struct watch_cli *w)
 		close(w->tfd);
 }
 
+/*
+ * Under a watchdog, no backend call outlasts its interval: the loop pings
+ * while the worker waits, so only a bound on each call keeps a hung one
+ * from being pinged over. The user's GRIDFSCTL_TIMEOUT, and the URI's own
+ * timeouts, are theirs to choose.
+ */
+static void
+bound_calls_by_watchdog(void)
+{
+	uint64_t usec = gfs_sd_watchdog_usec();
+	const char *t = getenv("GRIDFSCTL_TIMEOUT");
+	if (!usec || (t && *t) || usec / 1000 >= GFS_REPLY_TIMEOUT_MS)
+		return;
+	gfs_conn_set_timeout(usec < 1000 ? 1 : (int)(usec / 1000));
+}
+
 /* The watcher from start to finish; an exit status. */
 static int
 watch(struct watch_cli *w, gfs_conn *conn)
@@ -433,7 +463,8 @@ static int
 cmd_watch(int argc, char **argv)
 {
 	double started = gfs_mono_seconds();
-	struct watch_cli w = {.initial = true, .settle_ms = 50, .jobs = 4, .max_pending = DEFAULT_MAX_PENDING};
+	struct watch_cli w = {.initial = true, .settle_ms = 50, .jobs = 4, .max_pending = DEFAULT_MAX_PENDING,
+	                      .out = PTHREAD_MUTEX_INITIALIZER};
 	w.o.keep_revisions = 1;
 	int i = parse_options(argc, argv, &cmd_watch_entry, on_opt, &w);
 	int rc = EXIT_USAGE;
@@ -451,6 +482,7 @@ cmd_watch(int argc, char **argv)
 	tree_select_walk(&w.sel, &w.o.walk);
 	/* Before any thread exists (the driver starts monitor threads): see cmd/interrupt.c. */
 	w.sfd = interrupt_signalfd(SIGUSR1);
+	bound_calls_by_watchdog();
 	gfs_error err;
 	gfs_conn *conn = connect_or_warn();
 	if (!conn) {

@@ -25,7 +25,7 @@ struct gfs_conn {
  */
 #define DEFAULT_SERVER_SELECTION_MS 10000
 #define DEFAULT_CONNECT_MS 10000
-#define DEFAULT_SOCKET_MS 60000
+#define DEFAULT_SOCKET_MS GFS_REPLY_TIMEOUT_MS
 
 static atomic_int timeout_override_ms;
 

@@ -34,9 +34,11 @@ typedef struct gfs_conn gfs_conn;
  * call gfs_conn_ping() for that.
  */
 gfs_conn *gfs_conn_open(const char *uri, const char *db, const char *bucket, gfs_error *err);
+/* The longest wait for a reply, unless the URI or gfs_conn_set_timeout() says. */
+#define GFS_REPLY_TIMEOUT_MS 60000
 /*
  * The server selection, connect and socket timeouts of later gfs_conn_open()
- * calls where the URI sets none (0: the defaults, 10 s, 10 s and 60 s).
+ * calls where the URI sets none (0: the defaults, 10 s, 10 s and GFS_REPLY_TIMEOUT_MS).
  */
 void gfs_conn_set_timeout(int ms);
 void gfs_conn_close(gfs_conn *conn);

@@ -35,6 +35,25 @@ void gfs_known_names_begin(gfs_known_names *k, int64_t generation);
 /* A later take of the lock: trust stays only when it is numbered one past the last. */
 void gfs_known_names_follow(gfs_known_names *k, int64_t generation);
 
+/*
+ * Names the writer stored without holding the import lock (put's way, one
+ * by one, or a rename onto them): an import that held the lock meanwhile
+ * may have stored them too, and each writer's trim keeps its own revision.
+ * They stay unsure until gfs_known_names_settle is told the lock's takes.
+ */
+void gfs_known_names_unsure(gfs_known_names *k, const char *name);
+/* An unsure name to look at again whatever the takes say (a look that failed). */
+void gfs_known_names_recheck(gfs_known_names *k, const char *name);
+bool gfs_known_names_any_unsure(const gfs_known_names *k);
+/*
+ * The count of the lock's takes now (gfs_lock_takes), read while nobody
+ * holds it: when some take since the first unsure name was not ours,
+ * *recheck receives the unsure names (caller frees each and the array) to
+ * look at again, and their number is returned; else 0 (*recheck NULL).
+ * Either way none is unsure any more, and a take not ours ends the trust.
+ */
+size_t gfs_known_names_settle(gfs_known_names *k, int64_t takes, char ***recheck);
+
 /* True when the name is surely not stored: the set is trusted and lacks it. */
 bool gfs_known_names_absent(const gfs_known_names *k, const char *name);
 void gfs_known_names_add(gfs_known_names *k, const char *name);

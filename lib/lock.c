@@ -478,6 +478,29 @@ gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *held, i
 	return ok;
 }
 
+int64_t
+gfs_lock_takes(gfs_session *s, const char *name, gfs_error *err)
+{
+	char *id = gfs_xasprintf("%s%s", name, GFS_LOCK_TAKEN_SUFFIX);
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "_id", id);
+	BSON_APPEND_INT32(&opts, "limit", 1);
+	mongoc_collection_t *coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+	const bson_t *doc;
+	int64_t n = 0;
+	bson_iter_t it;
+	if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "n") && BSON_ITER_HOLDS_NUMBER(&it))
+		n = bson_iter_as_int64(&it);
+	if (!gfs_cursor_done(cur, "read the lock's takes", err))
+		n = -1;
+	mongoc_collection_destroy(coll);
+	bson_destroy(&opts);
+	bson_destroy(&filter);
+	free(id);
+	return n;
+}
+
 void
 gfs_owner_append(bson_t *doc)
 {

@@ -76,6 +76,11 @@ bool gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *he
                     gfs_error *err);
 /* A line the take has for the user (it took over a malformed document), or NULL. */
 const char *gfs_lock_note(const gfs_lock *l);
+/*
+ * How many numbered takes the lock's name has had so far (0: none), without
+ * taking it; -1 on error (err set).
+ */
+int64_t gfs_lock_takes(gfs_session *s, const char *name, gfs_error *err);
 /* Stops renewing and removes the lock document if it is still ours. */
 void gfs_lock_release(gfs_lock *l);
 

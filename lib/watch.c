@@ -179,90 +179,40 @@ gfs_watch_sync_file(gfs_session *s, gfs_magic *m, const gfs_watch_opts *o, const
 	return ok;
 }
 
-static bool
-remove_name(gfs_session *s, const char *name, uint64_t *removed, gfs_error *err)
-{
-	gfs_file f;
-	while (gfs_find_by_name(s, name, -1, &f, err)) {
-		bool ok = gfs_delete(s, &f.id, err);
-		gfs_file_free(&f);
-		if (!ok && err->code != GFS_ENOTFOUND)
-			return false;
-		(*removed)++;
-	}
-	return err->code == GFS_ENOTFOUND;
-}
+/*
+ * Removals and renames cost what the user asked for: a single file is
+ * found by filename equality (its revisions), removed by _id and files_id
+ * equality; a folder is one range query on fs.files per event. Renames
+ * are the spec's (filename updated, no chunk written), one update per
+ * name in one ordered bulk write.
+ */
 
-struct names {
-	char **v;
-	size_t n, cap;
-};
-
-static bool
-collect_name(const gfs_file *f, void *ctx)
-{
-	struct names *ns = ctx;
-	if (!f->filename)
-		return true;
-	if (ns->n && strcmp(ns->v[ns->n - 1], f->filename) == 0)
-		return true;
-	GFS_GROW(ns->v, ns->n + 1, ns->cap, 16);
-	ns->v[ns->n++] = gfs_xstrdup(f->filename);
-	return true;
-}
-
-bool
-gfs_watch_remove(gfs_session *s, const gfs_watch_opts *o, const char *rel, bool is_dir,
-                 uint64_t *removed, gfs_error *err)
-{
-	*removed = 0;
-	bool escaped;
-	char *name = gfs_stored_name(o->prefix, rel, strlen(rel), &escaped);
-	if (!is_dir) {
-		bool ok = remove_name(s, name, removed, err);
-		free(name);
-		return ok;
-	}
-	char *folder = gfs_prefix_normalize(name);
-	free(name);
-	struct names ns = {0};
-	bool ok = gfs_list(s, folder, collect_name, &ns, err);
-	free(folder);
-	for (size_t i = 0; i < ns.n; i++) {
-		if (ok)
-			ok = remove_name(s, ns.v[i], removed, err);
-		free(ns.v[i]);
-	}
-	free(ns.v);
-	return ok;
-}
-
-/* A files document to be renamed: its id and its name. */
+/* A files document to be renamed or removed: its id and its name. */
 struct doc_ref {
 	bson_value_t id;
 	char *name;
+	bool raw;            /* keeps raw name bytes, which a rename would not update */
 };
 
 struct doc_refs {
 	struct doc_ref *v;
 	size_t n, cap;
-	const char *exact;   /* only this name, else every name listed */
-	bool raw;            /* some document keeps raw name bytes, which a rename would not update */
+	bool raw;            /* one of them keeps raw name bytes */
 };
 
-static bool
-collect_ref(const gfs_file *f, void *ctx)
+static void
+refs_add(struct doc_refs *r, const bson_t *doc)
 {
-	struct doc_refs *r = ctx;
-	if (!f->filename || (r->exact && strcmp(f->filename, r->exact) != 0))
-		return true;
-	bson_iter_t it;
-	if (bson_iter_init(&it, f->doc) && bson_iter_find_descendant(&it, "metadata." GFS_RAWNAME_FIELD, &it))
-		r->raw = true;
+	bson_iter_t it, nit;
+	if (!bson_iter_init_find(&it, doc, "_id") || !bson_iter_init_find(&nit, doc, "filename") ||
+	    !BSON_ITER_HOLDS_UTF8(&nit))
+		return;
 	GFS_GROW(r->v, r->n + 1, r->cap, 16);
-	bson_value_copy(&f->id, &r->v[r->n].id);
-	r->v[r->n++].name = strdup(f->filename);
-	return true;
+	bson_value_copy(bson_iter_value(&it), &r->v[r->n].id);
+	r->v[r->n].name = gfs_xstrdup(bson_iter_utf8(&nit, NULL));
+	r->v[r->n].raw = bson_iter_init(&it, doc) &&
+	                 bson_iter_find_descendant(&it, "metadata." GFS_RAWNAME_FIELD, &it);
+	r->raw |= r->v[r->n++].raw;
 }
 
 static void
@@ -273,63 +223,278 @@ refs_free(struct doc_refs *r)
 		free(r->v[i].name);
 	}
 	free(r->v);
+	*r = (struct doc_refs){0};
 }
 
-/* The documents of name, or with is_dir of every name under the folder name. */
+/* Adds the documents matching filter, in filename then uploadDate order. */
 static bool
-list_refs(gfs_session *s, const char *name, bool is_dir, struct doc_refs *r, gfs_error *err)
+find_refs(gfs_session *s, const bson_t *filter, struct doc_refs *r, gfs_error *err)
 {
-	if (!is_dir) {
-		r->exact = name;
-		return gfs_list(s, name, collect_ref, r, err);
+	bson_t opts = BSON_INITIALIZER, sort, proj;
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "filename", 1);
+	BSON_APPEND_INT32(&sort, "uploadDate", 1);
+	BSON_APPEND_INT32(&sort, "_id", 1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "filename", 1);
+	BSON_APPEND_INT32(&proj, "metadata." GFS_RAWNAME_FIELD, 1);
+	bson_append_document_end(&opts, &proj);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, &opts, NULL);
+	bson_destroy(&opts);
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc))
+		refs_add(r, doc);
+	return gfs_cursor_done(cur, "find files by name", err);
+}
+
+/* Every revision of name, by filename equality. */
+static bool
+name_refs(gfs_session *s, const char *name, struct doc_refs *r, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	bool ok = find_refs(s, &filter, r, err);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* Every document under the folders a and (unless NULL) b, in one range query. */
+static bool
+folder_refs(gfs_session *s, const char *a, const char *b, struct doc_refs *r, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, or, one;
+	const char *folders[] = {a, b};
+	BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &or);
+	for (size_t i = 0; i < 2 && folders[i]; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "%zu", i);
+		char *folder = gfs_prefix_normalize(folders[i]);
+		BSON_APPEND_DOCUMENT_BEGIN(&or, key, &one);
+		gfs_prefix_filter(&one, folder);
+		bson_append_document_end(&or, &one);
+		free(folder);
 	}
-	char *folder = gfs_prefix_normalize(name);
-	bool ok = gfs_list(s, folder, collect_ref, r, err);
-	free(folder);
+	bson_append_array_end(&filter, &or);
+	bool ok = find_refs(s, &filter, r, err);
+	bson_destroy(&filter);
+	return ok;
+}
+
+/* Removes the documents of r (all of them, or those named under the folder `under`). */
+static bool
+remove_refs(gfs_session *s, const struct doc_refs *r, const char *under, uint64_t *removed,
+            gfs_error *err)
+{
+	bson_value_t *ids = gfs_xreallocarray(NULL, r->n + 1, sizeof *ids);
+	size_t n = 0, cut = under ? strlen(under) : 0;
+	for (size_t i = 0; i < r->n; i++)
+		if (!under || strncmp(r->v[i].name, under, cut) == 0)
+			ids[n++] = r->v[i].id;
+	int64_t files = 0;
+	bool ok = gfs_delete_many(s, ids, n, NULL, &files, err);
+	free(ids);
+	if (removed)
+		*removed += (uint64_t)files;
+	return ok;
+}
+
+bool
+gfs_watch_remove(gfs_session *s, const gfs_watch_opts *o, const char *rel, bool is_dir,
+                 uint64_t *removed, gfs_error *err)
+{
+	*removed = 0;
+	if (!is_dir) {
+		gfs_watch_op op = {.rel = rel};
+		bool ok = gfs_watch_apply(s, o, &op, 1, err);
+		*removed = op.files;
+		return ok;
+	}
+	bool escaped;
+	char *name = gfs_stored_name(o->prefix, rel, strlen(rel), &escaped);
+	struct doc_refs r = {0};
+	bool ok = folder_refs(s, name, NULL, &r, err) && remove_refs(s, &r, NULL, removed, err);
+	refs_free(&r);
+	free(name);
+	return ok;
+}
+
+/* Queues the rename of every revision of from to to (one update by filename equality). */
+static bool
+bulk_rename(mongoc_bulk_operation_t *bulk, const char *from, const char *to, gfs_error *err)
+{
+	bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, set;
+	BSON_APPEND_UTF8(&sel, "filename", from);
+	BSON_APPEND_DOCUMENT_BEGIN(&upd, "$set", &set);
+	BSON_APPEND_UTF8(&set, "filename", to);
+	bson_append_document_end(&upd, &set);
+	bson_error_t berr;
+	bool ok = mongoc_bulk_operation_update_many_with_opts(bulk, &sel, &upd, NULL, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "rename");
+	bson_destroy(&sel);
+	bson_destroy(&upd);
+	return ok;
+}
+
+static mongoc_bulk_operation_t *
+new_bulk(gfs_session *s)
+{
+	bson_t opts = BSON_INITIALIZER;
+	BSON_APPEND_BOOL(&opts, "ordered", true);
+	mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(s->files, &opts);
+	bson_destroy(&opts);
+	return bulk;
+}
+
+static bool
+run_bulk(mongoc_bulk_operation_t *bulk, size_t n, gfs_error *err)
+{
+	if (n == 0) {
+		mongoc_bulk_operation_destroy(bulk);
+		return true;
+	}
+	bson_t reply;
+	bson_error_t berr;
+	bool ok = mongoc_bulk_operation_execute(bulk, &reply, &berr) != 0;
+	if (!ok)
+		gfs_error_from_bson(err, &berr, "rename");
+	bson_destroy(&reply);
+	mongoc_bulk_operation_destroy(bulk);
 	return ok;
 }
 
 /*
- * The spec's rename, name by name: one update sets the filename of every
- * revision of a name. (One bulk command of many updates was measured far
- * slower than single updates on FerretDB, and no faster elsewhere.)
+ * One op of a batch: its documents found by equality, its rename queued
+ * in bulk; gone gathers what the batch removes once the renames are done.
  */
 static bool
-rename_all(gfs_session *s, const struct doc_refs *r, size_t cut, const char *to, gfs_error *err)
+plan_op(gfs_session *s, const gfs_watch_opts *o, gfs_watch_op *op, mongoc_bulk_operation_t *bulk,
+        size_t *nupdates, struct doc_refs *gone, gfs_error *err)
 {
+	bool escaped;
+	char *to = gfs_stored_name(o->prefix, op->rel, strlen(op->rel), &escaped);
 	bool ok = true;
-	for (size_t i = 0; ok && i < r->n; i++) {
-		/* listed in filename order: a name's revisions are together */
-		if (i && strcmp(r->v[i].name, r->v[i - 1].name) == 0)
-			continue;
-		bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, set;
-		BSON_APPEND_UTF8(&sel, "filename", r->v[i].name);
-		char *name;
-		name = gfs_xasprintf("%s%s", to, r->v[i].name + cut);
-		BSON_APPEND_DOCUMENT_BEGIN(&upd, "$set", &set);
-		BSON_APPEND_UTF8(&set, "filename", name);
-		bson_append_document_end(&upd, &set);
-		bson_error_t berr;
-		ok = mongoc_collection_update_many(s->files, &sel, &upd, NULL, NULL, &berr);
-		if (!ok)
-			gfs_error_from_bson(err, &berr, "rename");
-		free(name);
-		bson_destroy(&sel);
-		bson_destroy(&upd);
+	if (!op->from) {
+		size_t before = gone->n;
+		ok = name_refs(s, to, gone, err);
+		op->files = gone->n - before;
+		free(to);
+		return ok;
 	}
+	bool esc_from;
+	char *from = gfs_stored_name(o->prefix, op->from, strlen(op->from), &esc_from);
+	struct doc_refs src = {0};
+	op->by_copy = escaped || esc_from;
+	if (!op->by_copy && (ok = name_refs(s, from, &src, err)))
+		op->by_copy = src.raw || src.n == 0;
+	if (ok && !op->by_copy) {
+		/* what the target held goes once the moved documents carry its name */
+		ok = name_refs(s, to, gone, err) && bulk_rename(bulk, from, to, err);
+		op->files = src.n;
+		(*nupdates)++;
+	}
+	refs_free(&src);
+	free(from);
+	free(to);
 	return ok;
 }
 
+bool
+gfs_watch_apply(gfs_session *s, const gfs_watch_opts *o, gfs_watch_op *ops, size_t n, gfs_error *err)
+{
+	mongoc_bulk_operation_t *bulk = new_bulk(s);
+	struct doc_refs gone = {0};
+	size_t nupdates = 0;
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
+		ops[i].files = 0;
+		ops[i].by_copy = false;
+		ok = plan_op(s, o, &ops[i], bulk, &nupdates, &gone, err);
+	}
+	if (ok)
+		ok = run_bulk(bulk, nupdates, err);
+	else
+		mongoc_bulk_operation_destroy(bulk);
+	ok = ok && remove_refs(s, &gone, NULL, NULL, err);
+	refs_free(&gone);
+	return ok;
+}
+
+/* The renames of a folder move, by name, in one ordered bulk write. */
 static bool
-renamed_onto(const struct doc_refs *moved, size_t cut, const char *to, const char *name)
+rename_folder(gfs_session *s, const struct doc_refs *src, size_t cut, const char *to, gfs_error *err)
+{
+	mongoc_bulk_operation_t *bulk = new_bulk(s);
+	size_t n = 0;
+	bool ok = true;
+	for (size_t i = 0; ok && i < src->n; i++) {
+		/* listed in filename order: a name's revisions are together */
+		if (i && strcmp(src->v[i].name, src->v[i - 1].name) == 0)
+			continue;
+		char *name = gfs_xasprintf("%s%s", to, src->v[i].name + cut);
+		ok = bulk_rename(bulk, src->v[i].name, name, err);
+		free(name);
+		n++;
+	}
+	if (!ok) {
+		mongoc_bulk_operation_destroy(bulk);
+		return false;
+	}
+	return run_bulk(bulk, n, err);
+}
+
+/* Whether name (under the folder to) is where one of src's names lands. */
+static bool
+renamed_onto(const struct doc_refs *src, size_t cut, const char *to, const char *name)
 {
 	size_t n = strlen(to);
 	if (strncmp(name, to, n) != 0)
 		return false;
-	for (size_t i = 0; i < moved->n; i++)
-		if (strcmp(moved->v[i].name + cut, name + n) == 0)
+	for (size_t i = 0; i < src->n; i++)
+		if (strcmp(src->v[i].name + cut, name + n) == 0)
 			return true;
 	return false;
+}
+
+/* A folder move: one range query over both folders, one bulk of renames, one removal. */
+static bool
+move_folder(gfs_session *s, const char *old_name, const char *new_name, uint64_t *moved, gfs_error *err)
+{
+	char *from = gfs_prefix_normalize(old_name), *to = gfs_prefix_normalize(new_name);
+	struct doc_refs all = {0}, src = {0}, gone = {0};
+	bool ok = folder_refs(s, old_name, new_name, &all, err);
+	size_t cut = strlen(from);
+	/* split: what moves, and what the target held that a moved name lands on */
+	for (size_t i = 0; ok && i < all.n; i++) {
+		struct doc_refs *into = strncmp(all.v[i].name, from, cut) == 0 ? &src : &gone;
+		GFS_GROW(into->v, into->n + 1, into->cap, 16);
+		into->raw |= all.v[i].raw;
+		into->v[into->n++] = all.v[i];
+	}
+	free(all.v);
+	size_t keep = 0;
+	for (size_t i = 0; i < gone.n; i++) {
+		if (renamed_onto(&src, cut, to, gone.v[i].name)) {
+			gone.v[keep++] = gone.v[i];
+			continue;
+		}
+		bson_value_destroy(&gone.v[i].id);
+		free(gone.v[i].name);
+	}
+	gone.n = keep;
+	if (ok && src.raw) {
+		gfs_error_set(err, GFS_EINVAL, "%s: keeps raw name bytes that a rename would not update", old_name);
+		ok = false;
+	}
+	ok = ok && rename_folder(s, &src, cut, to, err) && remove_refs(s, &gone, NULL, NULL, err);
+	if (ok)
+		*moved = src.n;
+	refs_free(&src);
+	refs_free(&gone);
+	free(from);
+	free(to);
+	return ok;
 }
 
 bool
@@ -337,34 +502,19 @@ gfs_watch_move(gfs_session *s, const gfs_watch_opts *o, const char *from, const 
                bool is_dir, uint64_t *moved, gfs_error *err)
 {
 	*moved = 0;
+	if (!is_dir) {
+		gfs_watch_op op = {.from = from, .rel = to};
+		bool ok = gfs_watch_apply(s, o, &op, 1, err);
+		*moved = op.files;   /* 0 with by_copy */
+		return ok;
+	}
 	bool esc_from, esc_to;
 	char *old_name = gfs_stored_name(o->prefix, from, strlen(from), &esc_from),
 	     *new_name = gfs_stored_name(o->prefix, to, strlen(to), &esc_to);
-	struct doc_refs src = {0}, dst = {0};
 	bool ok = !esc_from && !esc_to;
 	if (!ok)
 		gfs_error_set(err, GFS_EINVAL, "%s: a name that is not UTF-8 cannot be renamed", to);
-	/* what the target held before: removed once the moved documents carry the name */
-	ok = ok && list_refs(s, new_name, is_dir, &dst, err) && list_refs(s, old_name, is_dir, &src, err);
-	if (ok && src.raw) {
-		gfs_error_set(err, GFS_EINVAL, "%s: keeps raw name bytes that a rename would not update", from);
-		ok = false;
-	}
-	size_t cut = strlen(old_name);
-	ok = ok && rename_all(s, &src, cut, new_name, err);
-	for (size_t i = 0; ok && i < dst.n; i++) {
-		if (!renamed_onto(&src, cut, new_name, dst.v[i].name))
-			continue;
-		gfs_error derr;
-		if (!gfs_delete(s, &dst.v[i].id, &derr) && derr.code != GFS_ENOTFOUND) {
-			*err = derr;
-			ok = false;
-		}
-	}
-	if (ok)
-		*moved = src.n;
-	refs_free(&src);
-	refs_free(&dst);
+	ok = ok && move_folder(s, old_name, new_name, moved, err);
 	free(old_name);
 	free(new_name);
 	return ok;

@@ -5,11 +5,14 @@
  * of inotify, a timer and the caller's descriptor.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -18,6 +21,7 @@
 #include "import.h"
 #include "inotree.h"
 #include "knownnames.h"
+#include "lock.h"
 #include "names.h"
 #include "strmap.h"
 #include "util.h"
@@ -44,6 +48,14 @@
  * latency that matters.
  */
 #define BATCH_MIN 8
+/*
+ * Single-file moves and removals acted on in one batch, at most: a few
+ * equality queries each and one bulk write, a few seconds at most, after
+ * which the loop reads inotify again.
+ */
+#define OPS_BATCH 500
+/* While names stored without the import lock are unsure and another holds it, a look this often. */
+#define RECHECK_MS 1000
 
 /* FILE_FOUND: found in a new directory, never seen closed; it may still be written. */
 enum file_change { FILE_NONE, FILE_CHANGED, FILE_FOUND, FILE_REMOVED };
@@ -100,6 +112,22 @@ struct gfs_watcher {
 	/* an outage of the backend */
 	bool down;
 	int64_t down_since_ms, retry_ms, backoff_ms;
+	int64_t recheck_ms;   /* the next look at the import lock's takes, for unsure names */
+	size_t in_flight;     /* changes in the batch being acted on */
+	size_t retrying;      /* changes that failed and wait for their retry */
+	/*
+	 * The work (every backend call) runs on a thread of its own, one turn
+	 * at a time, while the loop answers the caller's descriptor (status,
+	 * the watchdog): the loop touches no state while busy, and the worker
+	 * owns it, publishing what status says into shown.
+	 */
+	bool busy;
+	pthread_t worker;
+	int done_fd;          /* an eventfd: the worker's turn is over */
+	bool work_ok;         /* what the turn's work() returned */
+	atomic_bool stopping; /* asked to stop: the turn ends after the batch in flight */
+	pthread_mutex_t mu;
+	gfs_watcher_status shown;
 };
 
 static int64_t
@@ -197,6 +225,7 @@ drop_all(gfs_watcher *w)
 	strmap_each(w->pending, free_pending, NULL);
 	strmap_free(w->pending);
 	w->pending = strmap_new(64);
+	w->retrying = 0;
 	free_ops(w);
 	w->pass_owed = true;
 }
@@ -204,6 +233,8 @@ drop_all(gfs_watcher *w)
 static void
 drop_pending(gfs_watcher *w, struct pending *p)
 {
+	if (p->attempts)
+		w->retrying--;
 	strmap_del(w->pending, p->rel);
 	free(p->rel);
 	free(p);
@@ -295,7 +326,10 @@ by_rel(const void *a, const void *b)
 /*
  * Before a move is queued, the removals waiting at its ends, above them
  * and below them are queued ahead of it: applied after the rename, they
- * would remove what it brought.
+ * would remove what it brought. A file removed under a folder moved away
+ * is removed under its old name first; left waiting, it would be lost
+ * (the folder's new name has no such file to remove) and the rename
+ * would carry the stored file along.
  */
 static void
 queue_removals_before(gfs_watcher *w, const char *from, const char *to)
@@ -312,7 +346,7 @@ queue_removals_before(gfs_watcher *w, const char *from, const char *to)
 	}
 	for (size_t i = 0; i < r.n; i++) {
 		struct pending *p = r.v[i];
-		if (p->file == FILE_REMOVED && is_under(p->rel, to)) {
+		if (p->file == FILE_REMOVED && (is_under(p->rel, to) || is_under(p->rel, from))) {
 			push_op(w, false, NULL, p->rel, false);
 			p->file = FILE_NONE;
 		}
@@ -476,8 +510,10 @@ action_failed(gfs_watcher *w, struct pending *p, const char *what, const gfs_err
 		w->failures++;
 		return;
 	}
-	if (p->attempts++ == 0)
+	if (p->attempts++ == 0) {
+		w->retrying++;
 		warning(w, "%s: %s; retrying", what, err->msg);
+	}
 	int64_t wait = (int64_t)RETRY_FIRST_MS << (p->attempts < 8 ? p->attempts : 8);
 	p->due_ms = mono_ms() + (wait < LOCAL_RETRY_CAP_MS ? wait : LOCAL_RETRY_CAP_MS);
 }
@@ -529,6 +565,7 @@ sync_path(gfs_watcher *w, struct pending *p)
 	enum gfs_watch_action a;
 	char *name = stored_name(w, p->rel);
 	gfs_known_names_add(w->known, name); /* before: a write whose reply is lost may land */
+	gfs_known_names_unsure(w->known, name);
 	free(name);
 	int64_t bytes;
 	bool ok = gfs_watch_sync_file(w->s, w->magic, &w->o, p->rel, p->file == FILE_CHANGED, &a, &name,
@@ -566,6 +603,7 @@ move_by_copy(gfs_watcher *w, const struct op *op)
 	p->due_ms = mono_ms();
 }
 
+/* A folder's move or removal, alone: one range query. */
 static bool
 apply_op(gfs_watcher *w, struct op *op)
 {
@@ -574,22 +612,14 @@ apply_op(gfs_watcher *w, struct op *op)
 	gfs_error err;
 	uint64_t moved;
 	char *from = stored_name(w, op->from), *to = stored_name(w, op->rel);
-	if (op->is_dir)
-		gfs_known_names_copy_folder(w->known, from, to);
-	else
-		gfs_known_names_add(w->known, to);
-	bool ok = gfs_watch_move(w->s, &w->o, op->from, op->rel, op->is_dir, &moved, &err);
-	if (ok && op->is_dir)
+	gfs_known_names_copy_folder(w->known, from, to);
+	bool ok = gfs_watch_move(w->s, &w->o, op->from, op->rel, true, &moved, &err);
+	if (ok)
 		gfs_known_names_forget_folder(w->known, from);
-	else if (ok)
-		gfs_known_names_forget(w->known, from);
 	free(from);
 	free(to);
 	if (ok) {
-		if (moved)
-			report_moved(w, op, moved);
-		else if (!op->is_dir)
-			move_by_copy(w, op); /* nothing was stored under the old name */
+		report_moved(w, op, moved);
 		return true;
 	}
 	if (err.code == GFS_EINVAL) {
@@ -600,21 +630,134 @@ apply_op(gfs_watcher *w, struct op *op)
 	return !w->down;
 }
 
-/* Acts on the queue in order; stops at an outage, leaving the rest queued. */
+/* What status says, as of now; from the thread that owns the state. */
 static void
-process_ops(gfs_watcher *w)
+status_now(const gfs_watcher *w, gfs_watcher_status *st)
 {
-	while (w->ops && !w->down) {
-		struct op *op = w->ops;
-		if (!apply_op(w, op))
+	st->pending = waiting(w);
+	st->in_flight = w->in_flight;
+	st->retrying = w->retrying;
+	st->oldest_ms = oldest_waiting(w);
+	st->down = w->down;
+	st->down_since_ms = w->down_since_ms;
+	st->pass_owed = w->pass_owed;
+	st->directories = w->tree ? gfs_inotree_count(w->tree) : 0;
+	st->unwatched = w->tree ? gfs_inotree_unwatched(w->tree) : 0;
+	st->failures = w->failures;
+}
+
+/* The worker's state, for status asked while it works. */
+static void
+publish(gfs_watcher *w)
+{
+	gfs_watcher_status st;
+	status_now(w, &st);
+	pthread_mutex_lock(&w->mu);
+	w->shown = st;
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Asked to stop: a turn ends after the batch in flight (the last turn, all, does everything). */
+static bool
+stop_asked(gfs_watcher *w, bool all)
+{
+	return !all && atomic_load(&w->stopping);
+}
+
+static void
+pop_op(gfs_watcher *w)
+{
+	struct op *op = w->ops;
+	w->ops = op->next;
+	if (!w->ops)
+		w->ops_tail = &w->ops;
+	w->n_ops--;
+	free(op->from);
+	free(op->rel);
+	free(op);
+}
+
+/*
+ * The single-file moves and removals at the head of the queue that share
+ * no name (a batch acts on what it found first), at most OPS_BATCH.
+ */
+static size_t
+head_run(const gfs_watcher *w, struct op **v)
+{
+	strmap *names = strmap_new(64);
+	size_t n = 0;
+	for (struct op *op = w->ops; op && !op->is_dir && n < OPS_BATCH; op = op->next) {
+		if (strmap_get(names, op->rel) || (op->from && strmap_get(names, op->from)))
 			break;
-		w->ops = op->next;
-		if (!w->ops)
-			w->ops_tail = &w->ops;
-		w->n_ops--;
-		free(op->from);
-		free(op->rel);
-		free(op);
+		strmap_put(names, op->rel, op);
+		if (op->from)
+			strmap_put(names, op->from, op);
+		v[n++] = op;
+	}
+	strmap_free(names);
+	return n;
+}
+
+static void
+op_done(gfs_watcher *w, const struct op *op, const gfs_watch_op *r)
+{
+	char *name = stored_name(w, op->move ? op->from : op->rel);
+	if (!op->move) {
+		gfs_known_names_forget(w->known, name);
+		report_removed(w, op->rel, false, r->files);
+	} else if (r->by_copy) {
+		move_by_copy(w, op);
+	} else {
+		gfs_known_names_forget(w->known, name);
+		report_moved(w, op, r->files);
+	}
+	free(name);
+}
+
+/* A run of single-file ops in one batch; false when it must wait (an outage). */
+static bool
+apply_run(gfs_watcher *w, struct op **v, size_t n)
+{
+	gfs_watch_op *ops = gfs_xcalloc(n, sizeof *ops);
+	for (size_t i = 0; i < n; i++) {
+		ops[i].from = v[i]->move ? v[i]->from : NULL;
+		ops[i].rel = v[i]->rel;
+		if (v[i]->move) {
+			/* before: a rename whose reply is lost may land */
+			char *to = stored_name(w, v[i]->rel);
+			gfs_known_names_add(w->known, to);
+			gfs_known_names_unsure(w->known, to);
+			free(to);
+		}
+	}
+	w->in_flight = n;
+	publish(w);
+	gfs_error err;
+	bool ok = gfs_watch_apply(w->s, &w->o, ops, n, &err);
+	w->in_flight = 0;
+	for (size_t i = 0; ok && i < n; i++)
+		op_done(w, v[i], &ops[i]);
+	free(ops);
+	if (ok)
+		return true;
+	action_failed(w, NULL, v[0]->rel, &err);
+	return !w->down;
+}
+
+/* Acts on the queue in order, in batches; stops at an outage, leaving the rest queued. */
+static void
+process_ops(gfs_watcher *w, bool all)
+{
+	struct op *v[OPS_BATCH];
+	while (w->ops && !w->down && !stop_asked(w, all)) {
+		size_t n = head_run(w, v);
+		if (n == 0 && !apply_op(w, w->ops))
+			break;
+		if (n && !apply_run(w, v, n))
+			break;
+		for (size_t i = 0; i < (n ? n : 1); i++)
+			pop_op(w);
+		publish(w);
 	}
 }
 
@@ -706,7 +849,10 @@ sync_batch(gfs_watcher *w, struct pending **v, size_t n)
 	gfs_import *imp = gfs_import_new(w->conn, &io);
 	gfs_import_stats st;
 	gfs_error err;
+	w->in_flight = n;
+	publish(w);
 	bool ok = gfs_import_paths(imp, paths, n, &st, &err);
+	w->in_flight = 0;
 	gfs_import_free(imp);
 	free(paths);
 	if (!ok && err.code == GFS_EBUSY) {
@@ -727,6 +873,32 @@ sync_batch(gfs_watcher *w, struct pending **v, size_t n)
 			drop_pending(w, v[i]);
 }
 
+/* Removes the files of v in one batch (equality per name); what fails stays. */
+static void
+remove_batch(gfs_watcher *w, struct pending **v, size_t n)
+{
+	gfs_watch_op *ops = gfs_xcalloc(n, sizeof *ops);
+	for (size_t i = 0; i < n; i++)
+		ops[i].rel = v[i]->rel;
+	w->in_flight = n;
+	publish(w);
+	gfs_error err;
+	bool ok = gfs_watch_apply(w->s, &w->o, ops, n, &err);
+	w->in_flight = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!ok) {
+			action_failed(w, v[i], v[i]->rel, &err);
+			continue;
+		}
+		char *name = stored_name(w, v[i]->rel);
+		gfs_known_names_forget(w->known, name);
+		free(name);
+		report_removed(w, v[i]->rel, false, ops[i].files);
+		drop_pending(w, v[i]);
+	}
+	free(ops);
+}
+
 static void
 process_pending(gfs_watcher *w, bool all)
 {
@@ -735,9 +907,11 @@ process_pending(gfs_watcher *w, bool all)
 	strmap_each(w->pending, collect_due, &d);
 	/* sorted, so that a folder's removal comes before what is made under it */
 	qsort(d.v, d.n, sizeof *d.v, by_rel);
-	/* removals first, one by one; the files to store are then stored together */
-	size_t nsync = 0;
-	for (size_t i = 0; i < d.n && !w->down && (all || nsync < BATCH_MAX); i++) {
+	/* folders' removals first, one by one; files removed together, then those to store */
+	struct pending **rm = gfs_xreallocarray(NULL, d.n + 1, sizeof *rm);
+	size_t nsync = 0, nrm = 0;
+	for (size_t i = 0; i < d.n && !w->down && !stop_asked(w, all) && (all || nsync < BATCH_MAX) &&
+	                   nrm < OPS_BATCH; i++) {
 		struct pending *p = d.v[i];
 		if (!all && p->file == FILE_FOUND && !unchanged_since_seen(w, p)) {
 			p->due_ms = mono_ms() + found_settle_ms(w); /* still being written */
@@ -748,12 +922,18 @@ process_pending(gfs_watcher *w, bool all)
 		p->dir_removed = false;
 		if (p->file == FILE_CHANGED || p->file == FILE_FOUND)
 			d.v[nsync++] = p; /* i >= nsync: the slot is read already */
-		else if (p->file != FILE_REMOVED || !w->delete || remove_path(w, p, p->rel, false))
+		else if (p->file == FILE_REMOVED && w->delete)
+			rm[nrm++] = p;
+		else
 			drop_pending(w, p);
 	}
+	if (nrm && !w->down)
+		remove_batch(w, rm, nrm);
 	if (nsync && !w->down)
 		sync_batch(w, d.v, nsync);
+	free(rm);
 	free(d.v);
+	publish(w);
 }
 
 /* ---- full passes ----------------------------------------------------- */
@@ -895,6 +1075,8 @@ next_wakeup(const gfs_watcher *w)
 			e.at = 0;
 		if (w->next_pass_ms && (e.at < 0 || w->next_pass_ms < e.at))
 			e.at = w->next_pass_ms;
+		if (gfs_known_names_any_unsure(w->known) && (e.at < 0 || w->recheck_ms < e.at))
+			e.at = w->recheck_ms;
 	}
 	if (e.at < 0)
 		return -1;
@@ -1015,6 +1197,40 @@ removals_within_limit(gfs_watcher *w, bool all)
 	return false;
 }
 
+/*
+ * Names stored without the import lock, once nobody holds it: when the
+ * lock's takes say another import held it since, it may have stored them
+ * too, and each writer's trim kept its own revision. Each is trimmed
+ * again to the newest (equality queries), rather than at watch's next start.
+ */
+static void
+recheck_unsure(gfs_watcher *w)
+{
+	if (!gfs_known_names_any_unsure(w->known) || mono_ms() < w->recheck_ms)
+		return;
+	w->recheck_ms = mono_ms() + RECHECK_MS;
+	gfs_error err;
+	int held = gfs_lock_held(w->s, GFS_IMPORT_LOCK, &err);
+	int64_t takes = held == 0 ? gfs_lock_takes(w->s, GFS_IMPORT_LOCK, &err) : 0;
+	if (held < 0 || takes < 0) {
+		action_failed(w, NULL, "the import lock", &err);
+		return;
+	}
+	if (held)
+		return;
+	char **names;
+	size_t n = gfs_known_names_settle(w->known, takes, &names);
+	bool ok = true;
+	for (size_t i = 0; i < n; i++) {
+		if (ok && !(ok = gfs_delete_old_revisions(w->s, names[i], w->o.keep_revisions, NULL, &err)))
+			action_failed(w, NULL, names[i], &err);
+		if (!ok)
+			gfs_known_names_recheck(w->known, names[i]); /* looked at again once it answers */
+		free(names[i]);
+	}
+	free(names);
+}
+
 /* Does what is due; false when watching must end. */
 static bool
 work(gfs_watcher *w, bool all)
@@ -1023,11 +1239,13 @@ work(gfs_watcher *w, bool all)
 		return true;
 	if (!removals_within_limit(w, all))
 		return false;
-	process_ops(w);
+	process_ops(w, all);
 	if (!maybe_pass(w))
 		return false;
 	if (!w->down)
 		process_pending(w, all);
+	if (!w->down)
+		recheck_unsure(w);
 	return true;
 }
 
@@ -1061,21 +1279,72 @@ on_ready(gfs_watcher *w, int fd, bool *timer, enum gfs_watcher_end *end)
 	return false;
 }
 
-enum gfs_watcher_end
-gfs_watcher_run(gfs_watcher *w, int xfd, gfs_watcher_fd_fn fn, void *ctx)
+static void *
+worker(void *arg)
+{
+	gfs_watcher *w = arg;
+	w->work_ok = work(w, false);
+	uint64_t one = 1;
+	if (write(w->done_fd, &one, sizeof one) < 0)
+		abort();   /* an eventfd's counter cannot be full after one write: a broken invariant */
+	return NULL;
+}
+
+/* A turn of work on the worker thread; inline when no thread can be made. */
+static void
+start_work(gfs_watcher *w)
+{
+	publish(w);
+	w->busy = true;
+	if (pthread_create(&w->worker, NULL, worker, w) == 0)
+		return;
+	w->busy = false;
+	w->work_ok = work(w, false);
+	uint64_t one = 1;
+	if (write(w->done_fd, &one, sizeof one) < 0)
+		abort();
+}
+
+/* The turn is over: the state is the loop's again. */
+static void
+end_work(gfs_watcher *w)
+{
+	uint64_t n;
+	if (read(w->done_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+		abort();
+	if (w->busy)
+		pthread_join(w->worker, NULL);
+	w->busy = false;
+}
+
+static int
+epoll_of(const int *fds, size_t n)
 {
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	int fds[] = {gfs_inotree_fd(w->tree), xfd, w->tfd};
-	for (size_t i = 0; i < 3; i++) {
+	for (size_t i = 0; ep >= 0 && i < n; i++) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
 		epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
 	}
+	return ep;
+}
+
+/*
+ * Two sets: idle, the loop reads inotify and the timer and starts a turn
+ * of work when the timer says; busy, it answers only the caller's
+ * descriptor and waits for the turn to end (inotify's events wait in the
+ * kernel meanwhile, as they would for any other batch).
+ */
+enum gfs_watcher_end
+gfs_watcher_run(gfs_watcher *w, int xfd, gfs_watcher_fd_fn fn, void *ctx)
+{
+	int idle = epoll_of((int[]){gfs_inotree_fd(w->tree), xfd, w->tfd, w->done_fd}, 4);
+	int busy = epoll_of((int[]){xfd, w->done_fd}, 2);
 	enum gfs_watcher_end end = GFS_WATCHER_ASKED;
 	bool go = true;
 	arm(w->tfd, next_wakeup(w));
 	while (go) {
 		struct epoll_event evs[4];
-		int n = epoll_wait(ep, evs, 4, -1);
+		int n = epoll_wait(w->busy ? busy : idle, evs, 4, -1);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -1083,19 +1352,39 @@ gfs_watcher_run(gfs_watcher *w, int xfd, gfs_watcher_fd_fn fn, void *ctx)
 			end = GFS_WATCHER_FAILED;
 			break;
 		}
-		bool timer = false;
+		bool timer = false, ended = false;
 		for (int i = 0; i < n && go; i++) {
 			int fd = evs[i].data.fd;
-			go = fd == xfd ? fn(ctx) : on_ready(w, fd, &timer, &end);
+			if (fd == xfd)
+				go = fn(ctx);
+			else if (fd == w->done_fd)
+				ended = true;
+			else if (!w->busy)
+				go = on_ready(w, fd, &timer, &end);
+		}
+		if (ended) {
+			end_work(w);
+			if (!w->work_ok) {
+				go = false;
+				end = w->over_limit ? GFS_WATCHER_LIMIT : GFS_WATCHER_FAILED;
+			}
 		}
 		/* events alone only move deadlines; the work is done when the timer says */
-		if (go && timer && !work(w, false)) {
-			go = false;
-			end = w->over_limit ? GFS_WATCHER_LIMIT : GFS_WATCHER_FAILED;
-		}
-		arm(w->tfd, next_wakeup(w));
+		if (go && timer && !w->busy && !ended)
+			start_work(w);
+		if (!w->busy)
+			arm(w->tfd, next_wakeup(w));
 	}
-	close(ep);
+	if (w->busy) {
+		atomic_store(&w->stopping, true);
+		struct epoll_event ev;
+		while (epoll_wait(busy, &ev, 1, -1) < 0 && errno == EINTR)
+			;
+		end_work(w);
+	}
+	atomic_store(&w->stopping, false);
+	close(idle);
+	close(busy);
 	return end;
 }
 
@@ -1145,6 +1434,8 @@ gfs_watcher_new(gfs_conn *conn, const gfs_watcher_opts *o)
 	w->pending = strmap_new(64);
 	w->known = gfs_known_names_new();
 	w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&w->mu, NULL);
 	return w;
 }
 
@@ -1160,20 +1451,21 @@ gfs_watcher_free(gfs_watcher *w)
 	if (w->tree)
 		gfs_inotree_close(w->tree);
 	close(w->tfd);
+	close(w->done_fd);
+	pthread_mutex_destroy(&w->mu);
 	gfs_session_push(w->s);
 	gfs_magic_close(w->magic);
 	free(w);
 }
 
 void
-gfs_watcher_status_of(const gfs_watcher *w, gfs_watcher_status *st)
+gfs_watcher_status_of(gfs_watcher *w, gfs_watcher_status *st)
 {
-	st->pending = waiting(w);
-	st->oldest_ms = oldest_waiting(w);
-	st->down = w->down;
-	st->down_since_ms = w->down_since_ms;
-	st->pass_owed = w->pass_owed;
-	st->directories = w->tree ? gfs_inotree_count(w->tree) : 0;
-	st->unwatched = w->tree ? gfs_inotree_unwatched(w->tree) : 0;
-	st->failures = w->failures;
+	if (!w->busy) {
+		status_now(w, st);
+		return;
+	}
+	pthread_mutex_lock(&w->mu);
+	*st = w->shown;
+	pthread_mutex_unlock(&w->mu);
 }

@@ -16,11 +16,22 @@
  * Moves within the tree are renames in GridFS. Their order matters (a
  * name moved away may be made again at once), so they, and the removals
  * they must follow, wait in a queue that is acted on before the table.
+ * Single files' moves and removals go in batches as uploads do: each
+ * name found by equality, the renames in one ordered bulk write, the
+ * removals in one; a folder's is one range query.
+ *
+ * Every backend call is made by a worker thread, one turn of work at a
+ * time, while the loop keeps answering the caller's descriptor: status
+ * and the caller's timers (a watchdog) never wait for the backend. The
+ * loop leaves the state alone while a turn runs; the worker publishes
+ * what status reports.
  *
  * Nothing here prints or knows signals: what happens is handed to
- * on_event, on the calling thread, and the caller's own descriptor (a
- * signalfd, say) is watched beside inotify and the timer and handed back
- * to the caller, who says whether to go on.
+ * on_event (from the worker, or from import's threads during a batch:
+ * one call at a time, but not on the loop's thread), and the caller's own
+ * descriptor (a signalfd, say) is watched beside inotify and the timer
+ * and handed back to the caller, on the loop's thread, who says whether
+ * to go on.
  */
 #ifndef GFS_WATCHLOOP_H
 #define GFS_WATCHLOOP_H
@@ -81,7 +92,9 @@ typedef struct gfs_watcher_opts {
 } gfs_watcher_opts;
 
 typedef struct gfs_watcher_status {
-	size_t pending;             /* changes waiting */
+	size_t pending;             /* changes waiting, those in flight and retrying included */
+	size_t in_flight;           /* in the batch being acted on */
+	size_t retrying;            /* failed, waiting for their retry (outages aside) */
 	int64_t oldest_ms;          /* wall clock of the oldest change waiting; 0 when none */
 	bool down;                  /* the backend is unreachable, since down_since_ms */
 	int64_t down_since_ms;
@@ -108,13 +121,15 @@ void gfs_watcher_free(gfs_watcher *w);
  */
 bool gfs_watcher_start(gfs_watcher *w, gfs_error *err);
 /*
- * The loop, until fn (called when fd is readable) returns false or
- * watching cannot go on. It does not finish: see gfs_watcher_finish.
+ * The loop, until fn (called when fd is readable, also while a turn of
+ * work runs) returns false or watching cannot go on; a turn running then
+ * ends after its batch in flight. It does not finish: see gfs_watcher_finish.
  */
 typedef bool (*gfs_watcher_fd_fn)(void *ctx);
 enum gfs_watcher_end gfs_watcher_run(gfs_watcher *w, int fd, gfs_watcher_fd_fn fn, void *ctx);
 /* At the end, one more try of everything waiting; what is left is said, not lost silently. */
 void gfs_watcher_finish(gfs_watcher *w);
-void gfs_watcher_status_of(const gfs_watcher *w, gfs_watcher_status *st);
+/* As of now, or as of the running turn's last batch: never waits for it. From the loop's thread. */
+void gfs_watcher_status_of(gfs_watcher *w, gfs_watcher_status *st);
 
 #endif

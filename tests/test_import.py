@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,7 +13,7 @@ import pytest
 import jsonvocab
 import planted
 from conftest import LOCK_DOCS, check_sanitizers, free_port, proc_state, Result, sha256, wait_for
-from wireproxy import TcpProxy
+from wireproxy import FreezingProxy
 
 CHUNK = 255 * 1024
 
@@ -892,51 +891,6 @@ def test_prefix_mirror_would_refuse_is_refused(gfs, db, tree):
     res = gfs.run("import", tree, "--prefix", "../x", "--allow-unsafe-name")
     assert res.rc == 0, res
     assert set(stored(db)) == {"ok/f.txt", "../x/f.txt"}
-
-
-class FreezingProxy(TcpProxy):
-    """Forwards TCP to the backend until a client sends `trigger`; from then on it
-    forwards nothing on any connection (the trigger included) and accepts new ones
-    without answering: what a SIGSTOPped server looks like from the client."""
-
-    def __init__(self, backend_port, trigger):
-        import threading
-        self.trigger = trigger
-        self.frozen = threading.Event()
-        self.closed = threading.Event()
-        self.socks = []
-        super().__init__(backend_port)
-
-    def serve(self, client):
-        self.socks.append(client)
-        if self.frozen.is_set():
-            return
-        server = socket.create_connection(self.upstream)
-        self.socks.append(server)
-        self.pump(self._pump, client, server, True)
-        self.pump(self._pump, server, client, False)
-
-    def _pump(self, src, dst, watch):
-        tail = b""
-        try:
-            while not self.frozen.is_set() and (data := src.recv(65536)):
-                if watch and self.trigger in tail + data:
-                    self.frozen.set()
-                tail = (tail + data)[-len(self.trigger):]
-                if self.frozen.is_set():
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        self.closed.wait()  # frozen: hold the connection open, answer nothing
-
-    def close(self):
-        self.closed.set()
-        for s in [self.listener] + self.socks:
-            try:
-                s.close()
-            except OSError:
-                pass
 
 
 # The insert command of chunks, as the wire carries it: {insert: "fs.chunks", ...}.

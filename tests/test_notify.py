@@ -3,14 +3,18 @@
 The datagrams are received on a unix socket of our own named in
 NOTIFY_SOCKET, as systemd would; every wait has a deadline.
 """
+import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import DRIVER_SHM_WARNING, check_sanitizer_report, free_port, wait_for
+from test_watch import FILES_UPDATE, Watcher, renamed_queue
+from wireproxy import FreezingProxy
 
 DEADLINE = 60
 
@@ -143,3 +147,33 @@ def test_watch_feeds_the_watchdog_while_idle(gfs, notify, tmp_path):
         rc, err = finish(p)
     messages_until(sock, "STOPPING=1")
     assert rc == 0, err
+
+
+def test_watch_feeds_the_watchdog_while_a_call_waits_and_bounds_the_call(gfs, backend, notify, tmp_path):
+    """A queue of renames on a backend that stopped answering: the pings keep coming every half
+    interval from watch's own timer, and the call gives up within the interval (not after the
+    60 s reply timeout), so that a hung call is not pinged over for ever."""
+    sock, path = notify
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    rename = renamed_queue(tree, 150)
+    proxy = FreezingProxy(backend.port, FILES_UPDATE)
+    env = {"GRIDFSCTL_URI": proxy.uri, "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"}
+    w = Watcher(gfs, tree, "--delete", env=env)
+    try:
+        messages_until(sock, "READY=1")
+        rename()
+        wait_for(proxy.frozen.is_set, DEADLINE, "the renames to reach the backend", proc=w.proc)
+        sock.settimeout(2.0)  # the whole interval: a ping later than that is a kill
+        last = time.monotonic()
+        gaps = []
+        while len(gaps) < 6:
+            messages_until(sock, "WATCHDOG=1")
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+        assert max(gaps) < 1.5, gaps
+        w.wait_for("backend-down")  # the frozen call ended, bounded by the interval
+    finally:
+        proxy.close()
+        w.stop()

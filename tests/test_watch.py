@@ -18,8 +18,11 @@ import pytest
 import jsonvocab
 from conftest import STORAGE, Backend, Gridfsctl, check_sanitizer_report, free_port, proc_state, wait_for
 from test_serve import Server
+from wireproxy import FreezingProxy
 
 DEADLINE = 30
+# The update command on fs.files, as the wire carries it: {update: "fs.files", ...}, a rename.
+FILES_UPDATE = b"\x02update\x00\x09\x00\x00\x00fs.files\x00"
 
 
 class Watcher:
@@ -206,6 +209,27 @@ def test_folder_replaced_by_file_within_settle_time(gfs, bucket, db, tree):
         w.wait_for("uploaded", "ab")
         assert db.fs.files.count_documents({"filename": {"$regex": "^ab/"}}) == 0
         assert bucket.open_download_stream_by_name("ab").read() == b"now a file"
+    finally:
+        assert w.stop() == 0
+
+
+def test_removal_then_folder_move_within_settle_time(gfs, bucket, db, tree):
+    """A file removed, then its folder moved, both within the settle time: the removal is acted
+    on under the old name before the rename, not lost with the folder's pending changes."""
+    (tree / "h").mkdir()
+    (tree / "h" / "f1.txt").write_bytes(b"one")
+    (tree / "h" / "f2.txt").write_bytes(b"two")
+    w = Watcher(gfs, tree, "--delete", "--settle", "1000")
+    try:
+        w.wait_for("ready")
+        (tree / "h" / "f1.txt").unlink()
+        os.rename(tree / "h", tree / "h2")
+        w.wait_for("removed", "h/f1.txt")
+        ev = w.wait_for("moved-folder", "h2")
+        assert ev["from"] == "h" and ev["files"] == 1
+        assert db.fs.files.count_documents({"filename": {"$in": ["h/f1.txt", "h2/f1.txt"]}}) == 0
+        assert bucket.open_download_stream_by_name("h2/f2.txt").read() == b"two"
+        wait_exact(db, bucket, tree)
     finally:
         assert w.stop() == 0
 
@@ -458,6 +482,71 @@ def test_backend_stopped_40_s_during_a_burst(own_backend, tmp_path, tree):
         client.close()
 
 
+def test_removal_then_folder_move_during_an_outage(own_backend, tmp_path, tree):
+    """The same removal and folder move while the backend is down: both wait, in order."""
+    gfs = Gridfsctl(own_backend, "outagemove", tmp_path)
+    client = own_backend.client()
+    db = client["outagemove"]
+    bucket = gridfs.GridFSBucket(db)
+    (tree / "h").mkdir()
+    (tree / "h" / "f1.txt").write_bytes(b"one")
+    (tree / "h" / "f2.txt").write_bytes(b"two")
+    env = {"GRIDFSCTL_URI": own_backend.uri + "?serverSelectionTimeoutMS=1000"}
+    w = Watcher(gfs, tree, "--delete", env=env)
+    try:
+        w.wait_for("ready")
+        own_backend.stop()
+        (tree / "h" / "new.txt").write_bytes(b"new")  # something to try, so that the outage is seen
+        w.wait_for("backend-down")
+        (tree / "h" / "f1.txt").unlink()
+        os.rename(tree / "h", tree / "h2")
+        own_backend.start()
+        w.wait_for("backend-up")
+        w.wait_for("removed", "h/f1.txt")
+        w.wait_for("moved-folder", "h2")
+        wait_exact(db, bucket, tree)
+        assert db.fs.files.count_documents({"filename": "h2/f1.txt"}) == 0
+    finally:
+        assert w.stop() == 0
+        client.close()
+
+
+def renamed_queue(tree, count):
+    """count files under tree/q, to be stored by a first pass; returns a function that renames
+    them all at once, as a queue of single-file moves."""
+    (tree / "q").mkdir()
+    for i in range(count):
+        (tree / "q" / f"{i}.txt").write_bytes(b"%d" % i)
+
+    def rename():
+        for i in range(count):
+            os.rename(tree / "q" / f"{i}.txt", tree / "q" / f"{i}.moved")
+    return rename
+
+
+def test_status_is_answered_while_a_batch_waits_on_the_backend(gfs, backend, tree):
+    """150 renames in flight on a backend that stopped answering: SIGUSR1 is answered at once,
+    counting them, not after the call gives up."""
+    rename = renamed_queue(tree, 150)
+    proxy = FreezingProxy(backend.port, FILES_UPDATE)
+    env = {"GRIDFSCTL_URI": proxy.uri, "GRIDFSCTL_TIMEOUT": "3"}
+    w = Watcher(gfs, tree, "--delete", env=env)
+    try:
+        w.wait_for("ready")
+        rename()
+        wait_for(proxy.frozen.is_set, DEADLINE, "the renames to reach the backend", proc=w.proc)
+        asked = time.monotonic()
+        w.proc.send_signal(signal.SIGUSR1)
+        status = w.wait_for("status")
+        assert time.monotonic() - asked < 1.0
+        assert status["pending"] == 150 and status["inFlight"] == 150, status
+        assert status["backend"] is True and status["retrying"] == 0, status
+    finally:
+        proxy.close()
+        assert w.stop() == 1  # the frozen backend left the renames not acted on, and said so
+    assert "not acted on" in "".join(w.stderr)
+
+
 def test_past_the_bound_a_full_pass_replaces_the_changes(own_backend, tmp_path, tree):
     """More changes wait than --max-pending allows while the backend is down: they give way to
     one full pass, owed until the backend is back, which ends exact (removals included)."""
@@ -646,6 +735,34 @@ def test_names_another_import_stored_are_not_stored_twice(gfs, bucket, db, tree,
         wait_all(w, "replaced", differ)
         store_sentinel(w, tree, "sentinel.bin")
         assert revisions(db, [*same, *differ]) == {n: 1 for n in [*same, *differ]}
+        wait_exact(db, bucket, tree)
+    finally:
+        assert w.stop() == 0
+
+
+def test_a_name_another_import_stored_meanwhile_is_trimmed_once_it_is_done(gfs, bucket, db, tree):
+    """watch stores a file one by one while an import holds the lock, and the import stores the
+    same name after watch's trim: two revisions. Once the lock is free and its takes say another
+    held it, watch trims the names it stored meanwhile, without waiting for its next start."""
+    locks = db["fs.gridfsctl_locks"]
+    w = Watcher(gfs, tree)
+    try:
+        w.wait_for("ready")
+        held = {"_id": "import", "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
+                "bootId": "boot", "pid": 4242, "startTime": 1,
+                "expires": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)}
+        locks.insert_one(held)
+        data = os.urandom(300)
+        (tree / "same.bin").write_bytes(data)
+        w.wait_for("uploaded", "same.bin")
+        # the import's own upload of the name, landing after watch's trim, then its release
+        locks.update_one({"_id": "import.taken"}, {"$inc": {"n": 1}}, upsert=True)
+        bucket.upload_from_stream("same.bin", data)
+        assert revisions(db, ["same.bin"]) == {"same.bin": 2}
+        locks.delete_one({"_id": "import"})
+        wait_for(lambda: revisions(db, ["same.bin"]) == {"same.bin": 1}, DEADLINE,
+                 "one revision of same.bin", proc=w.proc)
+        assert bucket.open_download_stream_by_name("same.bin").read() == data
         wait_exact(db, bucket, tree)
     finally:
         assert w.stop() == 0

@@ -18,7 +18,9 @@ when it fires it can
     request and its answer go on as if nothing had happened (a slow backend
     at an exact point, say in the middle of a read).
 
-Every rule fires once. Nothing here sleeps: waits are on events with deadlines.
+Every rule fires once. FreezingProxy, on the same listener, stops answering at
+a command's bytes: a server frozen mid-request. Nothing here sleeps: waits are
+on events with deadlines.
 
 CommandRecorder keeps every command its clients send, decoded whole
 (decode_op_msg: the body and its document sequences), with the time its
@@ -142,6 +144,50 @@ class TcpProxy:
     def pump(target, *args):
         """Runs target(*args) on a thread of its own, one per direction of a connection."""
         threading.Thread(target=target, args=args, daemon=True).start()
+
+
+class FreezingProxy(TcpProxy):
+    """Forwards TCP to the backend until a client sends `trigger`; from then on it
+    forwards nothing on any connection (the trigger included) and accepts new ones
+    without answering: what a SIGSTOPped server looks like from the client."""
+
+    def __init__(self, backend_port, trigger):
+        self.trigger = trigger
+        self.frozen = threading.Event()
+        self.closed = threading.Event()
+        self.socks = []
+        super().__init__(backend_port)
+
+    def serve(self, client):
+        self.socks.append(client)
+        if self.frozen.is_set():
+            return
+        server = socket.create_connection(self.upstream)
+        self.socks.append(server)
+        self.pump(self._pump, client, server, True)
+        self.pump(self._pump, server, client, False)
+
+    def _pump(self, src, dst, watch):
+        tail = b""
+        try:
+            while not self.frozen.is_set() and (data := src.recv(65536)):
+                if watch and self.trigger in tail + data:
+                    self.frozen.set()
+                tail = (tail + data)[-len(self.trigger):]
+                if self.frozen.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        self.closed.wait()  # frozen: hold the connection open, answer nothing
+
+    def close(self):
+        self.closed.set()
+        for s in [self.listener] + self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 class WireProxy(TcpProxy):

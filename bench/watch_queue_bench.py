@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""watch: a queue of single-file uploads, renames and removals, side by side.
+
+    flock /tmp/gridfsctl-bench.lock python3 bench/watch_queue_bench.py [--bin ./gridfsctl] \
+        [--stored 2200] [--files 150] [--workdir DIR]
+
+Starts a backend of its own (scripts/backend, a free port, a temporary directory), stores --stored
+files with a first pass, then, with watch --delete running: writes --files new files at once, renames
+each of them at once (one rename a file, in the same folder), and removes them at once, timing each
+queue from the first change to watch's last event for it. During each queue SIGUSR1 is sent every
+0.2 s and the longest wait for a status line is printed, with the longest gap between watchdog pings
+(WATCHDOG_USEC=4000000 and a notify socket of our own).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from conftest import Backend, free_port  # noqa: E402
+
+
+class Watch:
+    """watch --json --delete: its events, its status lines' latency and its watchdog pings."""
+
+    def __init__(self, binary, uri, db, tree, top):
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(os.path.join(top, "notify"))
+        self.pings = []
+        env = dict(os.environ, GRIDFSCTL_URI=uri, GRIDFSCTL_CONFIG="/dev/null",
+                   NOTIFY_SOCKET=os.path.join(top, "notify"), WATCHDOG_USEC="4000000")
+        self.err = open(os.path.join(top, "watch.err"), "wb")
+        self.proc = subprocess.Popen([binary, "watch", tree, "--json", "--delete", "--db", db],
+                                     env=env, stdout=subprocess.PIPE, stderr=self.err)
+        self.cond = threading.Condition()
+        self.counts = {}
+        self.statuses = 0
+        for line in self.proc.stdout:
+            if json.loads(line)["event"] == "ready":
+                break
+        else:
+            sys.exit("watch exited before it was ready")
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._pings, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            ev = json.loads(line).get("event", "summary")
+            with self.cond:
+                self.counts[ev] = self.counts.get(ev, 0) + 1
+                if ev == "status":
+                    self.statuses += 1
+                self.cond.notify_all()
+
+    def _pings(self):
+        while True:
+            try:
+                msg = self.notify.recv(4096).decode()
+            except OSError:
+                return
+            if "WATCHDOG=1" in msg.split("\n"):
+                self.pings.append(time.monotonic())
+
+    def run(self, what, count, change):
+        """Times change() until count more `what` events; the longest status wait and ping gap."""
+        with self.cond:
+            want = self.counts.get(what, 0) + count
+        pings_before = len(self.pings)
+        t0 = time.monotonic()
+        change()
+        worst_status = 0.0
+        while True:
+            with self.cond:
+                if self.counts.get(what, 0) >= want:
+                    break
+                seen = self.statuses
+            sent = time.monotonic()
+            self.proc.send_signal(signal.SIGUSR1)
+            with self.cond:
+                self.cond.wait_for(lambda: self.statuses > seen or self.counts.get(what, 0) >= want, 600)
+                if self.statuses > seen:
+                    worst_status = max(worst_status, time.monotonic() - sent)
+            time.sleep(0.2)  # the pace of SIGUSR1, not synchronisation
+        took = time.monotonic() - t0
+        pings = [t0] + self.pings[pings_before:] + [time.monotonic()]
+        gap = max(b - a for a, b in zip(pings, pings[1:]))
+        print(f"{count} {what}: {took:.2f} s ({count / took:.1f}/s); longest status wait "
+              f"{worst_status:.2f} s; longest watchdog gap {gap:.2f} s")
+        return took
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+        self.err.close()
+        self.notify.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="./gridfsctl")
+    ap.add_argument("--stored", type=int, default=2200)
+    ap.add_argument("--files", type=int, default=150)
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args()
+    top = tempfile.mkdtemp(prefix="watch_queue_bench.", dir=a.workdir)
+    b = Backend(os.path.join(top, "backend"), free_port(), "postgresql")
+    b.start()
+    w = None
+    try:
+        tree = os.path.join(top, "tree")
+        for i in range(a.stored):
+            d = os.path.join(tree, f"d{i // 100}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"{i}.jpg"), "wb") as f:
+                f.write(os.urandom(2000))
+        q = os.path.join(tree, "q")
+        os.makedirs(q)
+        w = Watch(a.bin, b.uri, "bench", tree, top)
+        names = [os.path.join(q, f"{i}.jpg") for i in range(a.files)]
+
+        def write():
+            for n in names:
+                with open(n, "wb") as f:
+                    f.write(os.urandom(2000))
+
+        def rename():
+            for n in names:
+                os.rename(n, n + ".moved")
+
+        def remove():
+            for n in names:
+                os.unlink(n + ".moved")
+
+        up = w.run("uploaded", a.files, write)
+        mv = w.run("moved", a.files, rename)
+        w.run("removed", a.files, remove)
+        print(f"renames / uploads: {mv / up:.2f}x")
+    finally:
+        if w:
+            w.stop()
+        b.purge()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,9 @@
 /*
  * The watch loop (watchloop.h): a table of changes waiting to settle, a
  * queue of moves and the removals they must follow, outages of the
- * backend, retries, bounded waiting and full passes, around one epoll set
- * of inotify, a timer and the caller's descriptor.
+ * backend, retries, bounded waiting and full passes, around epoll sets of
+ * inotify, a timer and the caller's descriptor, with one worker thread
+ * that makes every backend call, a turn of work at a time.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -885,7 +886,9 @@ remove_batch(gfs_watcher *w, struct pending **v, size_t n)
 	gfs_error err;
 	bool ok = gfs_watch_apply(w->s, &w->o, ops, n, &err);
 	w->in_flight = 0;
-	for (size_t i = 0; i < n; i++) {
+	if (!ok && err.code == GFS_EBACKEND)
+		backend_down(w, &err);   /* once: the outage is one, however many wait for it */
+	for (size_t i = 0; i < n && !w->down; i++) {
 		if (!ok) {
 			action_failed(w, v[i], v[i]->rel, &err);
 			continue;

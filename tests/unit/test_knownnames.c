@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -75,6 +76,55 @@ folders_copy_and_forget_the_names_under_them(void **state)
 	gfs_known_names_free(k);
 }
 
+static size_t
+settle(gfs_known_names *k, int64_t takes)
+{
+	char **names;
+	size_t n = gfs_known_names_settle(k, takes, &names);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	assert_true(n == 0 || names != NULL);
+	return n;
+}
+
+/*
+ * Names stored without the lock are looked at again only when a take not
+ * ours came in between: seen by our own next take, or by the count read
+ * while nobody holds the lock.
+ */
+static void
+unsure_names_are_rechecked_after_another_take(void **state)
+{
+	(void)state;
+	gfs_known_names *k = gfs_known_names_new();
+	gfs_known_names_begin(k, 3);
+	assert_false(gfs_known_names_any_unsure(k));
+	gfs_known_names_unsure(k, "a");
+	gfs_known_names_unsure(k, "a");
+	gfs_known_names_unsure(k, "b");
+	assert_true(gfs_known_names_any_unsure(k));
+	assert_int_equal(settle(k, 3), 0);            /* nobody took it */
+	assert_false(gfs_known_names_any_unsure(k));
+	assert_true(gfs_known_names_absent(k, "x"));
+
+	gfs_known_names_unsure(k, "a");
+	gfs_known_names_follow(k, 4);                 /* a batch of ours, consecutive */
+	assert_int_equal(settle(k, 4), 0);
+	gfs_known_names_unsure(k, "a");
+	gfs_known_names_follow(k, 6);                 /* ours, after another's */
+	assert_int_equal(settle(k, 6), 1);
+	gfs_known_names_begin(k, 7);
+	gfs_known_names_unsure(k, "a");
+	gfs_known_names_unsure(k, "b");
+	assert_int_equal(settle(k, 8), 2);            /* another's, seen by the count alone */
+	assert_false(gfs_known_names_absent(k, "x"));
+	assert_int_equal(settle(k, 8), 0);
+	gfs_known_names_recheck(k, "c");              /* a look that failed */
+	assert_int_equal(settle(k, 8), 1);
+	gfs_known_names_free(k);
+}
+
 int
 main(void)
 {
@@ -82,6 +132,7 @@ main(void)
 		cmocka_unit_test(absence_needs_a_counted_pass),
 		cmocka_unit_test(a_gap_in_the_takes_ends_trust),
 		cmocka_unit_test(folders_copy_and_forget_the_names_under_them),
+		cmocka_unit_test(unsure_names_are_rechecked_after_another_take),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,15 @@ def run_timed(argv, env=None):
     return secs, ru.ru_maxrss / 1024, out, ru.ru_utime + ru.ru_stime
 
 
+def small_tree(tree, count, size=2000):
+    """count files of size random bytes under tree, a hundred a folder (d0/0.jpg, ...)."""
+    for i in range(count):
+        d = os.path.join(tree, f"d{i // 100}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"{i}.jpg"), "wb") as f:
+            f.write(os.urandom(size))
+
+
 def posters_db(binary, port, datadir, storage, tree, db_prefix):
     """A backend on port (started in datadir with storage unless one answers
     there) and a database db_prefix + N holding the N files of tree under

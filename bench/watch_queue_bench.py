@@ -24,6 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from benchlib import small_tree  # noqa: E402
 from conftest import Backend, free_port  # noqa: E402
 
 
@@ -115,11 +116,7 @@ def main():
     w = None
     try:
         tree = os.path.join(top, "tree")
-        for i in range(a.stored):
-            d = os.path.join(tree, f"d{i // 100}")
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, f"{i}.jpg"), "wb") as f:
-                f.write(os.urandom(2000))
+        small_tree(tree, a.stored)
         q = os.path.join(tree, "q")
         os.makedirs(q)
         w = Watch(a.bin, b.uri, "bench", tree, top)

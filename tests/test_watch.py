@@ -423,11 +423,14 @@ def own_backend(tmp_path):
     b.purge()
 
 
-def test_backend_outage_loses_nothing(own_backend, tmp_path, tree):
-    gfs = Gridfsctl(own_backend, "outage", tmp_path)
+def on_own_backend(own_backend, tmp_path, name):
+    """gridfsctl, a client, the database name and its bucket on the test's own backend."""
     client = own_backend.client()
-    db = client["outage"]
-    bucket = gridfs.GridFSBucket(db)
+    return Gridfsctl(own_backend, name, tmp_path), client, client[name], gridfs.GridFSBucket(client[name])
+
+
+def test_backend_outage_loses_nothing(own_backend, tmp_path, tree):
+    gfs, client, db, bucket = on_own_backend(own_backend, tmp_path, "outage")
     env = {"GRIDFSCTL_URI": own_backend.uri + "?serverSelectionTimeoutMS=1000"}
     w = Watcher(gfs, tree, "--delete", env=env)
     try:
@@ -455,10 +458,7 @@ def test_backend_outage_loses_nothing(own_backend, tmp_path, tree):
 def test_backend_stopped_40_s_during_a_burst(own_backend, tmp_path, tree):
     """The issue's case: 40 s down, longer than the driver's own wait for a server, with changes
     written all along; exact within seconds of the backend's return."""
-    gfs = Gridfsctl(own_backend, "outage40", tmp_path)
-    client = own_backend.client()
-    db = client["outage40"]
-    bucket = gridfs.GridFSBucket(db)
+    gfs, client, db, bucket = on_own_backend(own_backend, tmp_path, "outage40")
     w = Watcher(gfs, tree, "--delete")
     try:
         w.wait_for("ready")
@@ -484,10 +484,7 @@ def test_backend_stopped_40_s_during_a_burst(own_backend, tmp_path, tree):
 
 def test_removal_then_folder_move_during_an_outage(own_backend, tmp_path, tree):
     """The same removal and folder move while the backend is down: both wait, in order."""
-    gfs = Gridfsctl(own_backend, "outagemove", tmp_path)
-    client = own_backend.client()
-    db = client["outagemove"]
-    bucket = gridfs.GridFSBucket(db)
+    gfs, client, db, bucket = on_own_backend(own_backend, tmp_path, "outagemove")
     (tree / "h").mkdir()
     (tree / "h" / "f1.txt").write_bytes(b"one")
     (tree / "h" / "f2.txt").write_bytes(b"two")
@@ -550,10 +547,7 @@ def test_status_is_answered_while_a_batch_waits_on_the_backend(gfs, backend, tre
 def test_past_the_bound_a_full_pass_replaces_the_changes(own_backend, tmp_path, tree):
     """More changes wait than --max-pending allows while the backend is down: they give way to
     one full pass, owed until the backend is back, which ends exact (removals included)."""
-    gfs = Gridfsctl(own_backend, "bound", tmp_path)
-    client = own_backend.client()
-    db = client["bound"]
-    bucket = gridfs.GridFSBucket(db)
+    gfs, client, db, bucket = on_own_backend(own_backend, tmp_path, "bound")
     (tree / "keep").mkdir()
     (tree / "keep" / "moved.jpg").write_bytes(b"moved later")
     env = {"GRIDFSCTL_URI": own_backend.uri + "?serverSelectionTimeoutMS=1000"}
@@ -746,16 +740,22 @@ def test_kill_9_mid_burst_then_restart_is_exact(gfs, bucket, db, tree):
         assert w.stop() == 0
 
 
+def hold_import_lock(db):
+    """The import lock, held by a live process of another host for five minutes; its document."""
+    held = {"_id": "import", "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
+            "bootId": "boot", "pid": 4242, "startTime": 1,
+            "expires": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)}
+    db["fs.gridfsctl_locks"].insert_one(held)
+    return held
+
+
 def test_burst_stored_while_another_import_holds_the_lock(gfs, bucket, db, tree):
     """A burst goes in batches through import's workers, which need the import lock: while
     another import holds it, the files go one by one and are stored all the same."""
     w = Watcher(gfs, tree)
     try:
         w.wait_for("ready")
-        held = {"_id": "import", "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
-                "bootId": "boot", "pid": 4242, "startTime": 1,
-                "expires": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)}
-        db["fs.gridfsctl_locks"].insert_one(held)
+        held = hold_import_lock(db)
         sizes = {f"b/{i}.bin": 10 + i for i in range(30)}
         (tree / "b").mkdir()
         for name, size in sizes.items():
@@ -820,10 +820,7 @@ def test_a_name_another_import_stored_meanwhile_is_trimmed_once_it_is_done(gfs, 
     w = Watcher(gfs, tree)
     try:
         w.wait_for("ready")
-        held = {"_id": "import", "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
-                "bootId": "boot", "pid": 4242, "startTime": 1,
-                "expires": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)}
-        locks.insert_one(held)
+        hold_import_lock(db)
         data = os.urandom(300)
         (tree / "same.bin").write_bytes(data)
         w.wait_for("uploaded", "same.bin")

@@ -2,16 +2,19 @@
 """watch: a queue of single-file uploads, renames and removals, side by side.
 
     flock /tmp/gridfsctl-bench.lock python3 bench/watch_queue_bench.py [--bin ./gridfsctl] \
-        [--stored 2200] [--files 150] [--workdir DIR]
+        [--stored 2200] [--padding 0] [--files 150] [--workdir DIR]
 
 Starts a backend of its own (scripts/backend, a free port, a temporary directory), stores --stored
 files with a first pass, then, with watch --delete running: writes --files new files at once, renames
 each of them at once (one rename a file, in the same folder), and removes them at once, timing each
 queue from the first change to watch's last event for it. During each queue SIGUSR1 is sent every
 0.2 s and the longest wait for a status line is printed, with the longest gap between watchdog pings
-(WATCHDOG_USEC=4000000 and a notify socket of our own).
+(WATCHDOG_USEC=4000000 and a notify socket of our own). --padding N inserts N more files documents
+(empty files, under pad/, with pymongo) before watch starts: a bucket of the seed's size in names
+without its bytes, for what a query over the files collection costs there.
 """
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -42,6 +45,7 @@ class Watch:
                                      env=env, stdout=subprocess.PIPE, stderr=self.err)
         self.cond = threading.Condition()
         self.counts = {}
+        self.last = {}        # event -> when the latest of its kind was read
         self.statuses = 0
         for line in self.proc.stdout:
             if json.loads(line)["event"] == "ready":
@@ -56,6 +60,7 @@ class Watch:
             ev = json.loads(line).get("event", "summary")
             with self.cond:
                 self.counts[ev] = self.counts.get(ev, 0) + 1
+                self.last[ev] = time.monotonic()
                 if ev == "status":
                     self.statuses += 1
                 self.cond.notify_all()
@@ -88,8 +93,10 @@ class Watch:
                 self.cond.wait_for(lambda: self.statuses > seen or self.counts.get(what, 0) >= want, 600)
                 if self.statuses > seen:
                     worst_status = max(worst_status, time.monotonic() - sent)
+                if self.counts.get(what, 0) >= want:
+                    break
             time.sleep(0.2)  # the pace of SIGUSR1, not synchronisation
-        took = time.monotonic() - t0
+        took = self.last[what] - t0
         pings = [t0] + self.pings[pings_before:] + [time.monotonic()]
         gap = max(b - a for a, b in zip(pings, pings[1:]))
         print(f"{count} {what}: {took:.2f} s ({count / took:.1f}/s); longest status wait "
@@ -107,6 +114,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="./gridfsctl")
     ap.add_argument("--stored", type=int, default=2200)
+    ap.add_argument("--padding", type=int, default=0)
     ap.add_argument("--files", type=int, default=150)
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
@@ -117,6 +125,12 @@ def main():
     try:
         tree = os.path.join(top, "tree")
         small_tree(tree, a.stored)
+        if a.padding:
+            files = b.client().bench.fs.files
+            now = datetime.datetime.now(datetime.timezone.utc)
+            for start in range(0, a.padding, 5000):
+                files.insert_many([{"filename": f"pad/{i}.jpg", "length": 0, "chunkSize": 261120,
+                                    "uploadDate": now} for i in range(start, min(a.padding, start + 5000))])
         q = os.path.join(tree, "q")
         os.makedirs(q)
         w = Watch(a.bin, b.uri, "bench", tree, top)
@@ -139,6 +153,17 @@ def main():
         mv = w.run("moved", a.files, rename)
         w.run("removed", a.files, remove)
         print(f"renames / uploads: {mv / up:.2f}x")
+        env = dict(os.environ, GRIDFSCTL_URI=b.uri, GRIDFSCTL_CONFIG="/dev/null")
+        stats = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            subprocess.run([a.bin, "stat", "d0/0.jpg", "--db", "bench"], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            stats.append(time.monotonic() - t0)
+        one = w.run("moved", 1, lambda: os.rename(os.path.join(tree, "d0", "1.jpg"),
+                                                  os.path.join(tree, "d0", "1.moved")))
+        print(f"one rename / a stat of one name (median of 5, {sorted(stats)[2]:.3f} s): "
+              f"{one / sorted(stats)[2]:.1f}x")
     finally:
         if w:
             w.stop()

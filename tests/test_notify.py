@@ -13,7 +13,6 @@ import time
 import pytest
 
 from conftest import DRIVER_SHM_WARNING, check_sanitizer_report, free_port, wait_for
-from test_watch import FILES_UPDATE, Watcher, renamed_queue
 from wireproxy import FreezingProxy
 
 DEADLINE = 60
@@ -153,6 +152,7 @@ def test_watch_feeds_the_watchdog_while_a_call_waits_and_bounds_the_call(gfs, ba
     """A queue of renames on a backend that stopped answering: the pings keep coming every half
     interval from watch's own timer, and the call gives up within the interval (not after the
     60 s reply timeout), so that a hung call is not pinged over for ever."""
+    from test_watch import FILES_UPDATE, Watcher, renamed_queue  # here: test_watch imports us, through test_serve
     sock, path = notify
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -32,7 +32,6 @@ from test_serve import Server
 from test_watch import Watcher
 from wireproxy import CommandRecorder
 
-WATCH = "watch sends a folder range on the files for each side of a single file moved: issue 26's watch rewrite"
 
 # Commands that read or write nothing of a collection's documents.
 NOT_QUERIES = {"explain", "getMore", "killCursors", "endSessions", "listIndexes", "createIndexes",
@@ -325,7 +324,6 @@ def test_watch_one_removal(gfs, db, rec, tmp_path):
     check(rec, db, prefix_ranges=0)
 
 
-@pytest.mark.xfail(strict=True, reason=WATCH)
 def test_watch_one_move(gfs, db, rec, tmp_path):
     tree = tmp_path / "tree"
     (tree / "ab").mkdir(parents=True)
@@ -404,3 +402,53 @@ def test_put_several_with_id_and_mv(gfs, db, rec, stored, tmp_path):
     check(rec, db)
     assert gfs.run("mv", "p/a/one.jpg", "p/a/two.jpg", "--force").rc == 0
     check(rec, db)
+
+
+def watch_ten_files(gfs, rec, tmp_path):
+    """watch --delete over f/0.txt ... f/9.txt, ready, the recorder emptied: the tree and the Watcher."""
+    tree = tmp_path / "tree"
+    (tree / "f").mkdir(parents=True)
+    for i in range(10):
+        (tree / "f" / f"{i}.txt").write_bytes(b"%d" % i)
+    w = Watcher(gfs, tree, "--delete")
+    try:
+        w.wait_for("ready")
+    except BaseException:
+        w.stop()
+        raise
+    rec.taken()
+    return tree, w
+
+
+def test_watch_a_queue_of_moves_and_removals(gfs, db, rec, tmp_path):
+    """Single files' moves and removals go in batches: equality per name, no range."""
+    tree, w = watch_ten_files(gfs, rec, tmp_path)
+    try:
+        for i in range(10):
+            os.rename(tree / "f" / f"{i}.txt", tree / "f" / f"{i}.moved")
+        moved = {f"f/{i}.moved" for i in range(10)}
+        while moved:
+            moved.discard(w.wait_for("moved")["filename"])
+        for i in range(5):
+            (tree / "f" / f"{i}.moved").unlink()
+        removed = {f"f/{i}.moved" for i in range(5)}
+        while removed:
+            removed.discard(w.wait_for("removed")["filename"])
+    finally:
+        assert w.stop() == 0
+    check(rec, db, prefix_ranges=0)
+    assert db.fs.files.count_documents({}) == 5
+
+
+def test_watch_folder_move(gfs, db, rec, tmp_path):
+    """A folder's move is one query for the names under both its ends, not one a file."""
+    tree, w = watch_ten_files(gfs, rec, tmp_path)
+    try:
+        os.rename(tree / "f", tree / "g")
+        w.wait_for("moved-folder", "g")
+    finally:
+        assert w.stop() == 0
+    cmds = rec.taken()
+    finds = [c for c in cmds if c.name == "find" and c.target == "fs.files" and c.db == db.name]
+    assert len([c for c in finds if set(operators(c.doc.get("filter") or {})) & RANGE_OPS]) == 1, finds
+    assert not violations(cmds, db.name, prefix_ranges=1)

@@ -18,7 +18,7 @@ import pytest
 import jsonvocab
 from conftest import STORAGE, Backend, Gridfsctl, check_sanitizer_report, free_port, proc_state, wait_for
 from test_serve import Server
-from wireproxy import FreezingProxy, RecordingProxy
+from wireproxy import FreezingProxy
 
 DEADLINE = 30
 # The update command on fs.files, as the wire carries it: {update: "fs.files", ...}, a rename.
@@ -619,81 +619,6 @@ def test_folder_rename_writes_no_chunk(gfs, bucket, db, tree, tmp_path):
             server.stop()
     finally:
         assert w.stop() == 0
-
-
-RANGE_OPERATORS = {"$gt", "$gte", "$lt", "$lte", "$regex", "$in", "$nin", "$or", "$and", "$not"}
-
-
-def filters_of(cmd):
-    """(collection, filter) of each query or write a recorded command carries."""
-    for verb, key, field in (("find", None, "filter"), ("delete", "deletes", "q"),
-                             ("update", "updates", "q"), ("count", None, "query"),
-                             ("aggregate", None, None)):
-        if verb not in cmd:
-            continue
-        if verb == "aggregate":
-            yield cmd[verb], {"$pipeline": cmd.get("pipeline")}
-        elif key is None:
-            yield cmd[verb], cmd.get(field) or {}
-        else:
-            for one in cmd.get(key, []):
-                yield cmd[verb], one.get(field) or {}
-
-
-def operators_in(value):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k.startswith("$"):
-                yield k
-            yield from operators_in(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from operators_in(v)
-
-
-def queries_of(proxy):
-    """(collection, filter) of the finds and renames recorded since the last look, on fs.files and
-    fs.chunks. Deletes go through gfs_delete_many, the one removal of every verb, which
-    test_queries.py holds to the rule."""
-    return [(c, f) for cmd in proxy.take() if "delete" not in cmd
-            for c, f in filters_of(cmd) if c in ("fs.files", "fs.chunks")]
-
-
-def is_range(flt):
-    return bool(RANGE_OPERATORS & set(operators_in(flt)))
-
-
-def test_single_files_cost_equality_queries_and_a_folder_one_range(gfs, backend, db, bucket, tree):
-    """Issue 26: a single file's move or removal is found by filename equality and removed by
-    _id and files_id equality; a folder's move is one range query on fs.files."""
-    (tree / "f").mkdir()
-    for i in range(10):
-        (tree / "f" / f"{i}.txt").write_bytes(b"%d" % i)
-    proxy = RecordingProxy(backend.port)
-    w = Watcher(gfs, tree, "--delete", env={"GRIDFSCTL_URI": proxy.uri})
-    try:
-        w.wait_for("ready")
-        proxy.take()
-        for i in range(10):
-            os.rename(tree / "f" / f"{i}.txt", tree / "f" / f"{i}.moved")
-        wait_all(w, "moved", [f"f/{i}.moved" for i in range(10)])
-        for i in range(5):
-            (tree / "f" / f"{i}.moved").unlink()
-        wait_all(w, "removed", [f"f/{i}.moved" for i in range(5)])
-        singles = queries_of(proxy)
-        assert singles and not [q for q in singles if is_range(q[1])], singles
-        for coll, flt in singles:
-            assert set(flt) <= ({"filename", "_id"} if coll == "fs.files" else {"files_id", "n"}), flt
-
-        os.rename(tree / "f", tree / "g")
-        w.wait_for("moved-folder", "g")
-        folder = queries_of(proxy)
-        assert len([q for q in folder if is_range(q[1])]) == 1, folder
-        assert not [q for q in folder if q[0] == "fs.chunks" and q[1] and set(q[1]) != {"files_id"}]
-        wait_exact(db, bucket, tree)
-    finally:
-        assert w.stop() == 0
-        proxy.close()
 
 
 def test_bursts_of_everyday_changes_end_exact(gfs, bucket, db, tree):

@@ -18,8 +18,7 @@ when it fires it can
     request and its answer go on as if nothing had happened (a slow backend
     at an exact point, say in the middle of a read).
 
-Every rule fires once. RecordingProxy keeps every command, to check what a
-verb asks of the server. FreezingProxy, on the same listener, stops answering at
+Every rule fires once. FreezingProxy, on the same listener, stops answering at
 a command's bytes: a server frozen mid-request. Nothing here sleeps: waits are
 on events with deadlines.
 
@@ -74,39 +73,6 @@ def command_of(msg):
     for k, v in (doc or {}).items():
         return k, v
     return None, None
-
-
-def sections_of(msg):
-    """The body of an OP_MSG with its document sequences (a bulk write's "updates", "deletes")
-    folded in as lists, decoded; None for anything else."""
-    _, _, _, opcode = struct.unpack_from("<iiii", msg)
-    if opcode != OP_MSG:
-        return None
-    pos, body, seqs = 20, None, {}
-    while pos < len(msg):
-        kind = msg[pos]
-        pos += 1
-        size = struct.unpack_from("<i", msg, pos)[0]
-        if kind == 0:
-            body = bson.decode(msg[pos:pos + size])
-        elif kind == 1:
-            end = pos + size
-            p = pos + 4
-            name_end = msg.index(b"\x00", p)
-            name = msg[p:name_end].decode()
-            p = name_end + 1
-            docs = []
-            while p < end:
-                n = struct.unpack_from("<i", msg, p)[0]
-                docs.append(bson.decode(msg[p:p + n]))
-                p += n
-            seqs[name] = docs
-        else:
-            break  # a checksum's flag bits are not sections
-        pos += size
-    if body is not None:
-        body.update(seqs)
-    return body
 
 
 def read_msg(sock):
@@ -222,54 +188,6 @@ class FreezingProxy(TcpProxy):
                 s.close()
             except OSError:
                 pass
-
-
-class RecordingProxy(TcpProxy):
-    """Forwards everything and keeps every command a client sends (sections_of), in order."""
-
-    def __init__(self, upstream_port):
-        self.commands = []
-        self.lock = threading.Lock()
-        super().__init__(upstream_port, "?directConnection=true")
-
-    def take(self):
-        """The commands recorded since the last take."""
-        with self.lock:
-            got, self.commands = self.commands, []
-        return got
-
-    def serve(self, client):
-        server = socket.create_connection(self.upstream)
-        self.pump(self._up, client, server)
-        self.pump(self._plain, server, client)
-
-    def _up(self, client, server):
-        while True:
-            try:
-                msg = read_msg(client)
-                if msg is None:
-                    break
-                cmd = sections_of(msg)
-                if cmd is not None:
-                    with self.lock:
-                        self.commands.append(cmd)
-                server.sendall(msg)
-            except OSError:
-                break
-        _close(client)
-        _close(server)
-
-    def _plain(self, server, client):
-        while True:
-            try:
-                data = server.recv(65536)
-                if not data:
-                    break
-                client.sendall(data)
-            except OSError:
-                break
-        _close(client)
-        _close(server)
 
 
 class WireProxy(TcpProxy):

@@ -25,6 +25,6 @@ run $b verify --pid "$pid" --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --threads 2
 run $b raw --pid "$pid"
 run $b raw-sorted --pid "$pid"
 run $b pyloop --limit 3 --pid "$pid"
-run $b verify --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --prefix posters/00/ --strategy batched
-run $b verify --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --prefix posters/00/ --strategy scan
+run $b verify --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --prefix posters/00/ --read batched
+run $b verify --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --prefix posters/00/ --read scan
 run $b verify --bin "${GRIDFSCTL:-$top/gridfsctl}" -- --prefix posters --against /tmp/posters-52k

@@ -77,7 +77,7 @@ def main():
     for st in ("scan", "batched", "each"):
         if (st == "each" and unindexed_each) or (a.quick and st != "each"):
             continue
-        verify(f"prefix 1/256, {st}", "--prefix", PREFIX, "--strategy", st)
+        verify(f"prefix 1/256, {st}", "--prefix", PREFIX, "--read", st)
     if a.before:
         verify("prefix 1/256, before", "--prefix", PREFIX, binary=a.before)
         verify("sample 1%, before", "--sample", "1%", binary=a.before)

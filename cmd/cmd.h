@@ -47,7 +47,12 @@ extern const char *cmdname;    /* the subcommand being run, for messages */
  * A row is an option (name set), a group of rows shared by several verbs
  * (group set: CMD_OPT_GROUP), a heading in --help (only help set), a
  * control word taken as an operand (word set, like supervise's "status"),
- * or the end (all unset).
+ * a deprecated spelling of an option (alias_of set: CMD_OPT_ALIAS), or the
+ * end (all unset).
+ *
+ * A deprecated spelling keeps an old letter or name working for one
+ * release: it parses as the option it names, with a one-line warning on
+ * stderr. --help lists it apart, and the completions do not offer it.
  */
 struct cmd_opt {
 	char shortopt;        /* 0: none */
@@ -58,12 +63,16 @@ struct cmd_opt {
 	const char *values;   /* the words an enumerated argument takes, space-separated */
 	const char *word;     /* a control word */
 	const struct cmd_opt *group;
+	const char *alias_of; /* the long name of the option this spelling is deprecated for */
 };
 /* A row: CMD_OPT('p', "prefix", "P", "help"), more fields designated: .id = ..., .values = ... */
 #define CMD_OPT(s, l, a, h, ...) {.shortopt = (s), .name = (l), .arg = (a), .help = (h), __VA_ARGS__}
 #define CMD_OPT_WORD(w, a, h) {.word = (w), .arg = (a), .help = (h)}
 #define CMD_OPT_GROUP(rows) {.group = (rows)}
 #define CMD_OPT_HEADING(text) {.help = (text)}
+/* -s or --long (NULL: none) as a deprecated spelling of --target; an id of its own when long. */
+#define CMD_OPT_ALIAS(s, l, a, target, ...) \
+	{.shortopt = (s), .name = (l), .arg = (a), .alias_of = (target), __VA_ARGS__}
 #define CMD_OPT_END {.name = NULL}
 
 /* An exit status a command returns, and when. */
@@ -89,6 +98,14 @@ void cmd_opt_begin(struct cmd_opt_iter *it, const struct cmd_opt *rows);
 const struct cmd_opt *cmd_opt_next(struct cmd_opt_iter *it);
 /* What opt_fn receives for the row. */
 int cmd_opt_id(const struct cmd_opt *o);
+/* Whether the row is an option to list, offer and complete: named, and not a deprecated spelling. */
+bool cmd_opt_listed(const struct cmd_opt *o);
+/*
+ * When id is a deprecated spelling among rows, warns once on stderr that
+ * it goes in the next release and returns the id of the option it names;
+ * else returns id.
+ */
+int cmd_opt_resolve(const struct cmd_opt *rows, int id);
 
 /* Every command, NULL-terminated (cmd/main.c). */
 extern const struct cmd_entry *const commands[];

@@ -152,7 +152,7 @@ takes_letter(const struct cmd_entry *c, char letter)
 	struct cmd_opt_iter it;
 	cmd_opt_begin(&it, c->opts);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
-		if (o->name && o->shortopt == letter)
+		if (cmd_opt_listed(o) && o->shortopt == letter)
 			return true;
 	return false;
 }
@@ -189,7 +189,7 @@ print_completions(const char *name)
 	struct cmd_opt_iter it;
 	cmd_opt_begin(&it, c->opts);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
-		if (o->name)
+		if (cmd_opt_listed(o))
 			print_option(o, false);
 	print_globals(c);
 	print_operands(c);
@@ -208,7 +208,7 @@ print_option_names(const char *name)
 	struct cmd_opt_iter it;
 	cmd_opt_begin(&it, c ? c->opts : NULL);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
-		if (o->name)
+		if (cmd_opt_listed(o))
 			printf("--%s%s\n", o->name, o->arg ? "=" : "");
 	return EXIT_OK;
 }

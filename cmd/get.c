@@ -21,7 +21,9 @@ enum { OPT_ID = 1, OPT_REGEX };
 static const struct cmd_opt get_opts[] = {
 	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
 	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
-	CMD_OPT('r', "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first"),
+	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
+	        .id = 'R'),
+	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
 	PREFIX_OPT("every file under the folder P (newest revisions), into -o DIR, named as "
 	           "below P"),
 	CMD_OPT(0, "regex", "RE", "every file whose name the POSIX extended regular expression RE "
@@ -49,7 +51,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_REGEX: o->regex = arg; return 0;
 	case 'o': o->output = arg; return 0;
 	case 'f': o->force = true; return 0;
-	case 'r': return parse_rev_option(arg, &o->rev);
+	case 'R': return parse_rev_option(arg, &o->rev);
 	}
 	return -1;
 }

@@ -171,7 +171,7 @@ parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, v
 				help = true;
 			else if (opt == 'q' && !own_letter(e, 'q'))
 				set_global(OPT_QUIET, NULL);
-			else if (on_opt(opt, optarg, ctx) < 0)
+			else if (on_opt(cmd_opt_resolve(e->opts, opt), optarg, ctx) < 0)
 				rc = -1;
 		}
 	}

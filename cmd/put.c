@@ -16,7 +16,9 @@
 enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE, OPT_ID, OPT_META, OPT_NAMEPREFIX };
 
 static const struct cmd_opt put_opts[] = {
-	CMD_OPT('n', "name", "NAME", "stored name (default: the file's base name; required for '-')"),
+	CMD_OPT(0, "name", "NAME", "stored name (default: the file's base name; required for '-')",
+	        .id = 'N'),
+	CMD_OPT_ALIAS('n', NULL, "NAME", "name"),
 	CMD_OPT(0, "name-prefix", "P", "store each FILE as P/ and its base name", .id = OPT_NAMEPREFIX),
 	CMD_OPT(0, "id", "ID", "the new file's _id: 24 hex digits (an ObjectId), or oid:HEX, "
 	        "str:TEXT, int:N, long:N; refused when taken", .id = OPT_ID),
@@ -73,7 +75,7 @@ on_opt(int opt, const char *arg, void *ctx)
 {
 	struct put_opts *o = ctx;
 	switch (opt) {
-	case 'n': o->name = arg; return 0;
+	case 'N': o->name = arg; return 0;
 	case 't': o->type = arg; return 0;
 	case OPT_NAMEPREFIX: o->name_prefix = arg; return 0;
 	case OPT_ID:

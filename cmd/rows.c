@@ -16,7 +16,7 @@
 static bool
 row_end(const struct cmd_opt *o)
 {
-	return !o->name && !o->help && !o->word && !o->group;
+	return !o->name && !o->help && !o->word && !o->group && !o->alias_of;
 }
 
 void
@@ -48,6 +48,52 @@ cmd_opt_id(const struct cmd_opt *o)
 	return o->id ? o->id : o->shortopt;
 }
 
+bool
+cmd_opt_listed(const struct cmd_opt *o)
+{
+	return o->name && !o->alias_of;
+}
+
+/* The row of rows (groups spliced in) with that long name, or NULL. */
+static const struct cmd_opt *
+find_row(const struct cmd_opt *rows, const char *name)
+{
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, rows);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
+		if (cmd_opt_listed(o) && strcmp(o->name, name) == 0)
+			return o;
+	return NULL;
+}
+
+/* "-n" or "--strategy": how the user spelt an alias row. */
+static void
+spelling(const struct cmd_opt *o, char *buf, size_t size)
+{
+	if (o->name)
+		snprintf(buf, size, "--%s", o->name);
+	else
+		snprintf(buf, size, "-%c", o->shortopt);
+}
+
+int
+cmd_opt_resolve(const struct cmd_opt *rows, int id)
+{
+	struct cmd_opt_iter it;
+	cmd_opt_begin(&it, rows);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));) {
+		if (!o->alias_of || cmd_opt_id(o) != id)
+			continue;
+		const struct cmd_opt *target = find_row(rows, o->alias_of);
+		char old[64];
+		spelling(o, old, sizeof old);
+		warnx_("warning: '%s' is deprecated and goes in the next release; use '--%s'", old,
+		       o->alias_of);
+		return target ? cmd_opt_id(target) : id;
+	}
+	return id;
+}
+
 /* ---- getopt ------------------------------------------------------------ */
 
 static size_t
@@ -57,7 +103,7 @@ count_options(const struct cmd_opt *rows)
 	size_t n = 0;
 	cmd_opt_begin(&it, rows);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
-		n += o->name != NULL;
+		n += o->name || o->alias_of;
 	return n;
 }
 
@@ -103,9 +149,12 @@ add_rows(const struct cmd_opt *rows, bool own, char *shorts, struct option *long
 	struct cmd_opt_iter it;
 	cmd_opt_begin(&it, rows);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));) {
+		if (o->alias_of)
+			add_short(shorts, o, own);
 		if (!o->name)
 			continue;
-		add_short(shorts, o, own);
+		if (!o->alias_of)
+			add_short(shorts, o, own);
 		longs[(*n)++] = (struct option){o->name, o->arg ? required_argument : no_argument, NULL,
 		                                cmd_opt_id(o)};
 	}
@@ -186,7 +235,7 @@ offer_rows(struct nearest *n, const struct cmd_opt *rows)
 	struct cmd_opt_iter it;
 	cmd_opt_begin(&it, rows);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));)
-		if (o->name)
+		if (cmd_opt_listed(o))
 			nearest_offer(n, o->name);
 }
 
@@ -264,7 +313,7 @@ help_column(const struct cmd_opt *rows)
 	int col = 0;
 	cmd_opt_begin(&it, rows);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));) {
-		int n = o->name || o->word ? row_left(o, buf, sizeof buf) + 2 : 0;
+		int n = cmd_opt_listed(o) || o->word ? row_left(o, buf, sizeof buf) + 2 : 0;
 		if (n > col && n <= COLUMN_MAX)
 			col = n;
 	}
@@ -279,6 +328,8 @@ print_opt_rows(FILE *out, const struct cmd_opt *rows)
 	int col = help_column(rows);
 	cmd_opt_begin(&it, rows);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));) {
+		if (o->alias_of)
+			continue;
 		if (!o->name && !o->word) {
 			fprintf(out, "%s\n", o->help);
 			continue;
@@ -308,7 +359,7 @@ print_usage_line(FILE *out, const struct cmd_entry *e)
 	char word[128];
 	cmd_opt_begin(&it, e->opts);
 	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));) {
-		if (!o->name)
+		if (!cmd_opt_listed(o))
 			continue;
 		/* An option the operands name already ("NAME|--id OID") */
 		snprintf(word, sizeof word, "--%s ", o->name);
@@ -352,6 +403,25 @@ print_exits(FILE *out, const struct cmd_entry *e)
 	fprintf(out, "; see %s-%s(1)\n", progname, e->name);
 }
 
+/* "deprecated: -n for --name; ...": the old spellings that still work, and for how long. */
+static void
+print_aliases(FILE *out, const struct cmd_opt *rows)
+{
+	struct cmd_opt_iter it;
+	const char *sep = "deprecated (they warn, and go in the next release): ";
+	char old[64];
+	cmd_opt_begin(&it, rows);
+	for (const struct cmd_opt *o; (o = cmd_opt_next(&it));) {
+		if (!o->alias_of)
+			continue;
+		spelling(o, old, sizeof old);
+		fprintf(out, "%s%s for --%s", sep, old, o->alias_of);
+		sep = "; ";
+	}
+	if (*sep == ';')
+		fputs("\n", out);
+}
+
 void
 print_command_help(FILE *out, const struct cmd_entry *e)
 {
@@ -360,6 +430,7 @@ print_command_help(FILE *out, const struct cmd_entry *e)
 	if (count_options(e->opts) > 0) {
 		fputs("options:\n", out);
 		print_opt_rows(out, e->opts);
+		print_aliases(out, e->opts);
 		fputc('\n', out);
 	}
 	print_globals_line(out);

@@ -8,7 +8,9 @@ enum { OPT_ID = 1, OPT_JSON };
 static const struct cmd_opt stat_opts[] = {
 	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
 	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
-	CMD_OPT('r', "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first"),
+	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
+	        .id = 'R'),
+	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
 	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
 	CMD_OPT_END,
 };
@@ -26,7 +28,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	switch (opt) {
 	case OPT_ID: o->id = arg; return 0;
 	case OPT_JSON: o->json = true; return 0;
-	case 'r': return parse_rev_option(arg, &o->rev);
+	case 'R': return parse_rev_option(arg, &o->rev);
 	}
 	return -1;
 }

@@ -31,6 +31,7 @@ enum {
 	OPT_SAMPLE,
 	OPT_THREADS,
 	OPT_STRATEGY,
+	OPT_STRATEGY_OLD,
 	OPT_GRACE,
 	OPT_SEAL,
 	OPT_STRICT,
@@ -62,10 +63,11 @@ static const struct cmd_opt verify_opts[] = {
 	        .id = OPT_JSON),
 	CMD_OPT(0, "sample", "N%", "check a random N percent of the files", .id = OPT_SAMPLE),
 	CMD_OPT(0, "threads", "N", "hashing threads (default: from the CPU count)", .id = OPT_THREADS),
-	CMD_OPT(0, "strategy", "S", "how chunks are read: auto (default: scan for the whole bucket, "
+	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: scan for the whole bucket, "
 	        "else what the server serves from an index), scan (one pass over all chunks in "
 	        "natural order) or each (a query per file, --jobs at once; batched is the same)",
 	        .id = OPT_STRATEGY, .values = "auto scan batched each"),
+	CMD_OPT_ALIAS(0, "strategy", "MODE", "read", .id = OPT_STRATEGY_OLD),
 	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
 	        "past it their files are read again one by one", .id = OPT_HOLD),
 	CMD_OPT('j', "jobs", "N", "connections reading at once with the each strategy (default 4)"),
@@ -132,7 +134,7 @@ on_opt(int opt, const char *arg, void *ctx)
 			return -1;
 		}
 		return 0;
-	case OPT_STRATEGY: return read_option("strategy", arg, &o->strategy);
+	case OPT_STRATEGY: return read_option("read", arg, &o->strategy);
 	case OPT_HOLD: return hold_option(arg, &o->hold);
 	case OPT_JOBS:
 		if (!parse_int(arg, 1, 32, &o->jobs)) {

@@ -86,7 +86,8 @@ def test_bash_option_arguments_by_kind(bash):
     assert bash("import", "-j", "") == []
     assert sorted(bash("mirror", "--read", "")) == ["auto", "batched", "each", "scan"]
     assert bash("mirror", "--read=s") == ["scan"]
-    assert bash("verify", "--strategy", "b") == ["batched"]
+    assert bash("verify", "--read", "b") == ["batched"]
+    assert not [o for o in bash("verify", "--") if o.startswith("--strat")], "a deprecated spelling"
     assert bash("verify", "--against", "") == ["subdir"]
     assert set(bash("supervise", "--log", "")) == {"local.log", "subdir"}
     assert set(bash("get", "-o", "")) == {"local.log", "subdir"}
@@ -164,7 +165,7 @@ def test_no_short_option_is_offered_for_two_options(gridfsctl):
     assert ls["--human-readable"] == "-h" and ls["--help"] == "-"
 
 
-@pytest.mark.parametrize("cmd,option", [("mirror", "read"), ("verify", "strategy")])
+@pytest.mark.parametrize("cmd,option", [("mirror", "read"), ("verify", "read")])
 def test_enum_values_are_what_the_verb_accepts(gfs, gridfsctl, cmd, option, tmp_path):
     rows = gridfsctl.run("_complete", cmd).text.splitlines()
     values = next(r.split("\t")[3] for r in rows if r.startswith(f"--{option}\t")).split()

@@ -980,8 +980,8 @@ def test_help_ends_with_the_exit_statuses_the_man_page_gives(gridfsctl, verb):
 
 
 def test_usage_lines_name_the_options(gfs):
-    for verb, opts in (("get", ["--id", "-r", "-o", "-f"]), ("put", ["-n", "-t", "-k", "--json"]),
-                       ("rm", ["-f", "-n", "--json"]), ("stat", ["-r", "--json"]),
+    for verb, opts in (("get", ["--id", "--rev", "-o", "-f"]), ("put", ["--name", "-t", "-k", "--json"]),
+                       ("rm", ["-f", "-n", "--json"]), ("stat", ["--rev", "--json"]),
                        ("ls", ["-l", "-h", "-a", "--json"]), ("doctor", ["--sample", "--json"])):
         # The usage line, wrapped: up to the blank line after it.
         usage = gfs.run(verb, "--help", db=False).text.split("\n\n", 1)[0]

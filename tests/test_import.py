@@ -218,7 +218,7 @@ def test_mtime_before_1970_rounds_alike_in_import_put_and_verify(gfs, db, tree, 
     ns = -1_500_000_500  # 1969-12-31T23:59:58.4999995
     write(tree / "f", b"old", mtime_ns=ns)
     assert gfs.run("import", tree, "--prefix", "i").rc == 0
-    assert gfs.run("put", tree / "f", "-n", "p").rc == 0
+    assert gfs.run("put", tree / "f", "--name", "p").rc == 0
     disk = tmp_path / "disk"
     disk.mkdir()
     write(disk / "f", b"old", mtime_ns=ns)

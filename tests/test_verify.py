@@ -265,7 +265,7 @@ def test_prefix_reads_only_its_files(gfs, db, bucket):
     db["fs.chunks"].delete_one({"files_id": bad, "n": 0})
     db["fs.chunks"].insert_one({"files_id": bson.ObjectId(), "n": 0, "data": bson.Binary(b"o")})
     for strategy in ("batched", "scan"):
-        r = gfs.run("verify", "--prefix", "p/", "--strategy", strategy)
+        r = gfs.run("verify", "--prefix", "p/", "--read", strategy)
         assert r.rc == 0, r
         assert "1 files" in r.text and "orphan chunks not checked" in r.text
     r = gfs.run("verify", "--prefix", "q", "--json")
@@ -286,7 +286,7 @@ def test_sample(gfs, bucket):
 
 
 @pytest.mark.parametrize("args", [["--dry-run"], ["--combined", "x"], ["--sample", "0"],
-                                  ["--sample", "150%"], ["--strategy", "fast"], ["extra-arg"],
+                                  ["--sample", "150%"], ["--read", "fast"], ["extra-arg"],
                                   ["--against", "d", "--sample", "5%"]])
 def test_usage_errors(gfs, args, tmp_path):
     (tmp_path / "d").mkdir(exist_ok=True)
@@ -533,7 +533,7 @@ def test_mixed_numeric_ids_are_one_file(gfs, db, tmp_path):
     before = counts(db)
     r = gfs.run("verify")
     assert r.rc == 0 and "no problems" in r.text and "3 files" in r.text, r
-    r = gfs.run("verify", "--strategy", "batched")
+    r = gfs.run("verify", "--read", "batched")
     assert r.rc == 0 and "no problems" in r.text, r
     r = gfs.run("verify", "--repair", "--grace", "0")
     assert r.rc == 0 and "REPAIRED" not in r.text, r
@@ -647,7 +647,7 @@ def test_backend_lost_mid_run_is_a_failure(gfs, tmp_path, strategy):
         planted.plant_long_report(client["lost"])
         client.close()
         env = {"GRIDFSCTL_URI": b.uri + "?serverSelectionTimeoutMS=1000"}
-        proc = gfs.popen("verify", "--json", "--threads", "1", "--db", "lost", "--strategy", strategy,
+        proc = gfs.popen("verify", "--json", "--threads", "1", "--db", "lost", "--read", strategy,
                          db=False, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
         first = proc.stdout.readline()  # unbuffered: see the interrupt test above
@@ -715,8 +715,8 @@ def damaged(db):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_finds_the_same_damage(gfs, damaged, strategy):
     """Whichever way the chunks are read, the same problems are found, orphans included."""
-    base, base_sum = findings(gfs.run("verify", "--json", "--strategy", "scan"))
-    r = gfs.run("verify", "--json", "--strategy", strategy, "--jobs", "3")
+    base, base_sum = findings(gfs.run("verify", "--json", "--read", "scan"))
+    r = gfs.run("verify", "--json", "--read", strategy, "--jobs", "3")
     assert r.rc == 1, r
     probs, summary = findings(r)
     assert probs == base, r
@@ -733,8 +733,8 @@ def test_every_strategy_finds_the_same_damage(gfs, damaged, strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_reads_the_same_prefix(gfs, damaged, strategy):
     """Under a prefix only its files are judged, the same way by every strategy."""
-    base, _ = findings(gfs.run("verify", "--json", "--prefix", "dmg", "--strategy", "scan"))
-    r = gfs.run("verify", "--json", "--prefix", "dmg", "--strategy", strategy)
+    base, _ = findings(gfs.run("verify", "--json", "--prefix", "dmg", "--read", "scan"))
+    r = gfs.run("verify", "--json", "--prefix", "dmg", "--read", strategy)
     assert r.rc == 1, r
     probs, summary = findings(r)
     assert probs == base, r

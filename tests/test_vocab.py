@@ -1,0 +1,54 @@
+"""One meaning per word (issue 30): an option letter or name means one thing in
+every verb, and the old spellings keep working one release with a warning."""
+import pytest
+
+from conftest import Binary
+
+
+def completion_rows(verb):
+    r = Binary().run("_complete", verb)
+    assert r.rc == 0, r
+    return [line.split("\t") for line in r.text.splitlines() if line.startswith("--")]
+
+
+# A letter another tool's habit gives a verb of its own: ls -h as ls(1), supervise -c
+# as supervisord -c. Every other letter is one option wherever it is taken.
+OWN_HABIT = {("ls", "-h"), ("supervise", "-c")}
+
+
+def test_one_letter_one_option_across_verbs(gridfsctl):
+    seen = {}
+    for verb in gridfsctl.run("_options").text.split():
+        for row in completion_rows(verb):
+            if row[1] != "-" and (verb, row[1]) not in OWN_HABIT:
+                seen.setdefault(row[1], {})[verb] = row[0]
+    mixed = {letter: by_verb for letter, by_verb in seen.items() if len(set(by_verb.values())) > 1}
+    assert not mixed, mixed
+    assert set(seen["-n"].values()) == {"--dry-run"}
+
+
+@pytest.mark.parametrize("verb,old,new", [("put", "-n", "--name"), ("get", "-r", "--rev"),
+                                          ("stat", "-r", "--rev"), ("verify", "--strategy", "--read")])
+def test_deprecated_spelling_listed_in_help_not_offered(gridfsctl, verb, old, new):
+    helptext = gridfsctl.run(verb, "--help").text
+    assert f"deprecated (they warn, and go in the next release): {old} for {new}" in helptext
+    assert not [r for r in completion_rows(verb) if r[0] == old or r[1] == old]
+    assert old not in gridfsctl.run("_options", verb).text.split()
+
+
+def test_deprecated_spellings_still_work_with_one_warning(gfs, bucket, tmp_path):
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"hello")
+    r = gfs.run("put", f, "-n", "kept/name.txt")
+    assert r.rc == 0, r
+    assert r.err == ("gridfsctl put: warning: '-n' is deprecated and goes in the next release; "
+                     "use '--name'\n"), r
+    assert bucket.open_download_stream_by_name("kept/name.txt").read() == b"hello"
+    r = gfs.run("get", "kept/name.txt", "-r", "0", "-o", "-")
+    assert r.rc == 0 and r.out == b"hello", r
+    assert r.err.count("\n") == 1 and "'-r' is deprecated" in r.err and "'--rev'" in r.err, r
+    r = gfs.run("get", "kept/name.txt", "--rev", "0", "-o", "-")
+    assert r.rc == 0 and r.out == b"hello" and r.err == "", r
+    r = gfs.run("verify", "--strategy", "scan")
+    assert r.rc == 0 and r.err.count("\n") == 1 and "'--strategy' is deprecated" in r.err, r
+    assert gfs.run("verify", "--read", "each").rc == 0

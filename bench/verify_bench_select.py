@@ -55,7 +55,7 @@ def main():
         secs, rss, out, cpu = run_timed([binary or a.bin, "verify", "--db", db, "--json", *args], env)
         s = json.loads(out.decode().strip().splitlines()[-1])["summary"]
         assert s["problems"] == 0, s
-        rows.append(("verify", label, secs, s["checked"], s["chunks"], s.get("strategy"), " ".join(args)))
+        rows.append(("verify", label, secs, s["checked"], s["chunks"], s.get("read"), " ".join(args)))
         print(rows[-1], file=sys.stderr, flush=True)
 
     def mirror(label, *args, fresh=True, binary=None):

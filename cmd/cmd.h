@@ -211,18 +211,26 @@ void print_json(FILE *out, const bson_t *doc);
  * writer: compact, dates as ISO 8601 UTC strings, doubles without noise.
  * An event line starts with json_event() ("time", "event"); a verb's last
  * line is its summary, {"time", "summary": {"verb", "dryRun"?, counts...,
- * "seconds", "error"?}}, built between json_summary_begin() and _end().
- * Durations go through json_seconds() (milliseconds, as 3-decimal seconds).
+ * "interrupted", "seconds", "error"?}}, built between json_summary_begin()
+ * and _end(). Durations go through json_seconds() (milliseconds, as
+ * 3-decimal seconds). One word per action: an event is the action
+ * ("upload", "replace", "delete", "write", "move"), its count the
+ * participle ("uploaded", ...); json_action() maps what a library says.
  */
 bool json_write(FILE *out, const bson_t *doc);
 void json_event(bson_t *doc, const char *event);
 void json_filename(bson_t *doc, const char *name);
 void json_seconds(bson_t *doc, const char *key, double seconds);
+/* The event word for an action said in the past tense ("removed" -> "delete"); others as they are. */
+const char *json_action(const char *said);
+/* "path": a local path relative to the command's DIR, its bytes as a stored name would take them. */
+void json_path(bson_t *doc, const char *rel, size_t len);
 struct json_summary {
 	bson_t doc, body;
+	bool interrupted;   /* set by the verb, or a stop signal arrived */
 };
 void json_summary_begin(struct json_summary *s, const char *verb, bool dry_run);
-/* Adds "seconds" and, when error is not empty, "error"; prints the line. */
+/* Adds "interrupted", "seconds" and, when error is not empty, "error"; prints the line. */
 void json_summary_end(FILE *out, struct json_summary *s, double seconds, const char *error);
 
 /*
@@ -232,6 +240,14 @@ void json_summary_end(FILE *out, struct json_summary *s, double seconds, const c
 char *printable(const char *s, size_t len);
 /* Formats one line, escapes all of it with printable() and writes it with a newline. */
 void human_line(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * A human line about an action (a file written, uploaded, removed, a
+ * repair, a summary): as human_line(), and in a dry run ended by
+ * DRY_RUN_MARK, as rsync does, so that no line of a dry run reads as done.
+ */
+#define DRY_RUN_MARK "(DRY RUN)"
+void action_line(FILE *out, bool dry_run, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* doctor's topology report (cmd/topology.c): its human lines, through doctor's line(), its JSON. */
 struct gfs_topology;

@@ -140,7 +140,7 @@ print_action(struct import_cli *c, const gfs_import_event *ev)
 	}
 	static const char *done[] = {"uploaded", "replaced", NULL, "deleted"};
 	if (ev->dry_run)
-		human_line(stdout, "would %s %s", action, ev->name);
+		action_line(stdout, true, "would %s %s", action, ev->name);
 	else
 		human_line(stdout, "%s %s", done[ev->kind], ev->name);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "../lib/names.h"
 #include "../lib/util.h"
 
 static void put_element(bson_string_t *b, const bson_iter_t *it);
@@ -178,6 +179,33 @@ json_filename(bson_t *doc, const char *name)
 		BSON_APPEND_NULL(doc, "filename");
 }
 
+/* What libraries and human lines say, in the past tense, and the one event word for it. */
+static const struct {
+	const char *said, *event;
+} action_words[] = {
+	{"uploaded", "upload"}, {"replaced", "replace"}, {"removed", "delete"},
+	{"deleted", "delete"}, {"moved", "move"}, {"written", "write"},
+	{"removed-folder", "delete-folder"}, {"moved-folder", "move-folder"},
+};
+
+const char *
+json_action(const char *said)
+{
+	for (size_t i = 0; i < sizeof action_words / sizeof action_words[0]; i++)
+		if (strcmp(action_words[i].said, said) == 0)
+			return action_words[i].event;
+	return said;
+}
+
+void
+json_path(bson_t *doc, const char *rel, size_t len)
+{
+	bool escaped;
+	char *path = gfs_name_from_bytes(rel, len, &escaped);
+	BSON_APPEND_UTF8(doc, "path", path);
+	free(path);
+}
+
 void
 json_seconds(bson_t *doc, const char *key, double seconds)
 {
@@ -188,6 +216,7 @@ json_seconds(bson_t *doc, const char *key, double seconds)
 void
 json_summary_begin(struct json_summary *s, const char *verb, bool dry_run)
 {
+	s->interrupted = false;
 	bson_init(&s->doc);
 	BSON_APPEND_DATE_TIME(&s->doc, "time", gfs_now_ms());
 	BSON_APPEND_DOCUMENT_BEGIN(&s->doc, "summary", &s->body);
@@ -199,6 +228,7 @@ json_summary_begin(struct json_summary *s, const char *verb, bool dry_run)
 void
 json_summary_end(FILE *out, struct json_summary *s, double seconds, const char *error)
 {
+	BSON_APPEND_BOOL(&s->body, "interrupted", s->interrupted || atomic_load(&stop_signal) != 0);
 	json_seconds(&s->body, "seconds", seconds);
 	if (error && error[0])
 		BSON_APPEND_UTF8(&s->body, "error", error);

@@ -433,26 +433,17 @@ run_workers(struct mirror *m)
 
 /* ---- output ---------------------------------------------------------- */
 
-/* A UTF-8 form of a local path for JSON: the stored escaping when needed. */
-static char *
-json_path(const char *rel, size_t len)
-{
-	bool escaped;
-	return gfs_name_from_bytes(rel, len, &escaped);
-}
-
 static void
 print_action(struct mirror *m, const char *action, const char *rel, size_t len,
              const struct gfs_mirror_item *it)
 {
 	if (!m->json) {
-		human_line(stdout, "%s %.*s", action, (int)len, rel);
+		action_line(stdout, m->dry_run, "%s %.*s", action, (int)len, rel);
 		return;
 	}
 	bson_t doc;
-	char *path = json_path(rel, len);
 	json_event(&doc, action);
-	BSON_APPEND_UTF8(&doc, "path", path);
+	json_path(&doc, rel, len);
 	if (it) {
 		json_filename(&doc, it->file.filename);
 		BSON_APPEND_INT64(&doc, "bytes", it->file.length);
@@ -461,7 +452,6 @@ print_action(struct mirror *m, const char *action, const char *rel, size_t len,
 		BSON_APPEND_BOOL(&doc, "dryRun", true);
 	print_json(stdout, &doc);
 	bson_destroy(&doc);
-	free(path);
 }
 
 /* In name order: what a dry run would write, or (-v) what was written. */
@@ -518,7 +508,6 @@ print_summary(struct mirror *m, int rc, double seconds)
 	BSON_APPEND_INT64(doc, "bytes", (int64_t)atomic_load(&m->bytes));
 	if (m->backup_dir)
 		BSON_APPEND_INT64(doc, "backedUp", (int64_t)atomic_load(&m->backup.kept));
-	BSON_APPEND_BOOL(doc, "interrupted", interrupted());
 	const char *error = NULL;
 	if (rc != EXIT_OK)
 		error = m->error ? m->error : "interrupted";

@@ -14,7 +14,7 @@ static const struct cmd_opt mv_opts[] = {
 	CMD_OPT('n', "dry-run", NULL, "say what would be renamed and removed; change nothing"),
 	CMD_OPT(0, "allow-unsafe-name", NULL, "rename to a NEW that mirror and get would refuse as a "
 	        "path", .id = OPT_UNSAFE),
-	CMD_OPT(0, "json", NULL, "print one JSON event: {filename, from, renamed, removed}",
+	CMD_OPT(0, "json", NULL, "print one JSON event: {filename, from, moved, deleted}",
 	        .id = OPT_JSON),
 	CMD_OPT_END,
 };
@@ -44,11 +44,11 @@ report(const struct mv_opts *o, const char *from, const char *to, size_t renamed
 {
 	if (o->json) {
 		bson_t doc;
-		json_event(&doc, "moved");
+		json_event(&doc, "move");
 		json_filename(&doc, to);
 		BSON_APPEND_UTF8(&doc, "from", from);
-		BSON_APPEND_INT64(&doc, "renamed", (int64_t)renamed);
-		BSON_APPEND_INT64(&doc, "removed", removed);
+		BSON_APPEND_INT64(&doc, "moved", (int64_t)renamed);
+		BSON_APPEND_INT64(&doc, "deleted", removed);
 		if (o->dry_run)
 			BSON_APPEND_BOOL(&doc, "dryRun", true);
 		if (rc != EXIT_OK)
@@ -56,9 +56,9 @@ report(const struct mv_opts *o, const char *from, const char *to, size_t renamed
 		print_json(stdout, &doc);
 		bson_destroy(&doc);
 	} else if (rc == EXIT_OK && o->dry_run) {
-		human_line(stdout, "would rename %s -> %s (%zu revision%s); would remove %lld older "
-		           "revision%s of %s (DRY RUN)", from, to, renamed, renamed == 1 ? "" : "s",
-		           (long long)removed, removed == 1 ? "" : "s", to);
+		action_line(stdout, true, "would rename %s -> %s (%zu revision%s); would remove %lld "
+		            "older revision%s of %s", from, to, renamed, renamed == 1 ? "" : "s",
+		            (long long)removed, removed == 1 ? "" : "s", to);
 	}
 }
 

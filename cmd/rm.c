@@ -19,7 +19,7 @@ static const struct cmd_opt rm_opts[] = {
 	CMD_OPT('f', "force", NULL, "a missing name is not an error"),
 	CMD_OPT('n', "dry-run", NULL, "say what would be removed; remove nothing"),
 	CMD_OPT('v', "verbose", NULL, "print each revision removed"),
-	CMD_OPT(0, "json", NULL, "print one JSON object per name: {filename, removed}", .id = OPT_JSON),
+	CMD_OPT(0, "json", NULL, "print one JSON object per name: {filename, deleted}", .id = OPT_JSON),
 	CMD_OPT_END,
 };
 
@@ -76,14 +76,14 @@ report(const struct rm_opts *o, const struct target *t, const char *name, const 
 	if (!o->json)
 		return;
 	bson_t doc, ids = BSON_INITIALIZER;
-	json_event(&doc, "removed");
+	json_event(&doc, "delete");
 	if (t->kind == T_ID)
 		BSON_APPEND_UTF8(&doc, "id", t->what);
 	else if (n > 0 || t->kind == T_NAME)
 		json_filename(&doc, name);
 	else
 		BSON_APPEND_UTF8(&doc, "prefix", t->what);
-	BSON_APPEND_INT64(&doc, "removed", rc == EXIT_OK ? (int64_t)n : 0);
+	BSON_APPEND_INT64(&doc, "deleted", rc == EXIT_OK ? (int64_t)n : 0);
 	if (o->dry_run) {
 		BSON_APPEND_BOOL(&doc, "dryRun", true);
 		for (size_t i = 0; i < n; i++) {
@@ -111,8 +111,8 @@ say(const struct rm_opts *o, const gfs_rev *v, size_t n)
 		char *id = gfs_id_string(&v[i].id);
 		const char *name = v[i].filename ? v[i].filename : "";
 		if (o->dry_run)
-			human_line(stdout, "would remove %s (id %s, %lld bytes)", name, id,
-			           (long long)v[i].length);
+			action_line(stdout, true, "would remove %s (id %s, %lld bytes)", name, id,
+			            (long long)v[i].length);
 		else if (o->id)
 			human_line(stdout, "removed id %s", id);
 		else

@@ -289,6 +289,28 @@ format_uptime(double s, char *buf, size_t len)
 		snprintf(buf, len, "%.1fs", s);
 }
 
+/*
+ * An instance as gridfsctl(1)'s JSON vocabulary has it: a "time", and its
+ * uptime a duration in seconds ("uptimeSeconds"), not the control
+ * socket's milliseconds.
+ */
+static void
+print_instance_json(const bson_t *d)
+{
+	bson_t out;
+	bson_iter_t it;
+	json_event(&out, "status");
+	if (bson_iter_init(&it, d))
+		while (bson_iter_next(&it)) {
+			if (strcmp(bson_iter_key(&it), "uptimeMs") == 0)
+				json_seconds(&out, "uptimeSeconds", num_field(d, "uptimeMs") / 1000);
+			else
+				bson_append_iter(&out, NULL, 0, &it);
+		}
+	print_json(stdout, &out);
+	bson_destroy(&out);
+}
+
 /* Prints one instance; returns false when it is not in a good state. */
 static bool
 print_instance(const bson_t *d, bool json)
@@ -298,7 +320,7 @@ print_instance(const bson_t *d, bool json)
 	bool good = (strcmp(state, "RUNNING") == 0 || strcmp(state, "STARTING") == 0 ||
 	             strcmp(state, "EXITED") == 0) && strcmp(health, "failing") != 0;
 	if (json) {
-		print_json(stdout, d);
+		print_instance_json(d);
 		return good;
 	}
 	char up[32] = "-", fds[96] = "-";

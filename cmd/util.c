@@ -57,6 +57,18 @@ printable(const char *s, size_t len)
 	return out;
 }
 
+static void
+put_human(FILE *out, const char *line, const char *mark)
+{
+	char *safe = printable(line, strlen(line));
+	flockfile(out);
+	fputs(safe, out);
+	fputs(mark, out);
+	fputc('\n', out);
+	funlockfile(out);
+	free(safe);
+}
+
 void
 human_line(FILE *out, const char *fmt, ...)
 {
@@ -64,12 +76,18 @@ human_line(FILE *out, const char *fmt, ...)
 	va_start(ap, fmt);
 	char *line = bson_strdupv_printf(fmt, ap);
 	va_end(ap);
-	char *safe = printable(line, strlen(line));
-	flockfile(out);
-	fputs(safe, out);
-	fputc('\n', out);
-	funlockfile(out);
-	free(safe);
+	put_human(out, line, "");
+	bson_free(line);
+}
+
+void
+action_line(FILE *out, bool dry_run, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *line = bson_strdupv_printf(fmt, ap);
+	va_end(ap);
+	put_human(out, line, dry_run ? " " DRY_RUN_MARK : "");
 	bson_free(line);
 }
 

@@ -172,7 +172,7 @@ print_problem_line(struct run *r, const char *kind, const char *name, const bson
 
 static void
 emit_problem(struct run *r, const char *kind, const char *name, const bson_value_t *id,
-             const char *detail, const gfs_verify_problem *p)
+             const char *detail, const gfs_verify_problem *p, const gfs_verify_disk_event *ev)
 {
 	if (!r->o->json) {
 		print_problem_line(r, kind, name, id, detail);
@@ -193,6 +193,8 @@ emit_problem(struct run *r, const char *kind, const char *name, const bson_value
 		BSON_APPEND_INT64(&doc, "bytes", p->bytes);
 	if (p && p->kind == GFS_VK_CHECKSUM)
 		BSON_APPEND_UTF8(&doc, "actual", p->actual);
+	if (ev && ev->rel)
+		json_path(&doc, ev->rel, ev->rel_len);
 	BSON_APPEND_UTF8(&doc, "detail", detail);
 	print_json(r->pout, &doc);
 	bson_destroy(&doc);
@@ -230,7 +232,7 @@ on_problem(const gfs_verify_problem *p, void *ctx)
 		fputs("\r\033[K", stderr);
 	char detail[sizeof p->detail + 64];
 	snprintf(detail, sizeof detail, "%s%s", p->detail, bad_doc_hint(p));
-	emit_problem(r, gfs_verify_kind_name(p->kind), p->filename, p->id, detail, p);
+	emit_problem(r, gfs_verify_kind_name(p->kind), p->filename, p->id, detail, p, NULL);
 	fflush(r->pout);
 	gfs_verify_disk_problem(r->disk, p);
 }
@@ -266,7 +268,8 @@ emit_repair(struct run *r, const char *action, const char *name, const bson_valu
 	const char *state = r->o->dry_run ? "WOULD" : ok ? "REPAIRED" : "NOT-REPAIRED";
 	if (!r->o->json) {
 		char *ids = id ? gfs_id_string(id) : NULL;
-		human_line(r->pout, "%s %s %s: %s", state, action, name ? name : ids ? ids : "-", detail);
+		action_line(r->pout, r->o->dry_run, "%s %s %s: %s", state, action,
+		            name ? name : ids ? ids : "-", detail);
 		free(ids);
 		return;
 	}
@@ -289,7 +292,7 @@ on_disk_event(const gfs_verify_disk_event *ev, void *ctx)
 {
 	struct run *r = ctx;
 	if (ev->kind == GFS_VD_PROBLEM)
-		emit_problem(r, ev->what, ev->name, ev->id, ev->detail, NULL);
+		emit_problem(r, ev->what, ev->name, ev->id, ev->detail, NULL, ev);
 	else if (ev->kind == GFS_VD_REPAIR)
 		emit_repair(r, ev->what, ev->name, ev->id, ev->detail, ev->ok);
 	else if (r->combined)
@@ -304,10 +307,11 @@ emit_seal(struct run *r, const gfs_seal *sl, const char *why)
 	if (!r->o->json) {
 		char *ids = gfs_id_string(&sl->id);
 		if (why)
-			human_line(r->pout, "%s %s: %s", state, sl->filename ? sl->filename : ids, why);
+			action_line(r->pout, r->o->dry_run, "%s %s: %s", state,
+			            sl->filename ? sl->filename : ids, why);
 		else
-			human_line(r->pout, "%s %s: sha256 %s%s", state, sl->filename ? sl->filename : ids,
-			           sl->sha256, r->o->dry_run ? "" : " stored");
+			action_line(r->pout, r->o->dry_run, "%s %s: sha256 %s%s", state,
+			            sl->filename ? sl->filename : ids, sl->sha256, r->o->dry_run ? "" : " stored");
 		free(ids);
 		return;
 	}
@@ -401,7 +405,7 @@ summary(struct run *r, double secs, bool interrupted)
 			BSON_APPEND_INT64(&kinds, "DIFFERS", (int64_t)r->dst->differ);
 		bson_append_document_end(doc, &kinds);
 		BSON_APPEND_BOOL(doc, "orphansChecked", r->st.orphans_checked);
-		BSON_APPEND_UTF8(doc, "strategy", gfs_read_strategy_name(r->st.strategy));
+		BSON_APPEND_UTF8(doc, "read", gfs_read_strategy_name(r->st.strategy));
 		BSON_APPEND_INT64(doc, "inProgress", (int64_t)r->st.in_progress);
 		BSON_APPEND_INT64(doc, "unsealed", (int64_t)unsealed(r));
 		if (r->o->seal)
@@ -414,7 +418,7 @@ summary(struct run *r, double secs, bool interrupted)
 			BSON_APPEND_INT64(doc, "repaired", (int64_t)r->dst->repaired);
 			BSON_APPEND_INT64(doc, "unrepaired", (int64_t)r->dst->unrepaired);
 		}
-		BSON_APPEND_BOOL(doc, "interrupted", interrupted);
+		sum.interrupted = interrupted;
 		/* Exit 1 or 130 is a failed run, and says why. */
 		char why[64] = "";
 		bool fixed = r->o->repair && !r->o->dry_run && r->dst->unrepaired == 0 && r->dst->repaired > 0;

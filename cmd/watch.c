@@ -69,7 +69,7 @@ struct watch_cli {
 	long settle_ms, jobs, rescan_every_s, max_pending;
 	gfs_watcher *watcher;
 	uint64_t failures;    /* actions given up on */
-	uint64_t uploaded, removed, moved;   /* for the summary */
+	uint64_t uploaded, replaced, deleted, moved;   /* for the summary */
 	int sfd;              /* SIGINT, SIGTERM and SIGUSR1 */
 	int rc;               /* set when a signal says stop */
 	/* the systemd watchdog: every_ms 0 when none is asked for */
@@ -136,7 +136,7 @@ report(const struct watch_cli *w, const char *event, const char *name, int64_t b
 		return;
 	if (w->json) {
 		bson_t doc;
-		json_event(&doc, event);
+		json_event(&doc, json_action(event));
 		if (name)
 			json_filename(&doc, name);
 		if (bytes >= 0)
@@ -180,7 +180,7 @@ report_moved(const struct watch_cli *w, const gfs_watcher_event *ev)
 		return;
 	if (w->json) {
 		bson_t doc;
-		json_event(&doc, ev->is_dir ? "moved-folder" : "moved");
+		json_event(&doc, json_action(ev->is_dir ? "moved-folder" : "moved"));
 		json_filename(&doc, ev->name);
 		BSON_APPEND_UTF8(&doc, "from", ev->from);
 		BSON_APPEND_INT64(&doc, "files", (int64_t)ev->files);
@@ -199,7 +199,8 @@ report_pass(const struct watch_cli *w, const gfs_watcher_event *ev)
 	const gfs_import_stats *st = ev->stats;
 	bson_t doc;
 	json_event(&doc, "synced");
-	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)(st->uploaded + st->replaced));
+	BSON_APPEND_INT64(&doc, "uploaded", (int64_t)st->uploaded);
+	BSON_APPEND_INT64(&doc, "replaced", (int64_t)st->replaced);
 	BSON_APPEND_INT64(&doc, "deleted", (int64_t)st->deleted);
 	BSON_APPEND_INT64(&doc, "failed", (int64_t)st->failed);
 	BSON_APPEND_INT64(&doc, "unwatched", (int64_t)ev->unwatched);
@@ -240,17 +241,20 @@ report_up(const struct watch_cli *w, const gfs_watcher_event *ev)
 static void
 count_action(struct watch_cli *w, const char *action)
 {
-	if (strcmp(action, "uploaded") == 0 || strcmp(action, "replaced") == 0)
+	if (strcmp(action, "uploaded") == 0)
 		w->uploaded++;
+	else if (strcmp(action, "replaced") == 0)
+		w->replaced++;
 	else if (strncmp(action, "removed", 7) == 0)
-		w->removed++;
+		w->deleted++;
 }
 
 static void
 count_pass(struct watch_cli *w, const gfs_import_stats *st)
 {
-	w->uploaded += st->uploaded + st->replaced;
-	w->removed += st->deleted;
+	w->uploaded += st->uploaded;
+	w->replaced += st->replaced;
+	w->deleted += st->deleted;
 }
 
 static void
@@ -448,7 +452,8 @@ print_summary(const struct watch_cli *w, int rc, double seconds)
 	struct json_summary sum;
 	json_summary_begin(&sum, "watch", false);
 	BSON_APPEND_INT64(&sum.body, "uploaded", (int64_t)w->uploaded);
-	BSON_APPEND_INT64(&sum.body, "removed", (int64_t)w->removed);
+	BSON_APPEND_INT64(&sum.body, "replaced", (int64_t)w->replaced);
+	BSON_APPEND_INT64(&sum.body, "deleted", (int64_t)w->deleted);
 	BSON_APPEND_INT64(&sum.body, "moved", (int64_t)w->moved);
 	BSON_APPEND_INT64(&sum.body, "failed", (int64_t)w->failures);
 	const char *error = NULL;

@@ -78,13 +78,22 @@ stopped(const gfs_verify_disk *r)
 	return r->o.stop && atomic_load(r->o.stop) != 0;
 }
 
+/* A problem; d: the file on disk it is about, or NULL. */
+static void
+problem_at(gfs_verify_disk *r, const char *what, const char *name, const bson_value_t *id,
+           const char *detail, const struct dfile *d)
+{
+	gfs_verify_disk_event ev = {.kind = GFS_VD_PROBLEM, .what = what, .name = name, .id = id,
+	                            .detail = detail, .rel = d ? d->rel : NULL,
+	                            .rel_len = d ? d->rel_len : 0};
+	r->o.on_event(&ev, r->o.ctx);
+}
+
 static void
 problem(gfs_verify_disk *r, const char *what, const char *name, const bson_value_t *id,
         const char *detail)
 {
-	gfs_verify_disk_event ev = {.kind = GFS_VD_PROBLEM, .what = what, .name = name, .id = id,
-	                            .detail = detail};
-	r->o.on_event(&ev, r->o.ctx);
+	problem_at(r, what, name, id, detail, NULL);
 }
 
 static void
@@ -294,7 +303,7 @@ disk_only(gfs_verify_disk *r, gfs_session *s, const struct dfile *d)
 	r->st.only_disk++;
 	r->st.problems++;
 	compared(r, '-', d->name);
-	problem(r, "MISSING-IN-GRIDFS", d->name, NULL, d->path);
+	problem_at(r, "MISSING-IN-GRIDFS", d->name, NULL, d->path, d);
 	if (!r->o.repair)
 		return;
 	gfs_error err = {0};
@@ -340,7 +349,7 @@ both(gfs_verify_disk *r, gfs_session *s, struct rec *rc, const struct dfile *d)
 			compared(r, '!', rc->name);
 			r->st.problems++;
 			snprintf(detail, sizeof detail, "%s: %s", d->path, strerror(e));
-			problem(r, "DISK-ERROR", rc->name, &rc->id, detail);
+			problem_at(r, "DISK-ERROR", rc->name, &rc->id, detail, d);
 			if (r->o.repair)
 				repaired(r, "none", rc->name, &rc->id, "the disk copy cannot be read; left as it is",
 				            false);
@@ -357,7 +366,7 @@ both(gfs_verify_disk *r, gfs_session *s, struct rec *rc, const struct dfile *d)
 	r->st.differ++;
 	r->st.problems++;
 	compared(r, '*', rc->name);
-	problem(r, "DIFFERS", rc->name, &rc->id, detail);
+	problem_at(r, "DIFFERS", rc->name, &rc->id, detail, d);
 	if (r->o.repair)
 		repaired(r, "none", rc->name, &rc->id,
 		         "both copies are whole; import or mirror decides which wins", false);

@@ -38,6 +38,8 @@ typedef struct gfs_verify_disk_event {
 	const char *name;           /* the GridFS name, or (DISK-ERROR of the walk) the path; may be NULL */
 	const bson_value_t *id;     /* the files _id (orphans: their files_id), or NULL */
 	const char *detail;
+	const char *rel;            /* PROBLEM about a file on disk: its path relative to dir, or NULL */
+	size_t rel_len;
 	bool ok;                    /* REPAIR: done (with dry_run: would be tried) */
 	char mark;                  /* COMPARED */
 } gfs_verify_disk_event;

@@ -36,7 +36,7 @@ NAMES = ["plain.txt", "dir/sub/file.bin", "caf\u00e9/\u00fcber \u65e5\u672c.jpg"
 def rm_result(r):
     """rm --json's one event line, without its time."""
     docs = jsonvocab.parse(r.text, "rm")
-    assert len(docs) == 1 and docs[0]["event"] == "removed", r
+    assert len(docs) == 1 and docs[0]["event"] == "delete", r
     return {k: v for k, v in docs[0].items() if k not in ("time", "event")}
 
 
@@ -254,7 +254,7 @@ def test_rm_all_revisions_then_chunks(gfs, bucket, db):
         bucket.upload_from_stream("gone", data)
     keep = bucket.upload_from_stream("kept", b"3")
     r = gfs.run("rm", "gone", "--json")
-    assert r.rc == 0 and rm_result(r) == {"filename": "gone", "removed": 2}
+    assert r.rc == 0 and rm_result(r) == {"filename": "gone", "deleted": 2}
     assert db.fs.files.count_documents({}) == 1
     assert db.fs.chunks.count_documents({}) == 1
     assert db.fs.chunks.count_documents({"files_id": keep}) == 1
@@ -468,7 +468,7 @@ def test_rm_deletes_oldest_revision_first(gfs, bucket, backend, db):
         r = gfs.run("rm", "rev", "--json", env={"GRIDFSCTL_URI": proxy.uri})
     finally:
         proxy.close()
-    assert r.rc == 0 and rm_result(r) == {"filename": "rev", "removed": 3}, r
+    assert r.rc == 0 and rm_result(r) == {"filename": "rev", "deleted": 3}, r
     # The delete commands name the ids; the first mention of each is its files delete.
     conn = [bytes(b) for b in proxy.sent if all(i.binary in b for i in ids)]
     assert len(conn) == 1
@@ -709,7 +709,7 @@ def test_json_errors_with_the_backend_unreachable(gfs, tmp_path):
     r = gfs.run("rm", "a", "b", "--json", env=UNREACHABLE)
     docs = jsonvocab.parse(r.text, "rm")
     assert r.rc == 3 and len(docs) == 1 and docs[0]["filename"] == "a", r
-    assert "cannot reach the backend" in docs[0]["error"] and docs[0]["removed"] == 0
+    assert "cannot reach the backend" in docs[0]["error"] and docs[0]["deleted"] == 0
     r = gfs.run("import", tmp_path / "tree", "--json", env=UNREACHABLE)
     assert r.rc == 3 and "cannot reach the backend" in jsonvocab.summary(r.text, "import")["error"], r
     r = gfs.run("import", tmp_path / "tree", "--json", env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/?tls=maybe"})
@@ -723,7 +723,7 @@ def test_json_errors_with_the_backend_unreachable(gfs, tmp_path):
 def test_json_errors_of_refused_runs(gfs, bucket, tmp_path):
     r = gfs.run("rm", "nonesuch", "--json")
     doc = rm_result(r)
-    assert r.rc == 4 and doc == {"filename": "nonesuch", "removed": 0, "error": r.err.strip().split(": ", 1)[1]}, r
+    assert r.rc == 4 and doc == {"filename": "nonesuch", "deleted": 0, "error": r.err.strip().split(": ", 1)[1]}, r
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "ok").write_bytes(b"ok")
@@ -870,7 +870,7 @@ def test_rm_name_removes_malformed_revisions(gfs, bucket, db):
     bad = planted.plant_bad_docs(db, "broken")
     good = bucket.upload_from_stream("broken", b"newest")
     r = gfs.run("rm", "broken", "--json")
-    assert r.rc == 0 and rm_result(r) == {"filename": "broken", "removed": 3}, r
+    assert r.rc == 0 and rm_result(r) == {"filename": "broken", "deleted": 3}, r
     assert db.fs.files.count_documents({}) == 0
     assert db.fs.chunks.count_documents({"files_id": {"$in": bad + [good]}}) == 0
 
@@ -899,7 +899,7 @@ def test_rm_dry_run_says_what_it_would_remove_and_removes_nothing(gfs, bucket, d
     j = gfs.run("rm", "-n", "gone", "--json")
     d = rm_result(j)
     assert j.rc == 0 and d["filename"] == "gone" and d["dryRun"] is True
-    assert d["removed"] == 3  # what a real rm would remove: the same line, marked
+    assert d["deleted"] == 3  # what a real rm would remove: the same line, marked
     assert str(old) in d["ids"] and str(new) in d["ids"]
     # by id, and a missing name: the status a real rm would give
     r = gfs.run("rm", "-n", "--id", str(other), "--json")
@@ -911,7 +911,7 @@ def test_rm_dry_run_says_what_it_would_remove_and_removes_nothing(gfs, bucket, d
     assert (db.fs.files.count_documents({}), db.fs.chunks.count_documents({})) == before
     # and the real rm removes exactly what the dry run listed
     r = gfs.run("rm", "gone", "--json")
-    assert r.rc == 0 and json.loads(r.text)["removed"] == 3
+    assert r.rc == 0 and json.loads(r.text)["deleted"] == 3
     assert db.fs.files.count_documents({"filename": "gone"}) == 0
 
 

@@ -256,7 +256,7 @@ def test_watch_within_the_limit_removes(gfs, db, tmp_path):
     try:
         w.wait_for("ready")
         (tree / "f0.txt").unlink()
-        w.wait_for("removed", "f0.txt")
+        w.wait_for("delete", "f0.txt")
     finally:
         rc = w.stop(signal.SIGTERM)
     assert rc == 0

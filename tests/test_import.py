@@ -370,8 +370,8 @@ def test_delete_and_dry_run(gfs, db, tree):
 
     res = gfs.run("import", tree, "--prefix", "p", "--delete", "--exclude", "*.log", "--dry-run")
     assert res.rc == 0, res
-    assert res.text.splitlines() == ["would replace p/a.txt", "would upload p/new.txt",
-                                     "would delete p/b.txt", "would delete p/sub/c.txt"]
+    assert res.text.splitlines() == [f"would {a} (DRY RUN)" for a in (
+        "replace p/a.txt", "upload p/new.txt", "delete p/b.txt", "delete p/sub/c.txt")]
     assert sorted(str(d["_id"]) for d in db.fs.files.find()) == before
     assert db.fs.chunks.count_documents({}) == chunks_before
     assert db["fs.gridfsctl_locks"].count_documents(LOCK_DOCS) == 0

@@ -37,8 +37,8 @@ def test_everyday_verbs(gfs, bucket, tmp_path):
     r = gfs.run("rm", "d/f.txt", "nonesuch", "--json")
     assert r.rc == 1, r  # some of several failed
     done, missing = jsonvocab.events(r.text, "rm")
-    assert (done["event"], done["filename"], done["removed"]) == ("removed", "d/f.txt", 1)
-    assert missing["filename"] == "nonesuch" and missing["removed"] == 0 and missing["error"]
+    assert (done["event"], done["filename"], done["deleted"]) == ("delete", "d/f.txt", 1)
+    assert missing["filename"] == "nonesuch" and missing["deleted"] == 0 and missing["error"]
 
 
 def test_import(gfs, bucket, tree):
@@ -106,10 +106,10 @@ def test_watch(gfs, bucket, tmp_path):
     try:
         ready = w.wait_for("ready")
         (d / "n.txt").write_bytes(b"new")
-        ev = w.wait_for("uploaded", "n.txt")
+        ev = w.wait_for("upload", "n.txt")
         assert ev["bytes"] == 3 and ready["time"] <= ev["time"]
         (d / "first.txt").unlink()
-        w.wait_for("removed", "first.txt")
+        w.wait_for("delete", "first.txt")
     finally:
         rc = w.stop(signal.SIGTERM)
     assert rc == 0
@@ -120,8 +120,58 @@ def test_watch(gfs, bucket, tmp_path):
             rest.append(e)
     assert rest and rest[-1]["summary"]["verb"] == "watch" and "error" not in rest[-1]["summary"]
     # what it did, the first pass included
-    assert {k: rest[-1]["summary"][k] for k in ("uploaded", "removed", "moved", "failed")} == \
-        {"uploaded": 2, "removed": 1, "moved": 0, "failed": 0}, rest[-1]
+    assert {k: rest[-1]["summary"][k] for k in ("uploaded", "replaced", "deleted", "moved", "failed")} \
+        == {"uploaded": 2, "replaced": 0, "deleted": 1, "moved": 0, "failed": 0}, rest[-1]
+
+
+def test_one_word_per_action_in_every_verb(gfs, bucket, tmp_path):
+    """Deleting a stored file, storing a new one, replacing one: the same event word and
+    the same count in import, watch and rm; a local file on disk is "path" in verify as in
+    mirror; every summary says whether it was interrupted."""
+    d = tmp_path / "w"
+    d.mkdir()
+    for n in ("a.txt", "b.txt", "c.txt"):
+        (d / n).write_bytes(n.encode())
+    r = gfs.run("import", d, "--json", "-v")
+    imp = {e["filename"]: e["event"] for e in jsonvocab.events(r.text, "import")}
+    assert set(imp.values()) == {"upload"}, r
+    (d / "a.txt").write_bytes(b"changed")
+    (d / "b.txt").unlink()
+    r = gfs.run("import", d, "--json", "-v", "--delete")
+    imp = {e["filename"]: e["event"] for e in jsonvocab.events(r.text, "import")}
+    s = jsonvocab.summary(r.text, "import")
+    assert imp == {"a.txt": "replace", "b.txt": "delete"}, r
+    assert (s["replaced"], s["deleted"], s["interrupted"]) == (1, 1, False), s
+    [rm] = jsonvocab.events(gfs.run("rm", "c.txt", "--json").text, "rm")
+    assert (rm["event"], rm["deleted"]) == ("delete", 1), rm
+    (d / "c.txt").unlink()
+    w = Watcher(gfs, d, "--delete")
+    try:
+        w.wait_for("ready")
+        (d / "n.txt").write_bytes(b"new")
+        assert w.wait_for("upload", "n.txt")["event"] == "upload"
+        (d / "a.txt").write_bytes(b"changed again")
+        w.wait_for("replace", "a.txt")
+        (d / "n.txt").unlink()
+        w.wait_for("delete", "n.txt")
+    finally:
+        assert w.stop(signal.SIGTERM) == 0
+    rest = []
+    while not w.events.empty():
+        e = w.events.get()
+        if e is not None:
+            rest.append(e)
+    s = rest[-1]["summary"]
+    assert (s["uploaded"], s["replaced"], s["deleted"]) == (1, 1, 1), s
+    (d / "only-on-disk.txt").write_bytes(b"x")
+    r = gfs.run("verify", "--against", d, "--json")
+    [missing] = [e for e in jsonvocab.events(r.text, "verify") if e["kind"] == "MISSING-IN-GRIDFS"]
+    assert missing["path"] == "only-on-disk.txt", missing
+    bucket.upload_from_stream("m/x.txt", b"x")
+    r = gfs.run("mirror", tmp_path / "out", "--prefix", "m", "--json", "-v")
+    [wrote] = jsonvocab.events(r.text, "mirror")
+    assert (wrote["event"], wrote["path"]) == ("write", "x.txt"), wrote
+    assert jsonvocab.summary(r.text, "mirror")["written"] == 1
 
 
 def test_writer_keeps_durations_short_and_dates_iso(gfs, bucket, tmp_path, tree):

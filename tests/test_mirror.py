@@ -368,8 +368,9 @@ def test_file_and_folder_swapped_settle_with_delete(gfs, bucket, tmp_path, read)
     before = snapshot(dst)
     r = gfs.run("mirror", dst, "--prefix", "tc", "--delete", "--dry-run")
     assert r.rc == 0, r
-    assert set(r.text.splitlines()) == {"write a/b", "write d", "delete a", "delete d/top",
-                                        "delete d/x/y/old", "rmdir d/x/y", "rmdir d/x", "rmdir d"}, r.text
+    assert set(r.text.splitlines()) == {f"{a} (DRY RUN)" for a in (
+        "write a/b", "write d", "delete a", "delete d/top", "delete d/x/y/old", "rmdir d/x/y",
+        "rmdir d/x", "rmdir d")}, r.text
     assert snapshot(dst) == before
 
     r = gfs.run("mirror", dst, "--prefix", "tc", "--delete", "--json", "--read", read)
@@ -529,9 +530,9 @@ def test_dry_run_then_delete(gfs, bucket, tmp_path):
     r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--dry-run")
     assert r.rc == 0, r
     lines = set(r.text.splitlines())
-    assert lines == {"write keep/a", "write new", "delete gone.txt", "delete dangling",
-                     "delete olddir/deep/f", "rmdir olddir/deep", "rmdir olddir",
-                     "clean keep/.gridfsctl-mirror-00112233445566ff.tmp"}, r.text
+    assert lines == {f"{a} (DRY RUN)" for a in (
+        "write keep/a", "write new", "delete gone.txt", "delete dangling", "delete olddir/deep/f",
+        "rmdir olddir/deep", "rmdir olddir", "clean keep/.gridfsctl-mirror-00112233445566ff.tmp")}, r.text
     assert snapshot(dst) == before
 
     r = gfs.run("mirror", dst, "--prefix", "t", "--delete", "--dry-run", "--json")
@@ -617,7 +618,8 @@ def test_control_characters_in_names_are_escaped_for_humans(gfs, bucket, tmp_pat
     dst = tmp_path / "d"
     r = gfs.run("mirror", dst, "--prefix", "esc", "--dry-run")
     assert r.rc == 1, r
-    assert sorted(r.text.splitlines()) == ["write evil\\x0awrite forged", "write red\\x1b[31m\\xc2\\x85x"], r.text
+    assert sorted(r.text.splitlines()) == ["write evil\\x0awrite forged (DRY RUN)",
+                                           "write red\\x1b[31m\\xc2\\x85x (DRY RUN)"], r.text
     assert "esc/bad\\x0a//name: refused" in r.err and "\n//name" not in r.err, r.err
     assert "\x1b" not in r.text + r.err
     # JSON keeps the names exact, in its own escaping.
@@ -642,7 +644,7 @@ def test_without_delete_extras_stay(gfs, bucket, tmp_path):
 def test_dry_run_into_missing_dir_creates_nothing(gfs, bucket, tmp_path):
     store(bucket, "v/a", b"a")
     r = gfs.run("mirror", tmp_path / "nope", "--dry-run", "--prefix", "v")
-    assert r.rc == 0 and r.text.splitlines() == ["write a"], r
+    assert r.rc == 0 and r.text.splitlines() == ["write a (DRY RUN)"], r
     assert not (tmp_path / "nope").exists()
 
 

@@ -318,7 +318,7 @@ def test_watch_one_removal(gfs, db, rec, tmp_path):
         w.wait_for("ready")
         rec.taken()  # the initial pass is import's
         os.unlink(tree / "ab" / "old.jpg")
-        w.wait_for("removed", "ab/old.jpg")
+        w.wait_for("delete", "ab/old.jpg")
     finally:
         assert w.stop() == 0
     check(rec, db, prefix_ranges=0)
@@ -333,7 +333,7 @@ def test_watch_one_move(gfs, db, rec, tmp_path):
         w.wait_for("ready")
         rec.taken()
         os.rename(tree / "ab" / "old.jpg", tree / "ab" / "new.jpg")
-        w.wait_for("moved", "ab/new.jpg")
+        w.wait_for("move", "ab/new.jpg")
     finally:
         assert w.stop() == 0
     check(rec, db, prefix_ranges=0)

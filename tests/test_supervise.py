@@ -22,6 +22,7 @@ import urllib.request
 
 import pytest
 
+import jsonvocab
 import planted
 import conftest
 from conftest import BIN, ROOT, Binary, check_sanitizer_report, free_port, proc_file, proc_gone, proc_stat, wait_for
@@ -121,7 +122,10 @@ class Supervisor:
     def status(self):
         p = self.ctl("status", "--json")
         assert p.rc in (0, 1), p.err
-        return {d["name"]: d for d in map(json.loads, p.text.splitlines())}
+        docs = list(map(json.loads, p.text.splitlines()))
+        for d in docs:  # the one vocabulary: a time, a duration in seconds
+            assert jsonvocab.check_line(d, "supervise") == "event" and "uptimeSeconds" in d, d
+        return {d["name"]: d for d in docs}
 
     def wait_status(self, name, pred, timeout=10.0):
         """Polls status (an RPC, not a sleep) until pred holds, with a deadline."""

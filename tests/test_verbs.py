@@ -201,7 +201,7 @@ def test_rm_many_names_in_batches(gfs, bucket, db):
     r = gfs.run("rm", *many, "--json")
     assert r.rc == 0, r
     events = jsonvocab.parse(r.text, "rm")
-    assert len(events) == 1200 and events[5] == {**events[5], "filename": "n/0005", "removed": 2}
+    assert len(events) == 1200 and events[5] == {**events[5], "filename": "n/0005", "deleted": 2}
     assert names(db) == ["keep"]
     assert db.fs.chunks.count_documents({}) == 1
 
@@ -220,7 +220,7 @@ def test_rm_folder_dry_run_and_max_delete(gfs, bucket, db):
     assert gfs.run("rm", "--prefix", "p", "--max-delete", "5%").rc == 2
     r = gfs.run("rm", "-r", "p/", "--max-delete", "3", "--json")
     assert r.rc == 0, r
-    assert [(e["filename"], e["removed"]) for e in jsonvocab.parse(r.text, "rm")] == [("p/a", 2),
+    assert [(e["filename"], e["deleted"]) for e in jsonvocab.parse(r.text, "rm")] == [("p/a", 2),
                                                                                     ("p/b/c", 1)]
     assert names(db) == ["p-old/d", "q/e"]
     r = gfs.run("rm", "-r", "p", "--json")
@@ -237,8 +237,8 @@ def test_mv_renames_every_revision(gfs, bucket, db):
     r = gfs.run("mv", "a.jpg", "b/c.jpg", "--json")
     assert r.rc == 0, r
     ev = jsonvocab.parse(r.text, "mv")[0]
-    assert (ev["event"], ev["filename"], ev["from"], ev["renamed"], ev["removed"]) == (
-        "moved", "b/c.jpg", "a.jpg", 3, 0)
+    assert (ev["event"], ev["filename"], ev["from"], ev["moved"], ev["deleted"]) == (
+        "move", "b/c.jpg", "a.jpg", 3, 0)
     assert names(db) == ["b/c.jpg"] * 3
     assert sorted(d["_id"] for d in db.fs.files.find()) == sorted(old + [raw])
     assert sorted(c["_id"] for c in db.fs.chunks.find()) == chunks  # no chunk rewritten

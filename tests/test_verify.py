@@ -721,7 +721,7 @@ def test_every_strategy_finds_the_same_damage(gfs, damaged, strategy):
     probs, summary = findings(r)
     assert probs == base, r
     assert summary["orphansChecked"] is True and summary["checked"] == base_sum["checked"]
-    assert summary["strategy"] == ("scan" if strategy == "auto" else strategy)
+    assert summary["read"] == ("scan" if strategy == "auto" else strategy)
     kinds_found = {p[0] for p in probs}
     assert {"MISSING-CHUNK", "WRONG-SIZE", "EXTRA-CHUNK", "CHECKSUM", "INCOMPLETE", "ORPHAN-CHUNKS",
             "BAD-DOC"} <= kinds_found, probs
@@ -744,7 +744,7 @@ def test_every_strategy_reads_the_same_prefix(gfs, damaged, strategy):
         # only the selected files' chunks were read (scan reads them all)
         assert summary["chunks"] < 40, summary
     if strategy == "auto":
-        assert summary["strategy"] in ("batched", "each"), summary
+        assert summary["read"] in ("batched", "each"), summary
 
 
 def test_sample_reads_only_the_sampled_files(gfs, db, bucket):
@@ -754,7 +754,7 @@ def test_sample_reads_only_the_sampled_files(gfs, db, bucket):
     assert r.rc == 0, r
     s = json_lines(r)[-1]
     assert 0 < s["checked"] < 40 and s["files"] == s["checked"], s
-    assert s["chunks"] == 3 * s["checked"] and s["strategy"] != "scan", s
+    assert s["chunks"] == 3 * s["checked"] and s["read"] != "scan", s
 
 
 

@@ -2,6 +2,7 @@
 every verb, and the old spellings keep working one release with a warning."""
 import pytest
 
+import planted
 from conftest import Binary
 
 
@@ -52,3 +53,24 @@ def test_deprecated_spellings_still_work_with_one_warning(gfs, bucket, tmp_path)
     r = gfs.run("verify", "--strategy", "scan")
     assert r.rc == 0 and r.err.count("\n") == 1 and "'--strategy' is deprecated" in r.err, r
     assert gfs.run("verify", "--read", "each").rc == 0
+
+
+def test_every_human_line_of_a_dry_run_says_so(gfs, bucket, db, tmp_path):
+    """rsync's mark, the same in every verb: mirror -n is not mirror -v."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_bytes(b"a")
+    r = gfs.run("import", tree, "-n")
+    assert r.rc == 0 and r.text == "would upload a.txt (DRY RUN)\n", r
+    bucket.upload_from_stream("m/x.txt", b"x")
+    out = tmp_path / "out"
+    dry = gfs.run("mirror", out, "--prefix", "m", "-n")
+    assert dry.rc == 0 and dry.text == "write x.txt (DRY RUN)\n", dry
+    real = gfs.run("mirror", out, "--prefix", "m", "-v")
+    assert real.rc == 0 and real.text == "write x.txt\n", real
+    r = gfs.run("rm", "m/x.txt", "-n")
+    assert r.rc == 0 and r.text.endswith(" (DRY RUN)\n") and r.text.startswith("would remove m/x.txt"), r
+    planted.plant_dead_upload(db, "dead.bin")
+    r = gfs.run("verify", "--repair", "-n", "--grace", "0")
+    lines = [line for line in r.text.splitlines() if line.startswith("WOULD")]
+    assert lines and all(line.endswith(" (DRY RUN)") for line in lines), r

@@ -111,17 +111,17 @@ def test_initial_pass_then_changes(gfs, bucket, db, tree):
         assert bucket.open_download_stream_by_name("p/ab/old.jpg").read() == b"old poster"
 
         (tree / "ab" / "new.jpg").write_bytes(b"new poster")
-        ev = w.wait_for("uploaded", "p/ab/new.jpg")
+        ev = w.wait_for("upload", "p/ab/new.jpg")
         assert ev["bytes"] == 10
         assert bucket.open_download_stream_by_name("p/ab/new.jpg").read() == b"new poster"
 
         (tree / "ab" / "new.jpg").write_bytes(b"changed poster")
-        w.wait_for("replaced", "p/ab/new.jpg")
+        w.wait_for("replace", "p/ab/new.jpg")
         assert bucket.open_download_stream_by_name("p/ab/new.jpg").read() == b"changed poster"
         assert db.fs.files.count_documents({"filename": "p/ab/new.jpg"}) == 1
 
         (tree / "ab" / "old.jpg").unlink()
-        w.wait_for("removed", "p/ab/old.jpg")
+        w.wait_for("delete", "p/ab/old.jpg")
         assert db.fs.files.count_documents({"filename": "p/ab/old.jpg"}) == 0
     finally:
         assert w.stop() == 0
@@ -141,20 +141,20 @@ def test_new_folders_renames_and_temp_files(gfs, bucket, db, tree, tmp_path):
         (tree / "notes.txt~").write_bytes(b"editor backup")
         shutil.move(str(staging), str(tree / "cd"))
         got = {(e["event"], e["filename"]) for e in w.next_events(2)}
-        assert got == {("uploaded", "cd/x.jpg"), ("uploaded", "cd/deep/y.jpg")}
+        assert got == {("upload", "cd/x.jpg"), ("upload", "cd/deep/y.jpg")}
         # a file written in the new folder afterwards is watched too
         (tree / "cd" / "deep" / "z.jpg").write_bytes(b"z")
-        w.wait_for("uploaded", "cd/deep/z.jpg")
+        w.wait_for("upload", "cd/deep/z.jpg")
 
         # a rename within the tree is a rename in GridFS
         os.rename(tree / "cd" / "x.jpg", tree / "cd" / "renamed.jpg")
-        ev = w.wait_for("moved", "cd/renamed.jpg")
+        ev = w.wait_for("move", "cd/renamed.jpg")
         assert ev["from"] == "cd/x.jpg" and ev["files"] == 1
         assert db.fs.files.count_documents({"filename": "cd/x.jpg"}) == 0
         assert bucket.open_download_stream_by_name("cd/renamed.jpg").read() == b"x"
 
         shutil.rmtree(tree / "cd")
-        w.wait_for("removed-folder", "cd")
+        w.wait_for("delete-folder", "cd")
         assert db.fs.files.count_documents({"filename": {"$regex": "^cd/"}}) == 0
         assert db.fs.files.count_documents({"filename": "skip.tmp"}) == 0
         assert db.fs.files.count_documents({"filename": "notes.txt~"}) == 0
@@ -168,7 +168,7 @@ def test_without_delete_removals_are_kept(gfs, bucket, db, tree):
         w.wait_for("ready")
         (tree / "ab" / "old.jpg").unlink()
         (tree / "marker").write_bytes(b"m")
-        w.wait_for("uploaded", "marker")  # events are handled in order of settling; removal came first
+        w.wait_for("upload", "marker")  # events are handled in order of settling; removal came first
         assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
     finally:
         assert w.stop(signal.SIGINT) == 130
@@ -183,14 +183,14 @@ def test_directory_moved_away_is_no_longer_watched(gfs, bucket, db, tree, tmp_pa
     try:
         w.wait_for("ready")
         os.rename(tree / "ab", away)
-        w.wait_for("removed-folder", "ab")
+        w.wait_for("delete-folder", "ab")
         (tree / "ab").mkdir()
         (tree / "ab" / "old.jpg").write_bytes(b"new poster")
-        w.wait_for("uploaded", "ab/old.jpg")
+        w.wait_for("upload", "ab/old.jpg")
 
         shutil.rmtree(away)
         (tree / "marker").write_bytes(b"m")
-        w.wait_for("uploaded", "marker")  # the removals inside the old copy settled first
+        w.wait_for("upload", "marker")  # the removals inside the old copy settled first
         assert bucket.open_download_stream_by_name("ab/old.jpg").read() == b"new poster"
         assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
     finally:
@@ -205,8 +205,8 @@ def test_folder_replaced_by_file_within_settle_time(gfs, bucket, db, tree):
         assert db.fs.files.count_documents({"filename": "ab/old.jpg"}) == 1
         shutil.rmtree(tree / "ab")
         (tree / "ab").write_bytes(b"now a file")
-        w.wait_for("removed-folder", "ab")
-        w.wait_for("uploaded", "ab")
+        w.wait_for("delete-folder", "ab")
+        w.wait_for("upload", "ab")
         assert db.fs.files.count_documents({"filename": {"$regex": "^ab/"}}) == 0
         assert bucket.open_download_stream_by_name("ab").read() == b"now a file"
     finally:
@@ -251,7 +251,7 @@ def test_file_found_still_growing_is_taken_when_complete(gfs, bucket, tree, tmp_
                 time.sleep(0.05)
                 f.write(b"a" * 1000)
                 f.flush()
-        ev = w.wait_for("uploaded", "new/big.bin")
+        ev = w.wait_for("upload", "new/big.bin")
         assert ev["bytes"] == 31000
         assert bucket.open_download_stream_by_name("new/big.bin").read() == b"a" * 31000
     finally:
@@ -281,7 +281,7 @@ def test_directories_made_while_events_were_lost_are_watched(gfs, bucket, db, tr
         w.wait_for("synced")
         assert bucket.open_download_stream_by_name("new/f.jpg").read() == b"f"
         (tree / "new" / "g.jpg").write_bytes(b"g")
-        w.wait_for("uploaded", "new/g.jpg")
+        w.wait_for("upload", "new/g.jpg")
         assert any("lost events" in line for line in w.stderr)
         assert db.fs.files.count_documents({"filename": {"$regex": "\\.tmp$"}}) == 0
     finally:
@@ -302,7 +302,7 @@ def test_root_replaced_while_events_were_lost_is_watched(gfs, bucket, db, tree, 
         assert bucket.open_download_stream_by_name("sub/f.jpg").read() == b"f"
         (tree / "sub" / "g.jpg").write_bytes(b"g")
         (tree / "top.jpg").write_bytes(b"t")
-        got = {e["filename"] for e in w.next_events(2) if e["event"] == "uploaded"}
+        got = {e["filename"] for e in w.next_events(2) if e["event"] == "upload"}
         assert got == {"sub/g.jpg", "top.jpg"}
     finally:
         assert w.stop() == 0
@@ -589,7 +589,7 @@ def test_file_moved_over_one_with_same_size_and_mtime(gfs, bucket, db, tree, tmp
         new.write_bytes(b"new poster")  # the same length as "old poster"
         os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))  # what cp -p, rsync -t and tar do
         os.rename(new, old)
-        w.wait_for("replaced", "ab/old.jpg")
+        w.wait_for("replace", "ab/old.jpg")
         assert bucket.open_download_stream_by_name("ab/old.jpg").read() == b"new poster"
     finally:
         assert w.stop() == 0
@@ -605,7 +605,7 @@ def test_folder_rename_writes_no_chunk(gfs, bucket, db, tree, tmp_path):
         w.wait_for("ready")
         chunks = db.fs.chunks.count_documents({})
         os.rename(big, tree / "renamed")
-        ev = w.wait_for("moved-folder", "renamed")
+        ev = w.wait_for("move-folder", "renamed")
         assert ev["from"] == "big" and ev["files"] == 1000
         assert db.fs.chunks.count_documents({}) == chunks
         assert db.fs.files.count_documents({"filename": {"$regex": "^big/"}}) == 0
@@ -655,7 +655,7 @@ def test_kill_9_mid_burst_then_restart_is_exact(gfs, bucket, db, tree):
         (tree / f"d{i % 10}").mkdir(exist_ok=True)
         (tree / f"d{i % 10}" / f"{i}.bin").write_bytes(os.urandom(2000))
         if i == 1000:
-            w.wait_for("uploaded")  # batches are being written: the kill lands mid-burst
+            w.wait_for("upload")  # batches are being written: the kill lands mid-burst
             (tree / "ab" / "old.jpg").unlink()
     w.proc.kill()
     w.proc.wait()
@@ -690,7 +690,7 @@ def test_burst_stored_while_another_import_holds_the_lock(gfs, bucket, db, tree)
         (tree / "b").mkdir()
         for name, size in sizes.items():
             (tree / name).write_bytes(os.urandom(size))
-        got = {e["filename"]: e["bytes"] for e in w.next_events(30) if e["event"] == "uploaded"}
+        got = {e["filename"]: e["bytes"] for e in w.next_events(30) if e["event"] == "upload"}
         assert got == sizes
         wait_exact(db, bucket, tree)
         assert db["fs.gridfsctl_locks"].find_one({"_id": "import"})["owner"] == held["owner"]
@@ -712,7 +712,7 @@ def wait_all(w, event, names):
 def store_sentinel(w, tree, name):
     """Waits until watch has stored a file written now: the batches before it are over."""
     (tree / name).write_bytes(os.urandom(64))
-    w.wait_for("uploaded", name)
+    w.wait_for("upload", name)
 
 
 def test_names_another_import_stored_are_not_stored_twice(gfs, bucket, db, tree, tmp_path):
@@ -734,7 +734,7 @@ def test_names_another_import_stored_are_not_stored_twice(gfs, bucket, db, tree,
             (tree / name).write_bytes(data)  # the bytes the import stored: nothing to do
         for name in differ:
             (tree / name).write_bytes(os.urandom(50))
-        wait_all(w, "replaced", differ)
+        wait_all(w, "replace", differ)
         store_sentinel(w, tree, "sentinel.bin")
         assert revisions(db, [*same, *differ]) == {n: 1 for n in [*same, *differ]}
         wait_exact(db, bucket, tree)
@@ -778,15 +778,15 @@ def test_names_moved_with_their_folder_are_still_known(gfs, bucket, db, tree):
     try:
         w.wait_for("ready")
         os.rename(tree / "f", tree / "g")
-        w.wait_for("moved-folder", "g")
+        w.wait_for("move-folder", "g")
         for n in names:
             (tree / "g" / n).write_bytes(b"second " + n.encode())
-        wait_all(w, "replaced", [f"g/{n}" for n in names])
+        wait_all(w, "replace", [f"g/{n}" for n in names])
         assert revisions(db, [f"g/{n}" for n in names]) == {f"g/{n}": 1 for n in names}
         os.rename(tree / "g" / "0.txt", tree / "moved.txt")
-        w.wait_for("moved", "moved.txt")
+        w.wait_for("move", "moved.txt")
         (tree / "moved.txt").write_bytes(b"third")
-        w.wait_for("replaced", "moved.txt")
+        w.wait_for("replace", "moved.txt")
         assert revisions(db, ["moved.txt", "g/0.txt"]) == {"moved.txt": 1, "g/0.txt": 0}
         wait_exact(db, bucket, tree)
     finally:

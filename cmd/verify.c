@@ -101,6 +101,8 @@ struct run {
 	uint64_t sealed;          /* of those, sealed by --seal */
 	gfs_seal *seals;          /* --seal: the whole ones, sealed after the pass */
 	size_t nseals, capseals;
+	/* What the pass has done so far, for a summary while it still runs (run_stoppable). */
+	atomic_uint_fast64_t seen_files, seen_bytes, total_files, shown_problems;
 };
 
 static int
@@ -174,6 +176,8 @@ static void
 emit_problem(struct run *r, const char *kind, const char *name, const bson_value_t *id,
              const char *detail, const gfs_verify_problem *p, const gfs_verify_disk_event *ev)
 {
+	if (!(p && p->kind == GFS_VK_IN_PROGRESS))
+		atomic_fetch_add(&r->shown_problems, 1);
 	if (!r->o->json) {
 		print_problem_line(r, kind, name, id, detail);
 		return;
@@ -254,6 +258,9 @@ static void
 on_progress(uint64_t files, uint64_t bytes, void *ctx)
 {
 	struct run *r = ctx;
+	atomic_store(&r->seen_files, files);
+	atomic_store(&r->seen_bytes, bytes);
+	atomic_store(&r->total_files, r->st.files);
 	if (!G.progress)
 		return;
 	if (!r->prog)
@@ -380,6 +387,29 @@ problem_count(const struct run *r)
 	return r->st.problems - r->unverifiable + (r->o->strict ? unsealed(r) : 0) + r->dst->problems;
 }
 
+/*
+ * The summary of a run stopped before its end says what it did not
+ * check: "no problems" would vouch for files never read. total is 0 when
+ * the stop came before the files were listed.
+ */
+static void
+interrupted_line(const struct run *r, double secs, uint64_t checked, uint64_t total,
+                 uint64_t bytes, uint64_t problems)
+{
+	if (total == 0) {
+		action_line(r->pout, r->o->dry_run, "verify: interrupted after %.1f s, before the files "
+		            "were listed: nothing was checked", secs);
+		return;
+	}
+	char size[32];
+	human_bytes((double)bytes, size, sizeof size);
+	action_line(r->pout, r->o->dry_run, "verify: interrupted after %.1f s: %llu files not checked "
+	            "(%llu of %llu checked, %s); %llu problem%s found in those", secs,
+	            (unsigned long long)(total - (checked < total ? checked : total)),
+	            (unsigned long long)checked, (unsigned long long)total, size,
+	            (unsigned long long)problems, problems == 1 ? "" : "s");
+}
+
 static void
 summary(struct run *r, double secs, bool interrupted)
 {
@@ -422,11 +452,15 @@ summary(struct run *r, double secs, bool interrupted)
 		/* Exit 1 or 130 is a failed run, and says why. */
 		char why[64] = "";
 		bool fixed = r->o->repair && !r->o->dry_run && r->dst->unrepaired == 0 && r->dst->repaired > 0;
+		uint64_t left = r->st.files > r->st.files_checked ? r->st.files - r->st.files_checked : 0;
+		if (interrupted)
+			BSON_APPEND_INT64(doc, "notChecked", (int64_t)left);
 		if (problems && !fixed)
 			snprintf(why, sizeof why, "%llu problem%s found", (unsigned long long)problems,
 			         problems == 1 ? "" : "s");
 		else if (interrupted)
-			snprintf(why, sizeof why, "interrupted");
+			snprintf(why, sizeof why, "interrupted: %llu files not checked",
+			         (unsigned long long)left);
 		/* With --combined - stdout carries the report alone. */
 		json_summary_end(r->pout, &sum, secs, r->failure[0] ? r->failure : why);
 		return;
@@ -439,15 +473,20 @@ summary(struct run *r, double secs, bool interrupted)
 		        (unsigned long long)problems, problems == 1 ? "" : "s", r->failure);
 		return;
 	}
+	if (interrupted) {
+		interrupted_line(r, secs, r->st.files_checked, r->st.files, r->st.bytes, problems);
+		return;
+	}
 	fprintf(out, "verify: %llu files, %llu bytes in %.1f s: ", (unsigned long long)r->st.files_checked,
 	        (unsigned long long)r->st.bytes, secs);
 	if (!problems)
 		fprintf(out, "no problems");
 	else
 		fprintf(out, "%llu problem%s", (unsigned long long)problems, problems == 1 ? "" : "s");
+	/* Both count problems: a repair in two steps (reupload, then remove) is one. */
 	if (r->o->repair && !r->o->dry_run)
-		fprintf(out, ", %llu repaired, %llu not", (unsigned long long)r->dst->repaired,
-		        (unsigned long long)r->dst->unrepaired);
+		fprintf(out, "%s %llu repaired, %llu not", problems ? ":" : ",",
+		        (unsigned long long)r->dst->repaired, (unsigned long long)r->dst->unrepaired);
 	if (r->sealed)
 		fprintf(out, ", %llu sealed", (unsigned long long)r->sealed);
 	if (unsealed(r))
@@ -456,10 +495,10 @@ summary(struct run *r, double secs, bool interrupted)
 	if (r->st.in_progress)
 		fprintf(out, " (%llu upload%s in progress left alone)", (unsigned long long)r->st.in_progress,
 		        r->st.in_progress == 1 ? "" : "s");
-	if (!r->st.orphans_checked && !interrupted)
+	if (!r->st.orphans_checked)
 		fprintf(out, " (orphan chunks not checked: only without --prefix and --sample)");
-	if (interrupted)
-		fprintf(out, " (interrupted)");
+	if (r->o->dry_run)
+		fprintf(out, " %s", DRY_RUN_MARK);
 	fputc('\n', out);
 }
 
@@ -504,6 +543,56 @@ check(struct run *r, gfs_conn *conn, bool own_lock)
 	return rc;
 }
 
+/*
+ * Asked to stop while the pass waits on the backend: say what was not
+ * checked, from what the pass reported so far, and leave the pass where it
+ * is. The import lock, if held, is released; the rest goes with the process.
+ */
+static _Noreturn void
+abandon(struct run *r, gfs_lock *lock, double secs)
+{
+	uint64_t checked = atomic_load(&r->seen_files), total = atomic_load(&r->total_files);
+	uint64_t bytes = atomic_load(&r->seen_bytes), problems = atomic_load(&r->shown_problems);
+	if (r->o->json) {
+		struct json_summary sum;
+		json_summary_begin(&sum, "verify", r->o->dry_run);
+		BSON_APPEND_INT64(&sum.body, "files", (int64_t)total);
+		BSON_APPEND_INT64(&sum.body, "checked", (int64_t)checked);
+		BSON_APPEND_INT64(&sum.body, "bytes", (int64_t)bytes);
+		BSON_APPEND_INT64(&sum.body, "problems", (int64_t)problems);
+		BSON_APPEND_INT64(&sum.body, "notChecked", (int64_t)(total > checked ? total - checked : 0));
+		sum.interrupted = true;
+		char why[80];
+		snprintf(why, sizeof why, "interrupted: %llu files not checked",
+		         (unsigned long long)(total > checked ? total - checked : 0));
+		json_summary_end(r->pout, &sum, secs, total ? why : "interrupted before the files were listed");
+	} else {
+		interrupted_line(r, secs, checked, total, bytes, problems);
+	}
+	fflush(r->pout);
+	if (lock)
+		gfs_lock_release(lock);
+	fflush(NULL);
+	_exit(EXIT_INTERRUPTED);
+}
+
+struct check_job {
+	struct run *r;
+	gfs_conn *conn;
+	bool own_lock;
+	int rc;
+};
+
+static void
+run_check(void *p)
+{
+	struct check_job *j = p;
+	j->rc = check(j->r, j->conn, j->own_lock);
+}
+
+/* How long a pass asked to stop may take to come back before it is left behind. */
+#define STOP_GRACE_MS 300
+
 /* The exit status of a run that went to its end: interrupted, problems left, or written out. */
 static int
 conclude(struct run *r, int rc, double secs)
@@ -511,7 +600,8 @@ conclude(struct run *r, int rc, double secs)
 	struct vopts *o = r->o;
 	bool interrupted = stop_signal || rc == EXIT_INTERRUPTED;
 	uint64_t problems = problem_count(r);
-	if (problems || !G.quiet || o->json)
+	/* -q: the problem lines alone, unless the run could not say all it should. */
+	if (!G.quiet || o->json || interrupted || r->failure[0])
 		summary(r, secs, interrupted);
 	if (rc == EXIT_OK && interrupted)
 		rc = EXIT_INTERRUPTED;
@@ -604,8 +694,10 @@ run_verify(struct vopts *o)
 	/* A second ^C kills at once, even while the driver waits on the backend. */
 	catch_interrupts(0, NULL);
 	double t0 = gfs_mono_seconds();
-	int rc = check(&r, conn, lock != NULL);
-	rc = conclude(&r, rc, gfs_mono_seconds() - t0);
+	struct check_job job = {.r = &r, .conn = conn, .own_lock = lock != NULL};
+	if (!run_stoppable(run_check, &job, STOP_GRACE_MS))
+		abandon(&r, lock, gfs_mono_seconds() - t0);
+	int rc = conclude(&r, job.rc, gfs_mono_seconds() - t0);
 	if (lock)
 		gfs_lock_release(lock);
 	end_run(&r);

@@ -96,6 +96,17 @@ problem(gfs_verify_disk *r, const char *what, const char *name, const bson_value
 	problem_at(r, what, name, id, detail, NULL);
 }
 
+/* A repair event that is a step of another (reupload, before remove-damaged): not counted. */
+static void
+repair_step(gfs_verify_disk *r, const char *what, const char *name, const bson_value_t *id,
+            const char *detail, bool ok)
+{
+	gfs_verify_disk_event ev = {.kind = GFS_VD_REPAIR, .what = what, .name = name, .id = id,
+	                            .detail = detail, .ok = ok};
+	r->o.on_event(&ev, r->o.ctx);
+}
+
+/* The outcome of one problem's repair: counted, so that repaired + unrepaired = problems. */
 static void
 repaired(gfs_verify_disk *r, const char *what, const char *name, const bson_value_t *id,
          const char *detail, bool ok)
@@ -106,9 +117,7 @@ repaired(gfs_verify_disk *r, const char *what, const char *name, const bson_valu
 		else
 			r->st.unrepaired++;
 	}
-	gfs_verify_disk_event ev = {.kind = GFS_VD_REPAIR, .what = what, .name = name, .id = id,
-	                            .detail = detail, .ok = ok};
-	r->o.on_event(&ev, r->o.ctx);
+	repair_step(r, what, name, id, detail, ok);
 }
 
 static void
@@ -334,7 +343,7 @@ both(gfs_verify_disk *r, gfs_session *s, struct rec *rc, const struct dfile *d)
 			return;
 		gfs_error err = {0};
 		bool ok = r->o.dry_run || upload(s, d, rc->content_type, &err);
-		repaired(r, "reupload", rc->name, &rc->id, ok ? d->path : err.msg, ok);
+		repair_step(r, "reupload", rc->name, &rc->id, ok ? d->path : err.msg, ok);
 		rc->replaced = ok;
 		return;
 	}

@@ -60,7 +60,7 @@ typedef struct gfs_verify_disk_opts {
 typedef struct gfs_verify_disk_stats {
 	uint64_t problems;          /* found here, beyond the pass's */
 	uint64_t same, differ, only_disk, only_gridfs, damaged;
-	uint64_t repaired, unrepaired;   /* not counted with dry_run */
+	uint64_t repaired, unrepaired;   /* problems, each counted once (not with dry_run) */
 } gfs_verify_disk_stats;
 
 typedef struct gfs_verify_disk gfs_verify_disk;

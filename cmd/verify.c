@@ -101,6 +101,8 @@ struct run {
 	uint64_t sealed;          /* of those, sealed by --seal */
 	gfs_seal *seals;          /* --seal: the whole ones, sealed after the pass */
 	size_t nseals, capseals;
+	char *folder;             /* the first folder of every stored name, while they share one */
+	bool folders;             /* stored names in more than one folder, or at the top */
 	/* What the pass has done so far, for a summary while it still runs (run_stoppable). */
 	atomic_uint_fast64_t seen_files, seen_bytes, total_files, shown_problems;
 };
@@ -241,10 +243,28 @@ on_problem(const gfs_verify_problem *p, void *ctx)
 	gfs_verify_disk_problem(r->disk, p);
 }
 
+/* Keeps the first folder all stored names share, for the hint of compare_disk(). */
+static void
+note_folder(struct run *r, const char *name)
+{
+	if (r->folders || !name)
+		return;
+	const char *slash = strchr(name, '/');
+	size_t len = slash ? (size_t)(slash - name) : 0;
+	if (len == 0 || (r->folder && (strlen(r->folder) != len || strncmp(r->folder, name, len) != 0))) {
+		r->folders = true;
+		return;
+	}
+	if (!r->folder)
+		r->folder = gfs_xstrndup(name, len);
+}
+
 static void
 on_file(const gfs_verify_file *v, void *ctx)
 {
 	struct run *r = ctx;
+	if (r->o->against && !r->o->norm_prefix[0])
+		note_folder(r, v->file->filename);
 	gfs_verify_disk_file(r->disk, v);
 	/* Exactly the files counted unsealed, when their chunks are whole. */
 	if (r->o->seal && v->intact && v->sha256[0] && v->file->length > 0 &&
@@ -361,6 +381,13 @@ seal_files(struct run *r, gfs_session *s)
 static int
 compare_disk(struct run *r, gfs_session *s)
 {
+	/* Every stored name under one folder that DIR does not have: each would be MISSING. */
+	char *there = r->folder && !r->folders ? gfs_xasprintf("%s/%s", r->o->against, r->folder) : NULL;
+	struct stat st;
+	if (there && lstat(there, &st) != 0)
+		warnx_("every stored name is under '%s/', and %s has no '%s': did you mean "
+		       "'--prefix %s'?", r->folder, r->o->against, r->folder, r->folder);
+	free(there);
 	gfs_error err = {0};
 	if (gfs_verify_disk_compare(r->disk, s, &err))
 		return EXIT_OK;
@@ -628,6 +655,7 @@ end_run(struct run *r)
 		gfs_seal_free(&r->seals[i]);
 	free(r->seals);
 	free(r->o->norm_prefix);
+	free(r->folder);
 }
 
 static int

@@ -92,3 +92,22 @@ def test_repaired_counts_problems_not_steps(gfs, db, tmp_path):
                                    {"$set": {"data": bson.Binary(b"y" * 300)}})
     s = jsonvocab.summary(gfs.run("verify", "--against", disk, "--repair", "--json").text, "verify")
     assert (s["problems"], s["repaired"], s["unrepaired"]) == (2, 2, 0), s
+
+
+def test_against_without_prefix_names_the_folder_once(gfs, db, tmp_path):
+    """Every stored name under posters/, the tree holding what is under it: one hint."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(5):
+        body = planted.data(100, i)
+        (tree / f"{i}.jpg").write_bytes(body)
+        planted.plant(db, bson.ObjectId(), f"posters/{i}.jpg", body)
+    r = gfs.run("verify", "--against", tree)
+    assert r.rc == 1, r
+    assert r.err == (f"gridfsctl verify: every stored name is under 'posters/', and {tree} has no "
+                     "'posters': did you mean '--prefix posters'?\n"), r
+    r = gfs.run("verify", "--against", tree, "--prefix", "posters")
+    assert r.rc == 0 and r.err == "", r
+    (tree / "posters").mkdir()  # a tree that has the folder: the comparison as asked, no hint
+    r = gfs.run("verify", "--against", tree)
+    assert r.rc == 1 and r.err == "", r

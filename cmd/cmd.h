@@ -30,7 +30,8 @@ struct globals {
 	const char *db;      /* NULL: from the URI path, else "test" */
 	const char *bucket;  /* NULL: "fs" */
 	bool quiet;
-	bool progress;       /* stderr is a terminal and --no-progress not given */
+	bool progress;       /* stderr is a terminal (or --progress, --stats), not -q or --no-progress */
+	double stats_s;      /* --stats: a plain progress line every this many seconds; 0: a bar */
 };
 
 extern struct globals G;

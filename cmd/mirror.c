@@ -138,7 +138,7 @@ report(struct mirror *m, const char *msg)
 		m->error = strdup(msg);
 	pthread_mutex_unlock(&m->lock);
 	flockfile(stderr);
-	if (G.progress)
+	if (G.progress && G.stats_s == 0)
 		fputs("\r\033[K", stderr);
 	warnx_("%s", msg);
 	funlockfile(stderr);

@@ -14,7 +14,8 @@ struct globals G;
 const char *progname = "gridfsctl";
 const char *cmdname = NULL;
 
-enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_HELP, OPT_VERSION };
+enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_PROGRESS, OPT_STATS,
+       OPT_HELP, OPT_VERSION };
 
 const struct cmd_opt global_opts[] = {
 	CMD_OPT(0, "uri", "URI", "connection string (default $GRIDFSCTL_URI, the config file, or "
@@ -25,6 +26,10 @@ const struct cmd_opt global_opts[] = {
 	        "mongofiles' --prefix (default " GFS_DEFAULT_BUCKET ")", .id = OPT_BUCKET),
 	CMD_OPT('q', "quiet", NULL, "print only errors", .id = OPT_QUIET),
 	CMD_OPT(0, "no-progress", NULL, "never draw a progress bar", .id = OPT_NO_PROGRESS),
+	CMD_OPT(0, "progress", NULL, "draw the progress bar even when stderr is not a terminal "
+	        "(under | tee)", .id = OPT_PROGRESS),
+	CMD_OPT(0, "stats", "SECONDS", "instead of a bar, one progress line every SECONDS (a duration: "
+	        "30s, 5m) on stderr, for logs", .id = OPT_STATS),
 	CMD_OPT('h', "help", NULL, "help for gridfsctl or for COMMAND", .id = OPT_HELP),
 	CMD_OPT_END,
 };
@@ -35,7 +40,8 @@ const struct cmd_opt leading_opts[] = {
 	CMD_OPT_END,
 };
 
-static bool no_progress;
+static bool no_progress, force_progress;
+static const char *stats_arg;
 
 /*
  * A password typed into --uri is readable by every local user through
@@ -83,6 +89,8 @@ set_global(int id, char *arg)
 	case OPT_BUCKET: G.bucket = arg; break;
 	case OPT_QUIET: G.quiet = true; break;
 	case OPT_NO_PROGRESS: no_progress = true; break;
+	case OPT_PROGRESS: force_progress = true; break;
+	case OPT_STATS: stats_arg = arg; break;
 	}
 }
 
@@ -128,6 +136,32 @@ global_option(int argc, char **argv)
 	return 2;
 }
 
+/*
+ * Whether and how progress is shown: on a terminal unless --no-progress or
+ * -q; anywhere with --progress; as a line every --stats interval. False
+ * after a usage error.
+ */
+static bool
+progress_settings(void)
+{
+	G.stats_s = 0;
+	if (stats_arg) {
+		long ms;
+		if (!gfs_parse_duration_ms(stats_arg, 100, 86400000L, &ms)) {
+			usage_error("--stats takes a duration from 0.1s to 24h (30s, 5m), not '%s'", stats_arg);
+			return false;
+		}
+		G.stats_s = ms / 1000.0;
+	}
+	if (no_progress && (force_progress || stats_arg)) {
+		usage_error("--no-progress contradicts --%s", stats_arg ? "stats" : "progress");
+		return false;
+	}
+	G.progress = !no_progress && !G.quiet &&
+	             (force_progress || stats_arg || isatty(STDERR_FILENO));
+	return true;
+}
+
 int
 parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, void *ctx)
 {
@@ -148,6 +182,8 @@ parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, v
 		case OPT_BUCKET:
 		case OPT_QUIET:
 		case OPT_NO_PROGRESS:
+		case OPT_PROGRESS:
+		case OPT_STATS:
 			set_global(opt, optarg);
 			break;
 		case ':':
@@ -181,7 +217,8 @@ parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, v
 		print_command_help(stdout, e);
 		exit(close_stdout(EXIT_OK));
 	}
-	G.progress = !no_progress && !G.quiet && isatty(STDERR_FILENO);
+	if (rc == 0 && !progress_settings())
+		rc = -1;
 	return rc < 0 ? -1 : optind;
 }
 

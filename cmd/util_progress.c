@@ -1,5 +1,7 @@
 /*
- * A one-line progress display on stderr, only when it is a terminal.
+ * A one-line progress display on stderr, only when it is a terminal (or
+ * --progress asks for it anyway). With --stats it is a log instead: a plain
+ * line every interval and one at the end, each ended by a newline.
  *
  * The line never reaches the last column (a terminal that wraps there would
  * leave each redraw on a new row), and on a terminal without escapes
@@ -120,6 +122,12 @@ draw(struct progress *p, bool final)
 	}
 	snprintf(line + n, sizeof line - n, "%s", counts);
 	n = strlen(line);
+	if (G.stats_s > 0) {
+		fprintf(stderr, "%s: %s %s\n", progname, p->what, counts);
+		fflush(stderr);
+		p->last_draw = gfs_mono_seconds();
+		return;
+	}
 	if (n > room)
 		n = room, line[n] = '\0';
 	if (p->plain) {
@@ -170,7 +178,7 @@ progress_update(struct progress *p, uint64_t items, uint64_t bytes)
 		return;
 	p->items = items;
 	p->bytes = bytes;
-	if (gfs_mono_seconds() - p->last_draw >= 0.2)
+	if (gfs_mono_seconds() - p->last_draw >= (G.stats_s > 0 ? G.stats_s : 0.2))
 		draw(p, false);
 }
 

@@ -74,3 +74,25 @@ def test_every_human_line_of_a_dry_run_says_so(gfs, bucket, db, tmp_path):
     r = gfs.run("verify", "--repair", "-n", "--grace", "0")
     lines = [line for line in r.text.splitlines() if line.startswith("WOULD")]
     assert lines and all(line.endswith(" (DRY RUN)") for line in lines), r
+
+
+def test_progress_forced_and_stats_lines(gfs, bucket, tmp_path):
+    """--progress draws under a pipe (| tee); --stats logs plain lines; both are global."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(20):
+        (tree / f"{i}.txt").write_bytes(b"x" * 1000)
+    r = gfs.run("import", tree, env={"TERM": "dumb"})
+    assert r.rc == 0 and r.err == "", r  # stderr a pipe: no bar
+    r = gfs.run("import", tree, "--progress", "-c", env={"TERM": "dumb"})
+    assert r.rc == 0 and r.err.startswith("\rimport ") and "20/20 files" in r.err, r
+    r = gfs.run("--stats", "0.1s", "verify")
+    assert r.rc == 0, r
+    lines = r.err.splitlines()
+    assert lines and all(line.startswith("gridfsctl: verify ") and " files, " in line for line in lines), r
+    assert "\r" not in r.err and "20/20 files" in lines[-1], r
+    r = gfs.run("verify", "--stats", "1m", "-q")
+    assert r.rc == 0 and r.err == "", r  # -q: errors only
+    for bad in (["--stats", "soon"], ["--stats", "1s", "--no-progress"]):
+        r = gfs.run("verify", *bad)
+        assert r.rc == 2 and "--stats" in r.err.splitlines()[0], r

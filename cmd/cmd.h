@@ -91,9 +91,11 @@ struct cmd_entry {
 	int (*run)(int argc, char **argv);
 };
 
-/* Walks rows with the groups spliced in; cmd_opt_next() returns NULL after the last. */
+/* Walks rows with the groups (and theirs) spliced in; cmd_opt_next() returns NULL after the last. */
+enum { CMD_OPT_DEPTH = 3 };
 struct cmd_opt_iter {
-	const struct cmd_opt *outer, *inner;
+	const struct cmd_opt *at[CMD_OPT_DEPTH];
+	int depth;
 };
 void cmd_opt_begin(struct cmd_opt_iter *it, const struct cmd_opt *rows);
 const struct cmd_opt *cmd_opt_next(struct cmd_opt_iter *it);
@@ -140,14 +142,36 @@ const char *nearest_option(const struct cmd_opt *rows, const char *arg);
 int run_completion_verb(int argc, char **argv);
 
 /*
+ * The name filters of import, watch, mirror and verify (rsync's and
+ * rclone's): --exclude, --include, --exclude-from and --files-from, one
+ * set of rows. A path is always relative: to DIR for a tree, to --prefix
+ * for stored names. filter_option() takes their ids (1: not one of them,
+ * -1: a usage error); filter_selects() is the one rule for stored names,
+ * the walk's (lib/walk.h) with nothing hidden or temporary left out.
+ */
+struct name_filter {
+	const char **include, **exclude;
+	size_t n_include, n_exclude;
+	char **files;          /* --files-from: the only paths taken, sorted; NULL: all */
+	size_t n_files;
+	char **lines;          /* what --exclude-from and --files-from read, freed with the filter */
+	size_t n_lines;
+};
+extern const struct cmd_opt filter_opts[];
+int filter_option(int id, const char *arg, struct name_filter *f);
+bool filter_active(const struct name_filter *f);
+bool filter_selects(const struct name_filter *f, const char *rel);
+void free_name_filter(struct name_filter *f);
+
+/*
  * The rows of the disk-tree selection import and watch share (prefix,
- * globs, hidden and temporary files, content type); tree_option() takes
- * their ids, and returns 1 when id is not one of them.
+ * the name filters, hidden and temporary files, content type);
+ * tree_option() takes their ids, and returns 1 when id is not one of
+ * them, -1 after a usage error.
  */
 struct tree_select {
 	const char *prefix, *content_type;
-	const char **include, **exclude;
-	size_t n_include, n_exclude;
+	struct name_filter filter;
 	bool hidden, temp;
 };
 extern const struct cmd_opt tree_opts[];

@@ -23,10 +23,11 @@
 #include "cmd.h"
 
 enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OPT_MAX_DELETE,
-       OPT_BACKUP_DIR, OPT_HOLD };
+       OPT_BACKUP_DIR, OPT_HOLD, OPT_SIZE_ONLY, OPT_IGNORE_EXISTING };
 
 static const struct cmd_opt mirror_opts[] = {
 	PREFIX_OPT("mirror the files under folder P (DIR/x for P/x)"),
+	CMD_OPT_GROUP(filter_opts),
 	CMD_OPT(0, "delete", NULL, "remove local files the bucket does not have (never after an error)",
 	        .id = OPT_DELETE),
 	CMD_OPT(0, "allow-empty", NULL, "let --delete empty DIR when nothing is stored under the prefix",
@@ -39,6 +40,10 @@ static const struct cmd_opt mirror_opts[] = {
 	CMD_OPT('v', "verbose", NULL, "print each file written, fixed or deleted"),
 	CMD_OPT('j', "jobs", "N", "files read in parallel (default 4)"),
 	CMD_OPT('c', "checksum", NULL, "compare content by sha256, not size and mtime"),
+	CMD_OPT(0, "size-only", NULL, "a local file of the stored size is up to date (mtime and mode "
+	        "not compared)", .id = OPT_SIZE_ONLY),
+	CMD_OPT(0, "ignore-existing", NULL, "leave every local file that exists as it is; write only "
+	        "missing ones", .id = OPT_IGNORE_EXISTING),
 	CMD_OPT(0, "no-fsync", NULL, "do not fsync files and directories (faster, not crash-safe)",
 	        .id = OPT_NO_FSYNC),
 	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: by what is to be written and "
@@ -61,7 +66,8 @@ enum { RES_PENDING, RES_SKIP, RES_TODO, RES_WRITE, RES_ATTRS, RES_FAILED };
 struct mirror {
 	/* options */
 	const char *dir, *prefix, *backup_dir;
-	bool del, allow_empty, dry_run, verbose, checksum, no_fsync, json;
+	bool del, allow_empty, dry_run, verbose, checksum, no_fsync, json, size_only, ignore_existing;
+	struct name_filter filter;
 	gfs_max_delete max_delete;
 	gfs_backup backup;
 	long jobs;
@@ -105,6 +111,8 @@ on_opt(int opt, const char *arg, void *ctx)
 	struct mirror *m = ctx;
 	switch (opt) {
 	case 'p': m->prefix = arg; return 0;
+	case OPT_SIZE_ONLY: m->size_only = true; return 0;
+	case OPT_IGNORE_EXISTING: m->ignore_existing = true; return 0;
 	case OPT_DELETE: m->del = true; return 0;
 	case OPT_ALLOW_EMPTY: m->allow_empty = true; return 0;
 	case OPT_MAX_DELETE: return max_delete_option(arg, &m->max_delete);
@@ -123,7 +131,7 @@ on_opt(int opt, const char *arg, void *ctx)
 		}
 		return 0;
 	}
-	return -1;
+	return filter_option(opt, arg, &m->filter) == 0 ? 0 : -1;
 }
 
 /*
@@ -610,12 +618,22 @@ guard_deletes(struct mirror *m)
 	return exit_code_for(&err);
 }
 
+/* A planned path the name filters take (the path is a stored name's, below --prefix). */
+static bool
+filtered_in(const char *rel, size_t len, void *ctx)
+{
+	(void)len;
+	return filter_selects(ctx, rel);
+}
+
 static bool
 load_plan(struct mirror *m, gfs_error *err)
 {
 	gfs_session *s = gfs_session_pop(m->conn);
 	bool ok = gfs_mirror_plan_load(s, m->prefix, &m->plan, on_refused, m, &m->refused, err);
 	gfs_session_push(s);
+	if (ok && filter_active(&m->filter))
+		gfs_mirror_plan_filter(&m->plan, filtered_in, &m->filter);
 	atomic_fetch_add(&m->failed, m->refused);
 	return ok;
 }
@@ -727,6 +745,8 @@ mirror_run(struct mirror *m)
 	mode_t um = umask(0);
 	umask(um);
 	m->opts.checksum = m->checksum;
+	m->opts.size_only = m->size_only;
+	m->opts.ignore_existing = m->ignore_existing;
 	m->opts.fsync = !m->no_fsync;
 	m->opts.create_mode = 0666 & ~um;
 	m->opts.stop = &stop_signal;
@@ -752,22 +772,41 @@ mirror_run(struct mirror *m)
 	return rc;
 }
 
+/* The operands and the options that do not go together; false after a usage error. */
+static bool
+usable(struct mirror *m, int nargs, char **args)
+{
+	if (nargs != 1) {
+		usage_error(nargs < 1 ? "missing DIR" : "too many arguments");
+		return false;
+	}
+	m->dir = args[0];
+	if (!max_delete_fits(&m->max_delete, m->del))
+		return false;
+	if (m->dir[0] == '\0') {
+		usage_error("DIR must not be empty");
+		return false;
+	}
+	if (m->size_only && m->checksum) {
+		usage_error("--size-only and --checksum contradict each other");
+		return false;
+	}
+	/* The sweep would take a local file the filters leave out for one the bucket lacks. */
+	if (m->del && filter_active(&m->filter)) {
+		usage_error("--delete does not go with --include, --exclude or --files-from yet: "
+		            "it would remove the local files they leave out");
+		return false;
+	}
+	return true;
+}
+
 static int
 cmd_mirror(int argc, char **argv)
 {
 	struct mirror m = {.jobs = DEFAULT_JOBS, .rootfd = -1, .read_mode = GFS_READ_AUTO};
 	int first = parse_options(argc, argv, &cmd_mirror_entry, on_opt, &m);
-	if (first < 0)
-		return EXIT_USAGE;
-	if (argc - first != 1) {
-		usage_error(argc - first < 1 ? "missing DIR" : "too many arguments");
-		return EXIT_USAGE;
-	}
-	m.dir = argv[first];
-	if (!max_delete_fits(&m.max_delete, m.del))
-		return EXIT_USAGE;
-	if (m.dir[0] == '\0') {
-		usage_error("DIR must not be empty");
+	if (first < 0 || !usable(&m, argc - first, argv + first)) {
+		free_name_filter(&m.filter);
 		return EXIT_USAGE;
 	}
 	pthread_mutex_init(&m.lock, NULL);
@@ -779,6 +818,7 @@ cmd_mirror(int argc, char **argv)
 		close(m.rootfd);
 	pthread_mutex_destroy(&m.lock);
 	pthread_cond_destroy(&m.cond);
+	free_name_filter(&m.filter);
 	return rc;
 }
 

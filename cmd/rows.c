@@ -22,24 +22,29 @@ row_end(const struct cmd_opt *o)
 void
 cmd_opt_begin(struct cmd_opt_iter *it, const struct cmd_opt *rows)
 {
-	it->outer = rows;
-	it->inner = NULL;
+	it->at[0] = rows;
+	it->depth = rows ? 1 : 0;
 }
 
 const struct cmd_opt *
 cmd_opt_next(struct cmd_opt_iter *it)
 {
-	for (;;) {
-		if (it->inner && !row_end(it->inner))
-			return it->inner++;
-		it->inner = NULL;
-		if (!it->outer || row_end(it->outer))
-			return NULL;
-		const struct cmd_opt *o = it->outer++;
+	while (it->depth > 0) {
+		const struct cmd_opt **top = &it->at[it->depth - 1];
+		if (row_end(*top)) {
+			it->depth--;
+			continue;
+		}
+		const struct cmd_opt *o = (*top)++;
 		if (!o->group)
 			return o;
-		it->inner = o->group;
+		if (it->depth == CMD_OPT_DEPTH) {
+			fprintf(stderr, "%s: internal error: option groups nested too deep\n", progname);
+			abort();
+		}
+		it->at[it->depth++] = o->group;
 	}
+	return NULL;
 }
 
 int

@@ -45,6 +45,7 @@ enum {
 static const struct cmd_opt verify_opts[] = {
 	PREFIX_OPT("check only files whose names start with P (orphan chunks are looked for only "
 	           "without --prefix and --sample)"),
+	CMD_OPT_GROUP(filter_opts),
 	CMD_OPT(0, "against", "DIR", "also compare with a disk tree: missing in GridFS, missing on "
 	        "disk, content differs (size, then sha256)", .id = OPT_AGAINST),
 	CMD_OPT(0, "combined", "FILE", "with --against, write an rclone-style report to FILE ('-' for "
@@ -86,6 +87,7 @@ struct vopts {
 	long jobs;
 	size_t hold;
 	enum gfs_read_strategy strategy;
+	struct name_filter filter;
 };
 
 struct run {
@@ -147,7 +149,7 @@ on_opt(int opt, const char *arg, void *ctx)
 		}
 		return 0;
 	}
-	return -1;
+	return filter_option(opt, arg, &o->filter) == 0 ? 0 : -1;
 }
 
 /* ---- output ---------------------------------------------------------- */
@@ -529,6 +531,14 @@ summary(struct run *r, double secs, bool interrupted)
 	fputc('\n', out);
 }
 
+/* A file (its name below --prefix, or its path below DIR) the name filters take. */
+static bool
+filtered_in(const char *rel, void *ctx)
+{
+	const struct run *r = ctx;
+	return filter_selects(&r->o->filter, rel);
+}
+
 /* The pass, then the comparison and the repairs; an exit status. */
 static int
 check(struct run *r, gfs_conn *conn, bool own_lock)
@@ -545,6 +555,7 @@ check(struct run *r, gfs_conn *conn, bool own_lock)
 		.on_problem = on_problem,
 		.on_file = on_file,
 		.on_progress = on_progress,
+		.select = filter_active(&o->filter) ? filtered_in : NULL,
 		.ctx = r,
 		.stop = &stop_signal,
 		.own_import_lock = own_lock,
@@ -677,6 +688,7 @@ run_verify(struct vopts *o)
 		.dry_run = o->dry_run,
 		.grace_s = o->grace,
 		.on_event = on_disk_event,
+		.select = filter_active(&o->filter) ? filtered_in : NULL,
 		.ctx = &r,
 		.stop = &stop_signal,
 	};
@@ -734,10 +746,11 @@ run_verify(struct vopts *o)
 }
 
 static int
-cmd_verify(int argc, char **argv)
+verify_main(int argc, char **argv, struct vopts *op)
 {
-	struct vopts o = {.strategy = GFS_READ_AUTO, .grace = DEFAULT_GRACE_S};
+	struct vopts o = *op;
 	int first = parse_options(argc, argv, &cmd_verify_entry, on_opt, &o);
+	*op = o;
 	if (first < 0)
 		return EXIT_USAGE;
 	if (first < argc) {
@@ -766,7 +779,17 @@ cmd_verify(int argc, char **argv)
 		warnx_("%s: %s", o.against, strerror(ENOTDIR));
 		return EXIT_LOCAL;
 	}
-	return run_verify(&o);
+	*op = o;
+	return run_verify(op);
+}
+
+static int
+cmd_verify(int argc, char **argv)
+{
+	struct vopts o = {.strategy = GFS_READ_AUTO, .grace = DEFAULT_GRACE_S};
+	int rc = verify_main(argc, argv, &o);
+	free_name_filter(&o.filter);
+	return rc;
 }
 
 static const struct cmd_exit verify_exits[] = {

@@ -349,6 +349,25 @@ gfs_mirror_plan_free(gfs_mirror_plan *plan)
 	memset(plan, 0, sizeof *plan);
 }
 
+void
+gfs_mirror_plan_filter(gfs_mirror_plan *plan,
+                       bool (*keep)(const char *rel, size_t len, void *ctx), void *ctx)
+{
+	size_t n = 0;
+	plan->total_bytes = 0;
+	for (size_t i = 0; i < plan->count; i++) {
+		struct gfs_mirror_item *it = &plan->items[i];
+		if (!keep(it->rel, it->rel_len, ctx)) {
+			item_free(it);
+			continue;
+		}
+		plan->items[n++] = *it;
+		plan->total_bytes += (uint64_t)it->file.length;
+	}
+	plan->count = n;
+	sort_by_rel(plan);
+}
+
 /* Index of the first item whose rel is not less than key. */
 static size_t
 lower_bound(const gfs_mirror_plan *p, const char *key, size_t len)
@@ -765,8 +784,16 @@ gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_ite
 		              item_name(it));
 		return false;
 	}
+	if (S_ISREG(st.st_mode) && d->opts->ignore_existing) {
+		*out = GFS_MIRROR_SKIP;
+		return true;
+	}
 	if (!S_ISREG(st.st_mode) || st.st_size != it->file.length)
 		return true;
+	if (d->opts->size_only) {
+		*out = GFS_MIRROR_SKIP;
+		return true;
+	}
 	bool same_time = mtime_matches(&st, it);
 	if (!d->opts->checksum && !same_time)
 		return true;

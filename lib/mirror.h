@@ -63,6 +63,9 @@ bool gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *p
                           gfs_mirror_refuse_fn refuse, void *ctx, size_t *refused,
                           gfs_error *err);
 void gfs_mirror_plan_free(gfs_mirror_plan *plan);
+/* Leaves in plan only the items keep(rel, rel_len, ctx) is true of (--include, --exclude, ...). */
+void gfs_mirror_plan_filter(gfs_mirror_plan *plan,
+                            bool (*keep)(const char *rel, size_t len, void *ctx), void *ctx);
 
 /*
  * The sweep holds one descriptor per level it is inside, so it goes at most
@@ -115,6 +118,8 @@ typedef void (*gfs_mirror_sweep_fn)(enum gfs_mirror_sweep_kind kind, const char 
 
 struct gfs_mirror_opts {
 	bool checksum;      /* compare sha256 rather than size and mtime */
+	bool size_only;     /* a regular file of the right size is the same file (rsync --size-only) */
+	bool ignore_existing;  /* a regular file there is left as it is (rsync --ignore-existing) */
 	bool fsync;         /* fsync files and directories */
 	mode_t create_mode; /* mode for files without metadata.mode (0666 less umask) */
 	const atomic_int *stop;       /* when set, reads in progress give up (GFS_ECANCELED) */

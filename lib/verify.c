@@ -36,6 +36,7 @@
 
 #include "fetch.h"
 #include "import.h"
+#include "names.h"
 #include "lock.h"
 #include "strmap.h"
 #include "verify.h"
@@ -297,6 +298,7 @@ struct verify {
 	strmap *orphans;           /* id_key() of a files_id with no files document: struct orphan */
 	struct orphan **orphan_list;
 	size_t n_orphans, orphans_cap;
+	char *nprefix;                  /* o->prefix normalized, for o->select */
 	gfs_verify_stats *st;
 	gfs_conn *conn;
 	gfs_session *s;
@@ -1213,6 +1215,17 @@ sample_cursor(struct verify *v, double fraction)
  * The selected files documents. A prefix is a range on filename, which the
  * GridFS index {filename: 1, uploadDate: 1} serves on MongoDB.
  */
+/* Whether o->select takes the file; a document without a usable name is always checked. */
+static bool
+selected(const struct verify *v, const bson_t *doc)
+{
+	bson_iter_t it;
+	if (!v->o->select || !bson_iter_init_find(&it, doc, "filename") || !BSON_ITER_HOLDS_UTF8(&it))
+		return true;
+	const char *rel = gfs_prefix_strip(v->nprefix, bson_iter_utf8(&it, NULL));
+	return !rel || v->o->select(rel, v->o->ctx);
+}
+
 static bool
 load_files(struct verify *v, int32_t *max_chunk, gfs_error *err)
 {
@@ -1235,7 +1248,8 @@ load_files(struct verify *v, int32_t *max_chunk, gfs_error *err)
 	const bson_t *doc;
 	*max_chunk = 1;
 	while (mongoc_cursor_next(cur, &doc))
-		add_doc(v, doc, sample, max_chunk);
+		if (selected(v, doc))
+			add_doc(v, doc, sample, max_chunk);
 	bool ok = gfs_cursor_done(cur, "read files documents", err);
 	v->st->files = v->t.count;
 	return ok;
@@ -1377,7 +1391,8 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	v.st = st;
 	v.conn = conn;
 	v.hold = o->hold_bytes ? o->hold_bytes : GFS_READ_HOLD_DEFAULT;
-	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0);
+	bool partial = (o->prefix && *o->prefix) || (o->sample > 0 && o->sample < 1.0) || o->select;
+	v.nprefix = gfs_prefix_normalize(o->prefix);
 	v.s = gfs_session_pop(conn);
 	pthread_mutex_init(&v.done_mu, NULL);
 	pthread_cond_init(&v.done_cond, NULL);
@@ -1414,6 +1429,7 @@ gfs_verify(gfs_conn *conn, const gfs_verify_opts *o, gfs_verify_stats *st, gfs_e
 	pthread_mutex_destroy(&v.done_mu);
 	pthread_cond_destroy(&v.done_cond);
 	gfs_session_push(v.s);
+	free(v.nprefix);
 	return ok;
 }
 

@@ -114,6 +114,12 @@ typedef struct gfs_verify_opts {
 	void *ctx;
 	const atomic_int *stop;      /* when it becomes non-zero the pass ends with GFS_ECANCELED */
 	/*
+	 * NULL, or what else a file must pass to be checked: its name below
+	 * prefix (--include, --exclude, --files-from). A selection, as a
+	 * prefix is: orphan chunks are then not looked for.
+	 */
+	bool (*select)(const char *rel, void *ctx);
+	/*
 	 * The caller holds the import lock, so no import is at work: chunks that
 	 * upload markers name are an interrupted import's leftovers (orphans).
 	 */

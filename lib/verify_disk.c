@@ -218,6 +218,8 @@ walk_one(const gfs_walk_entry *e, void *ctx)
 	}
 	if (e->kind != GFS_WALK_FILE)
 		return !stopped(r);
+	if (r->o.select && !r->o.select(e->rel, r->o.ctx))
+		return !stopped(r);
 	GFS_GROW(r->files, r->nfiles + 1, r->capfiles, 1024);
 	struct dfile *d = &r->files[r->nfiles++];
 	d->rel_len = e->rel_len;

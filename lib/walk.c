@@ -155,6 +155,8 @@ gfs_walk_file_selected(const gfs_walk_opts *o, const char *rel, const char *name
 		return false;
 	if (excluded(o, rel, name))
 		return false;
+	if (o->select && !o->select(rel, o->select_ctx))
+		return false;
 	if (o->n_include == 0)
 		return true;
 	for (size_t i = 0; i < o->n_include; i++)

@@ -33,6 +33,9 @@ typedef struct gfs_walk_opts {
 	bool hidden;            /* take names starting with '.' */
 	bool temp;              /* take temporary files: *.part, *~, .#* */
 	bool follow_symlinks;   /* follow symlinks to files and directories */
+	/* NULL, or what else a file (its path relative to the root) must pass: --files-from */
+	bool (*select)(const char *rel, void *ctx);
+	void *select_ctx;
 } gfs_walk_opts;
 
 enum gfs_walk_kind {

@@ -2,6 +2,7 @@
 every verb, and the old spellings keep working one release with a warning."""
 import pytest
 
+import jsonvocab
 import planted
 from conftest import Binary
 
@@ -96,3 +97,66 @@ def test_progress_forced_and_stats_lines(gfs, bucket, tmp_path):
     for bad in (["--stats", "soon"], ["--stats", "1s", "--no-progress"]):
         r = gfs.run("verify", *bad)
         assert r.rc == 2 and "--stats" in r.err.splitlines()[0], r
+
+
+def test_filters_on_mirror_verify_and_import(gfs, bucket, db, tmp_path):
+    """rsync's and rclone's filters, one set of rows: on stored names below --prefix for
+    mirror and verify, on the tree for import."""
+    for name in ("p/a.jpg", "p/b.txt", "p/old/c.jpg", "p/keep/d.jpg"):
+        bucket.upload_from_stream(name, name.encode())
+    excl = tmp_path / "excl"
+    excl.write_text("# old stuff\n\nold\n")
+    listed = tmp_path / "listed"
+    listed.write_text("./a.jpg\nkeep/d.jpg\n")
+    out = tmp_path / "out"
+    r = gfs.run("mirror", out, "--prefix", "p", "--include", "*.jpg", "--exclude-from", excl)
+    assert r.rc == 0, r
+    got = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
+    assert got == ["a.jpg", "keep/d.jpg"], got
+    out2 = tmp_path / "out2"
+    r = gfs.run("mirror", out2, "--prefix", "p", "--files-from", listed, "-x", "keep")
+    assert r.rc == 0 and sorted(str(f.relative_to(out2)) for f in out2.rglob("*") if f.is_file()) == \
+        ["a.jpg"], r
+    r = gfs.run("mirror", out, "--prefix", "p", "-x", "*.txt", "--delete")
+    assert r.rc == 2 and "--delete" in r.err, r  # it would delete what the filters leave out
+    # verify: a damaged file the filters leave out is not checked
+    bad = db["fs.files"].find_one({"filename": "p/b.txt"})["_id"]
+    db["fs.chunks"].delete_many({"files_id": bad})
+    assert gfs.run("verify", "--prefix", "p").rc == 1
+    s = jsonvocab.summary(gfs.run("verify", "--prefix", "p", "-x", "*.txt", "--json").text, "verify")
+    assert (s["files"], s["problems"], s["orphansChecked"]) == (3, 0, False), s
+    r = gfs.run("verify", "--files-from", listed, "--prefix", "p", "--against", out, "--json")
+    s = jsonvocab.summary(r.text, "verify")
+    assert r.rc == 0 and (s["files"], s["same"], s["problems"]) == (2, 2, 0), r
+    # import: the same rows on the tree
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    for rel in ("a.jpg", "b.txt", "sub/c.jpg"):
+        (tree / rel).write_bytes(rel.encode())
+    (tmp_path / "only").write_text("sub/c.jpg\nb.txt\n")
+    r = gfs.run("import", tree, "--prefix", "imp", "--files-from", tmp_path / "only", "-x", "*.txt")
+    assert r.rc == 0, r
+    assert sorted(d["filename"] for d in db["fs.files"].find({"filename": {"$regex": "^imp/"}})) == \
+        ["imp/sub/c.jpg"]
+    r = gfs.run("import", tree, "--exclude-from", tmp_path / "nonesuch")
+    assert r.rc == 2 and "nonesuch" in r.err, r
+
+
+def test_mirror_size_only_and_ignore_existing(gfs, bucket, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    bucket.upload_from_stream("same-size.txt", b"stored")
+    bucket.upload_from_stream("other.txt", b"stored too")
+    bucket.upload_from_stream("new.txt", b"new")
+    (out / "same-size.txt").write_bytes(b"local!")   # 6 bytes, as stored, different content
+    (out / "other.txt").write_bytes(b"local")        # another size
+    r = gfs.run("mirror", out, "--size-only")
+    assert r.rc == 0, r
+    assert (out / "same-size.txt").read_bytes() == b"local!" and (out / "other.txt").read_bytes() == b"stored too"
+    (out / "other.txt").write_bytes(b"changed locally, kept")
+    (out / "new.txt").unlink()
+    r = gfs.run("mirror", out, "--ignore-existing", "--json")
+    s = jsonvocab.summary(r.text, "mirror")
+    assert r.rc == 0 and (s["written"], s["skipped"]) == (1, 2), s
+    assert (out / "other.txt").read_bytes() == b"changed locally, kept" and (out / "new.txt").read_bytes() == b"new"
+    assert gfs.run("mirror", out, "--size-only", "-c").rc == 2

@@ -120,7 +120,12 @@ void
 gfs_match_text(gfs_match *m, const char *text)
 {
 	memset(m, 0, sizeof *m);
-	m->prefix = gfs_xstrdup(text ? text : "");
+	size_t n = text ? strlen(text) : 0;
+	while (n > 0 && text[n - 1] == '/')
+		n--;
+	/* The range on text covers the name and its folder (and text-old/, left out by name). */
+	m->prefix = gfs_xstrndup(text ? text : "", n);
+	m->folder = n > 0;
 }
 
 void
@@ -157,7 +162,10 @@ gfs_match_regex(gfs_match *m, const char *re, gfs_error *err)
 bool
 gfs_match_name(const gfs_match *m, const char *name)
 {
-	if (!name || strncmp(name, m->prefix, strlen(m->prefix)) != 0)
+	size_t n = strlen(m->prefix);
+	if (!name || strncmp(name, m->prefix, n) != 0)
+		return false;
+	if (m->folder && name[n] != '\0' && name[n] != '/')
 		return false;
 	if (m->glob && fnmatch(m->glob, name, FNM_PATHNAME) != 0)
 		return false;

@@ -32,9 +32,14 @@ typedef struct gfs_match {
 	char *glob;      /* a shell pattern, '*' not crossing '/' (FNM_PATHNAME); or NULL */
 	regex_t re;      /* a POSIX extended regular expression, when has_re */
 	bool has_re;
+	bool folder;     /* a name matches when it is prefix or goes on with '/' after it */
 } gfs_match;
 
-/* A match of every name that begins with text (NULL or "": all), as ls PREFIX lists. */
+/*
+ * What ls PREFIX lists: the name text itself and every name under the
+ * folder text (NULL or "": all), as --prefix reads a folder everywhere:
+ * "posters" is not "posters-old/".
+ */
 void gfs_match_text(gfs_match *m, const char *text);
 /* A match of every name under the folder prefix (NULL or "": all). */
 void gfs_match_folder(gfs_match *m, const char *prefix);

@@ -160,3 +160,15 @@ def test_mirror_size_only_and_ignore_existing(gfs, bucket, tmp_path):
     assert r.rc == 0 and (s["written"], s["skipped"]) == (1, 2), s
     assert (out / "other.txt").read_bytes() == b"changed locally, kept" and (out / "new.txt").read_bytes() == b"new"
     assert gfs.run("mirror", out, "--size-only", "-c").rc == 2
+
+
+def test_ls_prefix_is_a_folder_or_the_name(gfs, bucket):
+    for name in ("posters/a.jpg", "posters/b/c.jpg", "posters-old/a.jpg", "posters", "postersX"):
+        bucket.upload_from_stream(name, b"x")
+    for operand in ("posters", "posters/"):
+        r = gfs.run("ls", operand)
+        assert r.rc == 0 and r.text.split() == ["posters", "posters/a.jpg", "posters/b/c.jpg"], r
+    r = gfs.run("ls", "posters/a.jpg")
+    assert r.rc == 0 and r.text.split() == ["posters/a.jpg"], r
+    r = gfs.run("ls", "posters*")
+    assert r.rc == 0 and r.text.split() == ["posters", "postersX"], r

@@ -102,6 +102,17 @@ test_regex_and_folder_match(void **state)
 	assert_true(gfs_match_name(&m, "posters/a"));
 	assert_false(gfs_match_name(&m, "posters-old/a"));
 	gfs_match_free(&m);
+	/* ls PREFIX: the folder, or the name itself */
+	gfs_match_text(&m, "posters/");
+	assert_string_equal(m.prefix, "posters");
+	assert_true(gfs_match_name(&m, "posters"));
+	assert_true(gfs_match_name(&m, "posters/a"));
+	assert_false(gfs_match_name(&m, "posters-old/a"));
+	assert_false(gfs_match_name(&m, "postersX"));
+	gfs_match_free(&m);
+	gfs_match_text(&m, NULL);
+	assert_true(gfs_match_name(&m, "anything"));
+	gfs_match_free(&m);
 }
 
 static void

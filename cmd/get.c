@@ -16,7 +16,7 @@
 #include "../lib/safepath.h"
 #include "../lib/select.h"
 
-enum { OPT_ID = 1, OPT_REGEX };
+enum { OPT_ID = 1, OPT_REGEX, OPT_JSON };
 
 static const struct cmd_opt get_opts[] = {
 	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
@@ -32,6 +32,8 @@ static const struct cmd_opt get_opts[] = {
 	        "current directory (parent directories are created). With several NAMEs, --prefix "
 	        "or --regex, the directory the files go into"),
 	CMD_OPT('f', "force", NULL, "replace an existing output file"),
+	CMD_OPT(0, "json", NULL, "one JSON event per file: {event: write, filename, path, bytes, "
+	        "error?}", .id = OPT_JSON),
 	CMD_OPT_END,
 };
 
@@ -40,6 +42,30 @@ struct get_opts {
 	long rev;
 	bool force;
 };
+
+static bool json;   /* --json: a "write" event for each file written, or not */
+
+/*
+ * With --json, what became of one file: written to path (as the user gave
+ * it, or below -o DIR), or not, with the message said on stderr.
+ */
+static void
+report(const char *name, const char *path, int64_t bytes, int rc)
+{
+	if (!json)
+		return;
+	bson_t doc;
+	json_event(&doc, "write");
+	json_filename(&doc, name);
+	if (path)
+		json_path(&doc, path, strlen(path));
+	if (rc == EXIT_OK)
+		BSON_APPEND_INT64(&doc, "bytes", bytes);
+	else
+		BSON_APPEND_UTF8(&doc, "error", last_message());
+	print_json(stdout, &doc);
+	bson_destroy(&doc);
+}
 
 static int
 on_opt(int opt, const char *arg, void *ctx)
@@ -51,6 +77,7 @@ on_opt(int opt, const char *arg, void *ctx)
 	case OPT_REGEX: o->regex = arg; return 0;
 	case 'o': o->output = arg; return 0;
 	case 'f': o->force = true; return 0;
+	case OPT_JSON: json = true; return 0;
 	case 'R': return parse_rev_option(arg, &o->rev);
 	}
 	return -1;
@@ -232,7 +259,7 @@ finish_temp(int fd, const char *what, int rc)
 }
 
 static int
-get_to_path(gfs_session *s, const gfs_file *f, const struct target *t, bool force)
+write_target(gfs_session *s, const gfs_file *f, const struct target *t, bool force)
 {
 	struct stat st;
 	if (!force && fstatat(t->dirfd, t->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -258,6 +285,14 @@ get_to_path(gfs_session *s, const gfs_file *f, const struct target *t, bool forc
 	if (rc != EXIT_OK)
 		unlinkat(t->dirfd, tmp, 0);
 	bson_free(tmp);
+	return rc;
+}
+
+static int
+get_to_path(gfs_session *s, const gfs_file *f, const struct target *t, bool force)
+{
+	int rc = write_target(s, f, t, force);
+	report(f->filename, t->shown, f->length, rc);
 	return rc;
 }
 
@@ -372,6 +407,7 @@ get_beneath(gfs_session *s, int root, const gfs_file *f, const char *nprefix, bo
 	if (!ok) {
 		warnx_("%s: stored name is not a safe local path (%s)",
 		       f->filename ? f->filename : "(no name)", f->filename ? err.msg : "none");
+		report(f->filename, NULL, 0, EXIT_LOCAL);
 		return EXIT_LOCAL;
 	}
 	size_t dl = gfs_safepath_dirlen(rel, len);
@@ -399,6 +435,8 @@ get_names(gfs_session *s, const struct get_opts *o, int root, char **names, int 
 		if (rc == EXIT_OK) {
 			rc = get_beneath(s, root, &f, "", o->force);
 			gfs_file_free(&f);
+		} else {
+			report(names[i], NULL, 0, rc);
 		}
 		if (!tally_add(&t, rc))
 			break;
@@ -489,6 +527,10 @@ check_operands(const struct get_opts *o, int nargs)
 		usage_error("-o needs a file name ('-' for stdout), not an empty string");
 		return -1;
 	}
+	if (json && o->output && strcmp(o->output, "-") == 0) {
+		usage_error("--json goes to standard output: -o - cannot share it");
+		return -1;
+	}
 	return 0;
 }
 
@@ -508,7 +550,9 @@ cmd_get(int argc, char **argv)
 	int rc;
 	if (argc - i > 1 || o.prefix || o.regex)
 		rc = get_several(s, &o, argv + i, argc - i);
-	else if ((rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f)) == EXIT_OK) {
+	else if ((rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f)) != EXIT_OK)
+		report(o.id ? NULL : argv[i], NULL, 0, rc);
+	else {
 		if (o.output && strcmp(o.output, "-") == 0)
 			rc = read_into(s, &f, STDOUT_FILENO, "stdout");
 		else

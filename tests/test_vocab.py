@@ -172,3 +172,18 @@ def test_ls_prefix_is_a_folder_or_the_name(gfs, bucket):
     assert r.rc == 0 and r.text.split() == ["posters/a.jpg"], r
     r = gfs.run("ls", "posters*")
     assert r.rc == 0 and r.text.split() == ["posters", "postersX"], r
+
+
+def test_get_json_says_what_was_written(gfs, bucket, tmp_path):
+    bucket.upload_from_stream("d/a.txt", b"hello")
+    out = tmp_path / "a.txt"
+    r = gfs.run("get", "d/a.txt", "-o", out, "--json")
+    [ev] = jsonvocab.events(r.text, "get")
+    assert r.rc == 0 and (ev["event"], ev["filename"], ev["path"], ev["bytes"]) == (
+        "write", "d/a.txt", str(out), 5), r
+    r = gfs.run("get", "d/a.txt", "nonesuch", "-o", tmp_path / "dir", "--json")
+    evs = jsonvocab.events(r.text, "get")
+    assert r.rc != 0 and [(e["filename"], "error" in e) for e in evs] == [("d/a.txt", False),
+                                                                       ("nonesuch", True)], r
+    assert evs[0]["path"] == "d/a.txt" and (tmp_path / "dir" / "d" / "a.txt").read_bytes() == b"hello"
+    assert gfs.run("get", "d/a.txt", "-o", "-", "--json").rc == 2

@@ -745,42 +745,40 @@ run_verify(struct vopts *o)
 	return rc;
 }
 
+/* Parses and checks the command line into *o (whose filter the caller frees), then runs. */
 static int
-verify_main(int argc, char **argv, struct vopts *op)
+verify_main(int argc, char **argv, struct vopts *o)
 {
-	struct vopts o = *op;
-	int first = parse_options(argc, argv, &cmd_verify_entry, on_opt, &o);
-	*op = o;
+	int first = parse_options(argc, argv, &cmd_verify_entry, on_opt, o);
 	if (first < 0)
 		return EXIT_USAGE;
 	if (first < argc) {
 		usage_error("unexpected argument '%s'", argv[first]);
 		return EXIT_USAGE;
 	}
-	if (o.combined && !o.against) {
+	if (o->combined && !o->against) {
 		usage_error("--combined needs --against DIR");
 		return EXIT_USAGE;
 	}
-	if (o.dry_run && !o.repair && !o.seal) {
+	if (o->dry_run && !o->repair && !o->seal) {
 		usage_error("--dry-run goes with --repair or --seal");
 		return EXIT_USAGE;
 	}
-	if (o.against && o.sample > 0 && o.sample < 1) {
+	if (o->against && o->sample > 0 && o->sample < 1) {
 		usage_error("--sample cannot be combined with --against (a sample cannot tell what is missing)");
 		return EXIT_USAGE;
 	}
 	struct stat st;
-	if (o.against && stat(o.against, &st) != 0) {
-		warn_("%s", o.against);
+	if (o->against && stat(o->against, &st) != 0) {
+		warn_("%s", o->against);
 		return EXIT_LOCAL;
 	}
 	/* stat() succeeded, so errno says nothing here. */
-	if (o.against && !S_ISDIR(st.st_mode)) {
-		warnx_("%s: %s", o.against, strerror(ENOTDIR));
+	if (o->against && !S_ISDIR(st.st_mode)) {
+		warnx_("%s: %s", o->against, strerror(ENOTDIR));
 		return EXIT_LOCAL;
 	}
-	*op = o;
-	return run_verify(op);
+	return run_verify(o);
 }
 
 static int

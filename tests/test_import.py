@@ -205,7 +205,7 @@ def test_checksum_ignores_touch(gfs, db, tree):
     res = gfs.run("import", tree, "--checksum", "--dry-run")
     assert res.rc == 0 and res.text == "", res
     res = gfs.run("import", tree, "--dry-run")
-    assert res.rc == 0 and res.text == "would replace f\n", res
+    assert res.rc == 0 and res.text == "would replace f (DRY RUN)\n", res
     s = summary(gfs.run("import", tree, "--checksum", "--json"))
     assert (s["skipped"], s["replaced"]) == (1, 0)
     s = summary(gfs.run("import", tree, "--json"))

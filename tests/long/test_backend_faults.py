@@ -222,7 +222,7 @@ def test_watch(fgfs, fb, fdb, tmp_path, fault, rng, tally):
         fb.ensure_up()
         (src / "after.bin").write_bytes(rng.randbytes(50_000))
         if w.proc.poll() is None:
-            w.wait_for("uploaded", "after.bin")
+            w.wait_for("upload", "after.bin")
             tally.notes.append(f"watch/{fault}:kept-going")
         else:
             assert w.proc.returncode in (1, 3), w.stderr

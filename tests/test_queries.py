@@ -428,12 +428,12 @@ def test_watch_a_queue_of_moves_and_removals(gfs, db, rec, tmp_path):
             os.rename(tree / "f" / f"{i}.txt", tree / "f" / f"{i}.moved")
         moved = {f"f/{i}.moved" for i in range(10)}
         while moved:
-            moved.discard(w.wait_for("moved")["filename"])
+            moved.discard(w.wait_for("move")["filename"])
         for i in range(5):
             (tree / "f" / f"{i}.moved").unlink()
         removed = {f"f/{i}.moved" for i in range(5)}
         while removed:
-            removed.discard(w.wait_for("removed")["filename"])
+            removed.discard(w.wait_for("delete")["filename"])
     finally:
         assert w.stop() == 0
     check(rec, db, prefix_ranges=0)
@@ -445,7 +445,7 @@ def test_watch_folder_move(gfs, db, rec, tmp_path):
     tree, w = watch_ten_files(gfs, rec, tmp_path)
     try:
         os.rename(tree / "f", tree / "g")
-        w.wait_for("moved-folder", "g")
+        w.wait_for("move-folder", "g")
     finally:
         assert w.stop() == 0
     cmds = rec.taken()

@@ -224,8 +224,8 @@ def test_removal_then_folder_move_within_settle_time(gfs, bucket, db, tree):
         w.wait_for("ready")
         (tree / "h" / "f1.txt").unlink()
         os.rename(tree / "h", tree / "h2")
-        w.wait_for("removed", "h/f1.txt")
-        ev = w.wait_for("moved-folder", "h2")
+        w.wait_for("delete", "h/f1.txt")
+        ev = w.wait_for("move-folder", "h2")
         assert ev["from"] == "h" and ev["files"] == 1
         assert db.fs.files.count_documents({"filename": {"$in": ["h/f1.txt", "h2/f1.txt"]}}) == 0
         assert bucket.open_download_stream_by_name("h2/f2.txt").read() == b"two"
@@ -499,8 +499,8 @@ def test_removal_then_folder_move_during_an_outage(own_backend, tmp_path, tree):
         os.rename(tree / "h", tree / "h2")
         own_backend.start()
         w.wait_for("backend-up")
-        w.wait_for("removed", "h/f1.txt")
-        w.wait_for("moved-folder", "h2")
+        w.wait_for("delete", "h/f1.txt")
+        w.wait_for("move-folder", "h2")
         wait_exact(db, bucket, tree)
         assert db.fs.files.count_documents({"filename": "h2/f1.txt"}) == 0
     finally:
@@ -753,7 +753,7 @@ def test_a_name_another_import_stored_meanwhile_is_trimmed_once_it_is_done(gfs, 
         hold_import_lock(db)
         data = os.urandom(300)
         (tree / "same.bin").write_bytes(data)
-        w.wait_for("uploaded", "same.bin")
+        w.wait_for("upload", "same.bin")
         # the import's own upload of the name, landing after watch's trim, then its release
         locks.update_one({"_id": "import.taken"}, {"$inc": {"n": 1}}, upsert=True)
         bucket.upload_from_stream("same.bin", data)

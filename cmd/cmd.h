@@ -263,6 +263,13 @@ void json_summary_end(FILE *out, struct json_summary *s, double seconds, const c
  * C1 controls, DEL and bytes that are not UTF-8 become \xNN. Caller frees.
  */
 char *printable(const char *s, size_t len);
+/*
+ * A stored name as messages show it: whole up to GFS_NAME_SHOWN_MAX - 1
+ * bytes, else its head and its tail around "...(N bytes)...", so that a
+ * name of kilobytes neither floods the line nor hides the reason after it,
+ * and names that differ in length never look alike. Returns buf.
+ */
+const char *shown_name(char buf[GFS_NAME_SHOWN_MAX], const char *name);
 /* Formats one line, escapes all of it with printable() and writes it with a newline. */
 void human_line(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*

@@ -229,15 +229,28 @@ typeable(const char *s)
 }
 
 static bool
-on_name(const gfs_file *f, void *ctx)
+offer(struct names *n, const char *name)
 {
-	struct names *n = ctx;
-	const char *name = f->filename;
 	if (!name || !typeable(name) || strcmp(name, n->last) == 0)
 		return true;
 	printf("%s\n", name);
 	snprintf(n->last, sizeof n->last, "%s", name);
 	return ++n->count < NAMES_MAX;
+}
+
+static bool
+on_name(const gfs_file *f, void *ctx)
+{
+	return offer(ctx, f->filename);
+}
+
+/* A name whose document is malformed is still stored: a verb may name it (rm, verify). */
+static bool
+on_bad_name(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
+{
+	(void)doc;
+	(void)why;
+	return offer(ctx, name);
 }
 
 static int
@@ -255,7 +268,7 @@ print_names(const char *prefix)
 		return fail(&err);
 	gfs_session *s = gfs_session_pop(conn);
 	struct names n = {.count = 0};
-	bool ok = gfs_list(s, prefix, on_name, &n, &err);
+	bool ok = gfs_list(s, prefix, on_name, on_bad_name, &n, &err);
 	gfs_session_push(s);
 	gfs_conn_close(conn);
 	return ok ? EXIT_OK : fail(&err);

@@ -444,6 +444,17 @@ get_names(gfs_session *s, const struct get_opts *o, int root, char **names, int 
 	return tally_status(&t);
 }
 
+/* A name whose newest revision is malformed: damage, said, never an older revision got. */
+static bool
+on_malformed(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
+{
+	(void)doc;
+	char shown[GFS_NAME_SHOWN_MAX];
+	warnx_("%s: %s", shown_name(shown, name ? name : "(no filename)"), why->msg);
+	tally_add(ctx, EXIT_PARTIAL);
+	return true;
+}
+
 /* The newest revision of every name --prefix or --regex selects: one query. */
 static int
 get_matching(gfs_session *s, const struct get_opts *o, int root)
@@ -457,16 +468,16 @@ get_matching(gfs_session *s, const struct get_opts *o, int root)
 	gfs_file *files;
 	size_t n;
 	struct tally t = {0};
-	if (!gfs_newest_match(s, &m, &files, &n, &err)) {
+	bool go = gfs_newest_match(s, &m, &files, &n, on_malformed, &t, &err);
+	if (!go) {
 		tally_add(&t, fail(&err));
-	} else if (n == 0) {
+	} else if (n == 0 && t.n == 0) {
 		gfs_error_set(&err, GFS_ENOTFOUND, o->prefix ? "%s: nothing stored under it"
 		              : "--regex %s: no name matches", o->prefix ? m.prefix : o->regex);
 		tally_add(&t, fail(&err));
 	}
 	/* Named as below the folder; a regex's names whole. */
 	const char *below = o->prefix ? m.prefix : "";
-	bool go = t.n == 0;
 	for (size_t i = 0; i < n; i++) {
 		if (go && stop_signal) {
 			warnx_("interrupted");

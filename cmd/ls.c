@@ -20,10 +20,14 @@ static const struct cmd_opt ls_opts[] = {
 struct ls {
 	bool lng, all, json, human;
 	const char *regex;
-	gfs_file pending;      /* newest revision seen so far of the current name */
+	/* The newest revision seen so far of the current name: a file, or a malformed document. */
+	gfs_file pending;
 	bool have_pending;
+	char *bad_name;        /* the pending document is malformed: its name ... */
+	gfs_error bad_why;     /* ... and why */
 	int64_t revisions;     /* of the pending name */
 	uint64_t count;
+	uint64_t malformed;    /* names reported for a malformed document */
 };
 
 static int
@@ -67,6 +71,25 @@ print_file(struct ls *l, const gfs_file *f, int64_t revisions)
 	l->count++;
 }
 
+/*
+ * A malformed document is a problem of its name, never a line that looks
+ * like the name is fine (nor an older revision shown in its place).
+ */
+static void
+print_bad(struct ls *l, const char *name, const gfs_error *why)
+{
+	l->malformed++;
+	if (l->json) {
+		bson_t doc = BSON_INITIALIZER;
+		json_filename(&doc, name);
+		BSON_APPEND_UTF8(&doc, "error", why->msg);
+		print_json(stdout, &doc);
+		bson_destroy(&doc);
+	}
+	char shown[GFS_NAME_SHOWN_MAX];
+	warnx_("%s: %s", shown_name(shown, name ? name : "(no filename)"), why->msg);
+}
+
 static void
 copy_file(gfs_file *dst, const gfs_file *src)
 {
@@ -76,13 +99,47 @@ copy_file(gfs_file *dst, const gfs_file *src)
 }
 
 static void
+drop_pending(struct ls *l)
+{
+	if (l->bad_name)
+		free(l->bad_name);
+	else if (l->have_pending)
+		gfs_file_free(&l->pending);
+	l->bad_name = NULL;
+	l->have_pending = false;
+}
+
+static void
 flush_pending(struct ls *l)
 {
 	if (!l->have_pending)
 		return;
-	print_file(l, &l->pending, l->revisions);
-	gfs_file_free(&l->pending);
-	l->have_pending = false;
+	if (l->bad_name)
+		print_bad(l, l->bad_name, &l->bad_why);
+	else
+		print_file(l, &l->pending, l->revisions);
+	drop_pending(l);
+}
+
+static const char *
+pending_name(const struct ls *l)
+{
+	return l->bad_name ? l->bad_name : l->pending.filename;
+}
+
+/* Sorted by name then date: the last of a run of equal names is the newest. */
+static void
+next_revision(struct ls *l, const char *name)
+{
+	bool same = l->have_pending && name && pending_name(l) && strcmp(name, pending_name(l)) == 0;
+	if (!same) {
+		flush_pending(l);
+		l->revisions = 0;
+	} else {
+		drop_pending(l);
+	}
+	l->have_pending = true;
+	l->revisions++;
 }
 
 static bool
@@ -93,18 +150,23 @@ on_file(const gfs_file *f, void *ctx)
 		print_file(l, f, 1);
 		return true;
 	}
-	/* Sorted by name then date: the last of a run of equal names is the newest. */
-	bool same = l->have_pending && f->filename && l->pending.filename &&
-	            strcmp(f->filename, l->pending.filename) == 0;
-	if (!same) {
-		flush_pending(l);
-		l->revisions = 0;
-	} else {
-		gfs_file_free(&l->pending);
-	}
+	next_revision(l, f->filename);
 	copy_file(&l->pending, f);
-	l->have_pending = true;
-	l->revisions++;
+	return true;
+}
+
+static bool
+on_bad(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
+{
+	(void)doc;
+	struct ls *l = ctx;
+	if (l->all || !name) {
+		print_bad(l, name, why);
+		return true;
+	}
+	next_revision(l, name);
+	l->bad_name = gfs_xstrdup(name);
+	l->bad_why = *why;
 	return true;
 }
 
@@ -129,16 +191,18 @@ cmd_ls(int argc, char **argv)
 	}
 	gfs_session *s = gfs_session_pop(conn);
 	gfs_error err;
-	bool ok = gfs_list_match(s, &m, on_file, &l, &err);
+	bool ok = gfs_list_match(s, &m, on_file, on_bad, &l, &err);
 	flush_pending(&l);
 	gfs_session_push(s);
 	gfs_conn_close(conn);
 	gfs_match_free(&m);
-	return ok ? EXIT_OK : fail(&err);
+	if (!ok)
+		return fail(&err);
+	return l.malformed ? EXIT_PARTIAL : EXIT_OK;
 }
 
 static const struct cmd_exit ls_exits[] = {
-	{0, "ok"}, {2, "usage"}, {3, "backend"}, {5, "standard output could not be written"}, {-1, NULL},
+	{0, "ok"}, {1, "a files document listed is malformed (each is reported)"}, {2, "usage"}, {3, "backend"}, {5, "standard output could not be written"}, {-1, NULL},
 };
 
 const struct cmd_entry cmd_ls_entry = {

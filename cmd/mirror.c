@@ -169,9 +169,8 @@ reportf(struct mirror *m, const char *fmt, ...)
 static void
 on_refused(const char *name, const gfs_error *why, void *ctx)
 {
-	char short_name[GFS_NAME_SHOWN_MAX];
-	gfs_shorten(short_name, sizeof short_name, name, strlen(name));
-	reportf(ctx, "%s: refused: %s", short_name, why->msg);
+	char shown[GFS_NAME_SHOWN_MAX];
+	reportf(ctx, "%s: refused: %s", shown_name(shown, name), why->msg);
 }
 
 /* ---- the workers ----------------------------------------------------- */

@@ -18,6 +18,15 @@
 #include "../lib/sdnotify.h"
 #include "../lib/select.h"
 
+const char *
+shown_name(char buf[GFS_NAME_SHOWN_MAX], const char *name)
+{
+	size_t len = strlen(name);
+	char mark[48];
+	snprintf(mark, sizeof mark, "...(%zu bytes)...", len);
+	return gfs_shorten_with(buf, GFS_NAME_SHOWN_MAX, name, len, mark);
+}
+
 /*
  * Length of the printable character at s[0..len), 0 when it is a control
  * character (C0, DEL or C1) or not valid UTF-8.

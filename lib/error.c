@@ -22,22 +22,28 @@ char_boundary_after(const char *s, size_t len, size_t at)
 }
 
 char *
-gfs_shorten(char *dst, size_t size, const char *s, size_t len)
+gfs_shorten_with(char *dst, size_t size, const char *s, size_t len, const char *mark)
 {
-	static const char dots[] = "...";
 	if (len < size) {
 		memcpy(dst, s, len);
 		dst[len] = '\0';
 		return dst;
 	}
-	size_t room = size - sizeof dots; /* the bytes kept, ends together */
+	size_t ml = strlen(mark);
+	size_t room = size - ml - 1; /* the bytes kept, ends together */
 	size_t head = char_boundary_before(s, len, room / 2);
 	size_t tail_at = char_boundary_after(s, len, len - (room - room / 2));
 	memcpy(dst, s, head);
-	memcpy(dst + head, dots, sizeof dots - 1);
-	memcpy(dst + head + sizeof dots - 1, s + tail_at, len - tail_at);
-	dst[head + sizeof dots - 1 + len - tail_at] = '\0';
+	memcpy(dst + head, mark, ml);
+	memcpy(dst + head + ml, s + tail_at, len - tail_at);
+	dst[head + ml + len - tail_at] = '\0';
 	return dst;
+}
+
+char *
+gfs_shorten(char *dst, size_t size, const char *s, size_t len)
+{
+	return gfs_shorten_with(dst, size, s, len, "...");
 }
 
 /*

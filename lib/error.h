@@ -43,6 +43,8 @@ void gfs_error_set(gfs_error *err, enum gfs_errcode code, const char *fmt, ...)
  * its middle becomes "...", cut between UTF-8 characters. Returns dst.
  */
 char *gfs_shorten(char *dst, size_t size, const char *s, size_t len);
+/* gfs_shorten() with mark (shorter than size - 8) in place of "...". */
+char *gfs_shorten_with(char *dst, size_t size, const char *s, size_t len, const char *mark);
 void gfs_error_clear(gfs_error *err);
 const char *gfs_errcode_name(enum gfs_errcode code);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "gfs.h"
+#include "names.h"
 
 static bool
 iter_int64(const bson_iter_t *it, int64_t *out)
@@ -32,15 +33,12 @@ gfs_ms_to_ns(int64_t ms)
 	return ms * 1000000;
 }
 
+/* A stored digest into dst; a malformed one is remembered as damage (gfs_integrity_rule). */
 static void
-copy_hex(const bson_iter_t *it, char *dst, size_t want)
+read_hash(const bson_iter_t *it, char *dst, size_t want, const char *field, gfs_file *f)
 {
-	uint32_t len;
-	const char *s = bson_iter_utf8(it, &len);
-	if (len == want) {
-		memcpy(dst, s, want);
-		dst[want] = '\0';
-	}
+	if (!gfs_hash_field(it, dst, want) && (!f->bad_hash[0] || strcmp(field, "sha256") == 0))
+		snprintf(f->bad_hash, sizeof f->bad_hash, "%s", field);
 }
 
 static void
@@ -52,8 +50,8 @@ parse_metadata(bson_iter_t *meta, gfs_file *f)
 	int64_t v;
 	while (bson_iter_next(&it)) {
 		const char *k = bson_iter_key(&it);
-		if (strcmp(k, "sha256") == 0 && BSON_ITER_HOLDS_UTF8(&it))
-			copy_hex(&it, f->sha256, 64);
+		if (strcmp(k, "sha256") == 0)
+			read_hash(&it, f->sha256, 64, "sha256", f);
 		else if (strcmp(k, "contentType") == 0 && BSON_ITER_HOLDS_UTF8(&it) && !f->content_type)
 			f->content_type = strdup(bson_iter_utf8(&it, NULL));
 		else if (strcmp(k, "mtimeNs") == 0 && iter_int64(&it, &v))
@@ -76,7 +74,7 @@ gfs_file_parse(const bson_t *doc, gfs_file *f, gfs_error *err)
 	f->mode = -1;
 	f->length = -1;
 	bson_iter_t it;
-	bool have_id = false;
+	bool have_id = false, have_length = false, have_size = false;
 	int64_t v;
 	if (!bson_iter_init(&it, doc)) {
 		gfs_error_set(err, GFS_EBADDOC, "files document is not valid BSON");
@@ -93,31 +91,43 @@ gfs_file_parse(const bson_t *doc, gfs_file *f, gfs_error *err)
 			have_id = true;
 		} else if (strcmp(k, "filename") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
 			f->filename = strdup(bson_iter_utf8(&it, NULL));
-		} else if (strcmp(k, "length") == 0 && iter_int64(&it, &v)) {
-			f->length = v;
-		} else if (strcmp(k, "chunkSize") == 0 && iter_int64(&it, &v) && v > 0 && v <= INT32_MAX) {
-			f->chunk_size = (int32_t)v;
+		} else if (strcmp(k, "length") == 0) {
+			have_length = true;
+			if (iter_int64(&it, &v))
+				f->length = v;
+		} else if (strcmp(k, "chunkSize") == 0) {
+			have_size = true;
+			if (iter_int64(&it, &v) && v > 0 && v <= INT32_MAX)
+				f->chunk_size = (int32_t)v;
 		} else if (strcmp(k, "uploadDate") == 0 && BSON_ITER_HOLDS_DATE_TIME(&it)) {
 			f->upload_date = bson_iter_date_time(&it);
-		} else if (strcmp(k, "md5") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-			copy_hex(&it, f->md5, 32);
+		} else if (strcmp(k, "md5") == 0) {
+			read_hash(&it, f->md5, 32, "md5", f);
 		} else if (strcmp(k, "metadata") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
 			parse_metadata(&it, f);
 		}
 	}
 	f->doc = bson_copy(doc);
-	const char *name = f->filename ? f->filename : "(no filename)";
-	if (!have_id) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: files document has no _id", name);
-		gfs_file_free(f);
-		return false;
-	}
-	if (f->length < 0 || f->chunk_size <= 0) {
-		gfs_error_set(err, GFS_EBADDOC, "%s: files document has no valid length or chunkSize", name);
+	const char *why = !have_id ? "files document has no _id"
+	                  : !have_length ? "files document has no length"
+	                  : f->length < 0 ? "length is not a whole number of bytes"
+	                  : !have_size ? "files document has no chunkSize"
+	                  : f->chunk_size <= 0 ? "chunkSize is not a whole number above 0" : NULL;
+	if (why) {
+		gfs_error_set(err, GFS_EBADDOC, "%s", why);
 		gfs_file_free(f);
 		return false;
 	}
 	return true;
+}
+
+const char *
+gfs_doc_filename(const bson_t *doc)
+{
+	bson_iter_t it;
+	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
+		return bson_iter_utf8(&it, NULL);
+	return NULL;
 }
 
 void
@@ -152,6 +162,16 @@ gfs_chunk_count(int64_t length, int32_t chunk_size)
 		return 0;
 	/* Not (length + chunk_size - 1) / chunk_size: that overflows near INT64_MAX. */
 	return length / chunk_size + (length % chunk_size != 0);
+}
+
+enum gfs_chunk_place
+gfs_chunk_place(int64_t n, int64_t next, int64_t count)
+{
+	if (n < 0 || n >= count)
+		return GFS_CHUNK_OUTSIDE;
+	if (n < next)
+		return GFS_CHUNK_DUPLICATE;
+	return n > next ? GFS_CHUNK_GAP : GFS_CHUNK_NEXT;
 }
 
 int32_t
@@ -319,8 +339,13 @@ find_one(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts, gf
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
 	const bson_t *doc;
 	int rc = 0;
-	if (mongoc_cursor_next(cur, &doc))
-		rc = gfs_file_parse(doc, out, err) ? 1 : -1;
+	gfs_error why;
+	if (mongoc_cursor_next(cur, &doc)) {
+		rc = gfs_file_parse(doc, out, &why) ? 1 : -1;
+		const char *name = gfs_doc_filename(doc);
+		if (rc < 0)
+			gfs_error_set(err, why.code, "%s: %s", name ? name : "(no filename)", why.msg);
+	}
 	if (!gfs_cursor_done(cur, "find in files collection", err))
 		rc = -1;
 	return rc;
@@ -420,10 +445,79 @@ gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_error
 	return found;
 }
 
+/* Bytes of the UTF-8 sequence that starts with lead. */
+static size_t
+utf8_len(unsigned char lead)
+{
+	return lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
+}
+
+static size_t
+utf8_put(char *out, uint32_t cp)
+{
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (char)(0xc0 | cp >> 6);
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (char)(0xe0 | cp >> 12);
+		out[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+		out[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (char)(0xf0 | cp >> 18);
+	out[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	out[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	out[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+static uint32_t
+utf8_get(const unsigned char *s, size_t len)
+{
+	static const unsigned char lead_mask[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+	uint32_t cp = s[0] & lead_mask[len];
+	for (size_t i = 1; i < len; i++)
+		cp = cp << 6 | (s[i] & 0x3f);
+	return cp;
+}
+
+char *
+gfs_prefix_upper(const char *prefix)
+{
+	size_t n = strlen(prefix);
+	/* Past bytes that are not UTF-8 (no stored name has them) only the valid head counts. */
+	while (n > 0 && !gfs_utf8_valid(prefix, n))
+		n--;
+	/* The start of each code point, so that the last can be taken off. */
+	size_t *starts = gfs_xcalloc(n + 1, sizeof *starts), count = 0;
+	for (size_t i = 0; i < n; i += utf8_len((unsigned char)prefix[i]))
+		starts[count++] = i;
+	char *out = NULL;
+	while (count > 0) {
+		size_t at = starts[--count];
+		const unsigned char *p = (const unsigned char *)prefix + at;
+		uint32_t cp = utf8_get(p, utf8_len(*p));
+		if (cp >= 0x10ffff)
+			continue;   /* nothing above it: carry into the code point before */
+		cp = cp == 0xd7ff ? 0xe000 : cp + 1;
+		out = gfs_xmalloc(at + 5);
+		memcpy(out, prefix, at);
+		out[at + utf8_put(out + at, cp)] = '\0';
+		break;
+	}
+	free(starts);
+	return out;
+}
+
 /*
  * A range rather than an anchored $regex: both use the filename index on
- * MongoDB, and a range needs no escaping of the prefix. The upper bound is
- * the prefix followed by U+10FFFF, the greatest code point.
+ * MongoDB, and a range needs no escaping of the prefix.
  */
 void
 gfs_prefix_filter(bson_t *filter, const char *prefix)
@@ -431,16 +525,18 @@ gfs_prefix_filter(bson_t *filter, const char *prefix)
 	if (!prefix || !*prefix)
 		return;
 	bson_t range;
-	char *upper = bson_strdup_printf("%s\xf4\x8f\xbf\xbf", prefix);
+	char *upper = gfs_prefix_upper(prefix);
 	BSON_APPEND_DOCUMENT_BEGIN(filter, "filename", &range);
 	BSON_APPEND_UTF8(&range, "$gte", prefix);
-	BSON_APPEND_UTF8(&range, "$lt", upper);
+	if (upper)
+		BSON_APPEND_UTF8(&range, "$lt", upper);
 	bson_append_document_end(filter, &range);
-	bson_free(upper);
+	free(upper);
 }
 
 bool
-gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, void *ctx, gfs_error *err)
+gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, gfs_bad_file_fn bad, void *ctx,
+         gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
 	gfs_prefix_filter(&filter, prefix);
@@ -452,18 +548,18 @@ gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, void *ctx, gfs_erro
 	BSON_APPEND_INT32(&opts, "batchSize", 1000);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
 	const bson_t *doc;
-	bool ok = true;
-	while (ok && mongoc_cursor_next(cur, &doc)) {
+	bool more = true;
+	while (more && mongoc_cursor_next(cur, &doc)) {
 		gfs_file f;
-		gfs_error perr;
-		if (!gfs_file_parse(doc, &f, &perr))
-			continue; /* malformed documents are verify's business, not a listing's */
-		bool more = fn(&f, ctx);
+		gfs_error why;
+		if (!gfs_file_parse(doc, &f, &why)) {
+			more = bad(doc, gfs_doc_filename(doc), &why, ctx);
+			continue;
+		}
+		more = fn(&f, ctx);
 		gfs_file_free(&f);
-		if (!more)
-			break;
 	}
-	ok = gfs_cursor_done(cur, "list files", err);
+	bool ok = gfs_cursor_done(cur, "list files", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	return ok;

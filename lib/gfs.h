@@ -94,18 +94,45 @@ typedef struct gfs_file {
 	int32_t chunk_size;
 	int64_t upload_date;    /* ms since the epoch */
 	char *content_type;     /* top-level contentType, else metadata.contentType; may be NULL */
-	char sha256[65];        /* metadata.sha256, "" when absent */
-	char md5[33];           /* legacy md5, "" when absent */
+	char sha256[65];        /* metadata.sha256, "" when absent or malformed */
+	char md5[33];           /* legacy md5, "" when absent or malformed */
+	/*
+	 * "sha256" or "md5": that digest is stored but is not 64 (32) hex
+	 * digits, which the integrity rule counts as damage; "" when none is.
+	 */
+	char bad_hash[8];
 	int64_t mtime_ns;       /* metadata.mtimeNs, else metadata.mtime in ns; -1 when absent */
 	int32_t mode;           /* metadata.mode, -1 when absent */
 	bson_t *doc;            /* the whole document */
 } gfs_file;
 
-/* Parses a files document; tolerant of numeric types and extra fields. */
+/*
+ * Parses a files document; tolerant of numeric types and extra fields.
+ * A document without an _id, a whole length >= 0 or a whole chunkSize > 0
+ * fails with GFS_EBADDOC, the message saying why (not naming the file).
+ */
 bool gfs_file_parse(const bson_t *doc, gfs_file *out, gfs_error *err);
+/* The filename of a files document as stored (NULL when not a string), for one that does not parse. */
+const char *gfs_doc_filename(const bson_t *doc);
 void gfs_file_free(gfs_file *f);
 /* Number of chunks a file of this length and chunk size must have. */
 int64_t gfs_chunk_count(int64_t length, int32_t chunk_size);
+/*
+ * The one rule for extra chunks, for every reader (verify, get, mirror,
+ * serve): what chunk n is to a file of count chunks when a reader taking
+ * them in n order wants next. A chunk numbered outside 0..count-1 is no
+ * part of the content: readers pass over it (the GridFS spec lets them,
+ * and forbids reading the chunks of an empty file at all), verify reports
+ * it as EXTRA-CHUNK. A second copy of a chunk of the content makes the
+ * content ambiguous: damage to every reader.
+ */
+enum gfs_chunk_place {
+	GFS_CHUNK_NEXT,         /* the next part of the content */
+	GFS_CHUNK_OUTSIDE,      /* numbered outside the content: passed over */
+	GFS_CHUNK_DUPLICATE,    /* a second copy of a chunk already read: damage */
+	GFS_CHUNK_GAP,          /* chunks before it are missing: damage */
+};
+enum gfs_chunk_place gfs_chunk_place(int64_t n, int64_t next, int64_t count);
 /* A chunk document's n: false when missing, not a number, or not a whole int64. */
 bool gfs_chunk_n(const bson_t *doc, int64_t *n);
 /*
@@ -173,14 +200,33 @@ bool gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_
 
 /*
  * Calls fn for each files document whose filename starts with prefix
- * (NULL or "" for all), in filename then uploadDate order. fn returns false
- * to stop early. The gfs_file is freed after fn returns.
+ * (NULL or "" for all), in filename then uploadDate order, and bad for
+ * each one that does not parse, in the same order: a malformed document
+ * is a problem of its name, never the name's absence (filename is NULL
+ * when it has none; why says what is wrong, without the name). Either
+ * returns false to stop early. The gfs_file is freed after fn returns.
  */
 typedef bool (*gfs_file_fn)(const gfs_file *f, void *ctx);
-bool gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, void *ctx, gfs_error *err);
+typedef bool (*gfs_bad_file_fn)(const bson_t *doc, const char *filename, const gfs_error *why,
+                                void *ctx);
+bool gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, gfs_bad_file_fn bad, void *ctx,
+              gfs_error *err);
 
-/* A filter matching filenames that start with prefix (all when NULL or ""). */
+/*
+ * A filter matching exactly the filenames that start with prefix, byte for
+ * byte (all when NULL or ""): an index range from prefix to the least
+ * string above every name it begins (gfs_prefix_upper).
+ */
 void gfs_prefix_filter(bson_t *filter, const char *prefix);
+/*
+ * The least UTF-8 string greater than every string that begins with
+ * prefix (valid UTF-8, not ""): prefix with its last code point
+ * incremented, skipping surrogates and carrying past U+10FFFF into the one
+ * before; MongoDB compares strings by their UTF-8 bytes, where this order
+ * is the code point order. NULL when there is none (every code point is
+ * U+10FFFF): the range then has no upper bound. Caller frees.
+ */
+char *gfs_prefix_upper(const char *prefix);
 
 /* ---- reading --------------------------------------------------------- */
 
@@ -402,14 +448,23 @@ void gfs_sha256_final(gfs_sha256 *h, char hex[65]);
  * content is checked against metadata.sha256 when stored, else against the
  * legacy md5 that older drivers wrote (the GridFS spec deprecates md5 but
  * a stored one is still the only proof for such a file), else against
- * nothing. Hex digits compare in either case.
+ * nothing. Hex digits compare in either case. A digest stored but
+ * malformed (not a string of 64, or 32, hex digits: "", a number, too few
+ * digits) is damage, never the absence of a digest: it would turn the
+ * check off.
  */
-enum gfs_check { GFS_CHECK_NONE, GFS_CHECK_SHA256, GFS_CHECK_MD5 };
+enum gfs_check { GFS_CHECK_NONE, GFS_CHECK_SHA256, GFS_CHECK_MD5, GFS_CHECK_MALFORMED };
+/*
+ * Reads a stored digest of want hex digits into dst ("" when it is not
+ * one); false when it is malformed. BSON null counts as not stored.
+ */
+bool gfs_hash_field(const bson_iter_t *it, char *dst, size_t want);
 /* Which stored digest decides for f. */
 enum gfs_check gfs_integrity_rule(const gfs_file *f);
 /*
  * True when the content with these digests is what f stores, or f stores
- * none; else false with GFS_ECHECKSUM naming the file. md5_hex is needed
+ * none; else false with GFS_ECHECKSUM naming the file (also when the rule
+ * is GFS_CHECK_MALFORMED). md5_hex is needed
  * only when the rule is GFS_CHECK_MD5 (NULL: a mismatch).
  */
 bool gfs_integrity_check(const gfs_file *f, const char *sha256_hex, const char *md5_hex,

@@ -73,11 +73,33 @@ gfs_sha256_final(gfs_sha256 *h, char hex[65])
 
 /* ---- the integrity rule ---------------------------------------------- */
 
+bool
+gfs_hash_field(const bson_iter_t *it, char *dst, size_t want)
+{
+	dst[0] = '\0';
+	if (BSON_ITER_HOLDS_NULL(it))
+		return true;
+	if (!BSON_ITER_HOLDS_UTF8(it))
+		return false;
+	uint32_t len;
+	const char *s = bson_iter_utf8(it, &len);
+	if (len != want || strspn(s, "0123456789abcdefABCDEF") != want)
+		return false;
+	memcpy(dst, s, want);
+	dst[want] = '\0';
+	return true;
+}
+
+/* A malformed sha256 decides even beside a good md5: whoever stored it meant it to. */
 enum gfs_check
 gfs_integrity_rule(const gfs_file *f)
 {
+	if (strcmp(f->bad_hash, "sha256") == 0)
+		return GFS_CHECK_MALFORMED;
 	if (f->sha256[0])
 		return GFS_CHECK_SHA256;
+	if (f->bad_hash[0])
+		return GFS_CHECK_MALFORMED;
 	return f->md5[0] ? GFS_CHECK_MD5 : GFS_CHECK_NONE;
 }
 
@@ -85,16 +107,22 @@ bool
 gfs_integrity_check(const gfs_file *f, const char *sha256_hex, const char *md5_hex, gfs_error *err)
 {
 	enum gfs_check c = gfs_integrity_rule(f);
+	const char *name = f->filename ? f->filename : "(unnamed)";
 	if (c == GFS_CHECK_NONE)
 		return true;
+	if (c == GFS_CHECK_MALFORMED) {
+		gfs_error_set(err, GFS_ECHECKSUM, "%s: stored %s is malformed (not %d hex digits): "
+		              "nothing proves the content", name, f->bad_hash,
+		              strcmp(f->bad_hash, "md5") == 0 ? 32 : 64);
+		return false;
+	}
 	const char *algo = c == GFS_CHECK_SHA256 ? "sha256" : "md5";
 	const char *want = c == GFS_CHECK_SHA256 ? f->sha256 : f->md5;
 	const char *got = c == GFS_CHECK_SHA256 ? sha256_hex : md5_hex;
 	/* Other tools store the hex in upper case; it names the same digest. */
 	if (got && strcasecmp(got, want) == 0)
 		return true;
-	gfs_error_set(err, GFS_ECHECKSUM, "%s: content %s %s does not match stored %s",
-	              f->filename ? f->filename : "(unnamed)", algo, got ? got : "(not computed)", want);
+	gfs_error_set(err, GFS_ECHECKSUM, "%s: content %s %s does not match stored %s", name, algo, got ? got : "(not computed)", want);
 	return false;
 }
 

@@ -52,6 +52,12 @@ struct entry {
 	bool mtime_ms_only;   /* only metadata.mtime (ms) was stored */
 	bool racy;            /* metadata.mtimeRacy: size and mtime prove nothing */
 	char sha[65];
+	/*
+	 * A files document of this name is malformed: reported, and never a
+	 * reason to delete the name (--delete leaves it, trimming leaves the
+	 * malformed revisions); a malformed newest revision is never current.
+	 */
+	bool malformed;
 };
 
 /* The entry of name, made empty when there is none. */
@@ -70,6 +76,17 @@ entry_free(const char *name, void *e, void *ctx)
 	(void)name;
 	(void)ctx;
 	free(e);
+}
+
+/* Whether a files document (as projected: length and chunkSize at least) is malformed; why when so. */
+static bool
+malformed_doc(const bson_t *doc, gfs_error *why)
+{
+	gfs_file f;
+	if (!gfs_file_parse(doc, &f, why))
+		return true;
+	gfs_file_free(&f);
+	return false;
 }
 
 /* ---- the queue between the walk and the workers ---------------------- */
@@ -650,7 +667,14 @@ add_existing(gfs_import *imp, const bson_t *doc)
 	bson_iter_t it;
 	if (!bson_iter_init_find(&it, doc, "filename") || !BSON_ITER_HOLDS_UTF8(&it))
 		return;
-	struct entry *e = entry_get(imp->names, bson_iter_utf8(&it, NULL));
+	const char *name = bson_iter_utf8(&it, NULL);
+	struct entry *e = entry_get(imp->names, name);
+	gfs_error why;
+	bool bad = malformed_doc(doc, &why);
+	if (bad && !e->malformed) {
+		e->malformed = true;
+		file_failed(imp, NULL, name, false, 0, why.msg);
+	}
 	int64_t upload = 0, length = -1;
 	bool has_oid = false;
 	bson_oid_t oid;
@@ -677,6 +701,9 @@ add_existing(gfs_import *imp, const bson_t *doc)
 		read_metadata(&it, e);
 	else
 		e->has_mtime = false, e->racy = false, e->sha[0] = '\0';
+	/* A malformed newest revision is never what disk holds: the file is stored anew. */
+	if (bad)
+		e->length = -1, e->has_mtime = false, e->sha[0] = '\0';
 }
 
 /* What the state query reads of each files document. */
@@ -687,6 +714,7 @@ state_projection(bson_t *opts)
 	BSON_APPEND_DOCUMENT_BEGIN(opts, "projection", &proj);
 	BSON_APPEND_INT32(&proj, "filename", 1);
 	BSON_APPEND_INT32(&proj, "length", 1);
+	BSON_APPEND_INT32(&proj, "chunkSize", 1);
 	BSON_APPEND_INT32(&proj, "uploadDate", 1);
 	BSON_APPEND_INT32(&proj, "metadata.mtimeNs", 1);
 	BSON_APPEND_INT32(&proj, "metadata.mtime", 1);
@@ -1512,7 +1540,7 @@ collect_missing(const char *name, void *value, void *ctx)
 {
 	struct missing *m = ctx;
 	const struct entry *e = value;
-	if (!e->existing)
+	if (!e->existing || e->malformed)
 		return;
 	/* Names the walk would not have taken (excluded, hidden, temporary) are left alone. */
 	const char *rel = gfs_prefix_strip(m->imp->prefix, name);

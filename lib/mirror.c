@@ -161,6 +161,8 @@ struct load_ctx {
 	bson_t *pending;        /* newest revision so far of the current name */
 	const char *pending_name;
 	uint32_t pending_len;
+	bool pending_bad;       /* it is malformed: ... */
+	gfs_error pending_why;  /* ... for this reason */
 };
 
 static void
@@ -214,6 +216,29 @@ check_filename(const bson_t *doc, const gfs_file *f, gfs_error *why)
 	return true;
 }
 
+/*
+ * A name whose newest document is malformed: refused, and its local path
+ * (when it has a safe one) held, so that neither --delete nor an older
+ * revision takes the place of what it holds.
+ */
+static void
+hold(struct load_ctx *lc, const bson_t *doc, const gfs_error *why)
+{
+	const char *name = gfs_doc_filename(doc);
+	refuse(lc, name ? name : "(no filename)", why);
+	size_t raw_len = 0, len;
+	char *raw = gfs_raw_name(doc, &raw_len), *rel;
+	gfs_error ignored;
+	bool safe = name && gfs_mirror_local_path(name, lc->nprefix, raw, raw_len, &rel, &len, &ignored);
+	free(raw);
+	if (!safe)
+		return;
+	gfs_mirror_plan *p = lc->plan;
+	GFS_GROW(p->held, p->nheld + 1, p->capheld, 16);
+	p->held[p->nheld].rel = rel;
+	p->held[p->nheld++].len = len;
+}
+
 /* Turns the newest revision of one name into a plan item, or refuses it. */
 static void
 finish_pending(struct load_ctx *lc)
@@ -224,8 +249,8 @@ finish_pending(struct load_ctx *lc)
 	lc->pending = NULL;
 	gfs_file f;
 	gfs_error why;
-	if (!gfs_file_parse(doc, &f, &why)) {
-		refuse(lc, "(unparsable document)", &why);
+	if (lc->pending_bad || !gfs_file_parse(doc, &f, &why)) {
+		hold(lc, doc, lc->pending_bad ? &lc->pending_why : &why);
 		bson_destroy(doc);
 		return;
 	}
@@ -263,13 +288,15 @@ finish_pending(struct load_ctx *lc)
 	p->total_bytes += (uint64_t)it->file.length;
 }
 
-/* The listing comes in filename, then uploadDate order: the last of a run of one name wins. */
+/*
+ * The listing comes in filename, then uploadDate order: the last of a run
+ * of one name wins, a malformed one too (bad, why).
+ */
 static bool
-on_listed(const gfs_file *f, void *ctx)
+listed(struct load_ctx *lc, const bson_t *doc, const gfs_error *bad)
 {
-	struct load_ctx *lc = ctx;
 	uint32_t len = 0;
-	const char *name = doc_filename(f->doc, &len);
+	const char *name = doc_filename(doc, &len);
 	/* Whole BSON strings: "a" and "a\0b" are different names. */
 	if (lc->pending && name && lc->pending_name && len == lc->pending_len &&
 	    memcmp(lc->pending_name, name, len) == 0) {
@@ -277,9 +304,25 @@ on_listed(const gfs_file *f, void *ctx)
 		lc->pending = NULL;
 	}
 	finish_pending(lc);
-	lc->pending = bson_copy(f->doc);
+	lc->pending = bson_copy(doc);
 	lc->pending_name = doc_filename(lc->pending, &lc->pending_len);
+	lc->pending_bad = bad != NULL;
+	if (bad)
+		lc->pending_why = *bad;
 	return true;
+}
+
+static bool
+on_listed(const gfs_file *f, void *ctx)
+{
+	return listed(ctx, f->doc, NULL);
+}
+
+static bool
+on_listed_bad(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
+{
+	(void)name;
+	return listed(ctx, doc, why);
 }
 
 static int
@@ -312,6 +355,13 @@ sort_by_rel(gfs_mirror_plan *plan)
 	qsort(plan->by_rel, plan->count, sizeof *plan->by_rel, by_rel_cmp);
 }
 
+static int
+held_cmp(const void *x, const void *y)
+{
+	const struct gfs_mirror_held *a = x, *b = y;
+	return relcmp(a->rel, a->len, b->rel, b->len);
+}
+
 static void refuse_conflicts(struct load_ctx *lc, gfs_mirror_plan *plan);
 
 bool
@@ -326,7 +376,7 @@ gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
 		.refused = refused,
 	};
 	*refused = 0;
-	bool ok = gfs_list(s, lc.nprefix, on_listed, &lc, err);
+	bool ok = gfs_list(s, lc.nprefix, on_listed, on_listed_bad, &lc, err);
 	if (ok)
 		finish_pending(&lc);
 	if (lc.pending)
@@ -335,6 +385,8 @@ gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *plan,
 	if (!ok)
 		return false;
 	sort_by_rel(plan);
+	if (plan->nheld)
+		qsort(plan->held, plan->nheld, sizeof *plan->held, held_cmp);
 	refuse_conflicts(&lc, plan);
 	return true;
 }
@@ -346,6 +398,9 @@ gfs_mirror_plan_free(gfs_mirror_plan *plan)
 		item_free(&plan->items[i]);
 	free(plan->items);
 	free(plan->by_rel);
+	for (size_t i = 0; i < plan->nheld; i++)
+		free(plan->held[i].rel);
+	free(plan->held);
 	memset(plan, 0, sizeof *plan);
 }
 
@@ -384,11 +439,29 @@ lower_bound(const gfs_mirror_plan *p, const char *key, size_t len)
 	return lo;
 }
 
+/* Index of the first held path not less than key. */
+static size_t
+held_lower_bound(const gfs_mirror_plan *p, const char *key, size_t len)
+{
+	size_t lo = 0, hi = p->nheld;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (relcmp(p->held[mid].rel, p->held[mid].len, key, len) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static bool
 plan_has_file(const gfs_mirror_plan *p, const char *rel, size_t len)
 {
 	size_t i = lower_bound(p, rel, len);
-	return i < p->count && relcmp(p->by_rel[i]->rel, p->by_rel[i]->rel_len, rel, len) == 0;
+	if (i < p->count && relcmp(p->by_rel[i]->rel, p->by_rel[i]->rel_len, rel, len) == 0)
+		return true;
+	i = held_lower_bound(p, rel, len);
+	return i < p->nheld && relcmp(p->held[i].rel, p->held[i].len, rel, len) == 0;
 }
 
 /* True when some planned file lies beneath the directory rel. */
@@ -401,6 +474,9 @@ plan_has_dir(const gfs_mirror_plan *p, char *rel, size_t len)
 	size_t i = lower_bound(p, rel, len + 1);
 	bool has = i < p->count && p->by_rel[i]->rel_len > len + 1 &&
 	           memcmp(p->by_rel[i]->rel, rel, len + 1) == 0;
+	size_t h = held_lower_bound(p, rel, len + 1);
+	has = has || (h < p->nheld && p->held[h].len > len + 1 &&
+	              memcmp(p->held[h].rel, rel, len + 1) == 0);
 	rel[len] = saved;
 	return has;
 }

@@ -46,6 +46,16 @@ typedef struct gfs_mirror_plan {
 	size_t count, cap;
 	uint64_t total_bytes;
 	struct gfs_mirror_item **by_rel; /* sorted by rel bytes, for the sweep */
+	/*
+	 * Local paths of names refused for a malformed files document (newest
+	 * revision): neither written nor deleted, nor an older revision
+	 * written in their place. Sorted by rel bytes.
+	 */
+	struct gfs_mirror_held {
+		char *rel;
+		size_t len;
+	} *held;
+	size_t nheld, capheld;
 } gfs_mirror_plan;
 
 /* Told about each stored name that cannot be mirrored, and why. */
@@ -55,7 +65,8 @@ typedef void (*gfs_mirror_refuse_fn)(const char *name, const gfs_error *why, voi
  * Lists the newest revision of every name under prefix (a folder; NULL or
  * "" for the whole bucket) into plan, which must be zeroed. Names that are
  * unsafe, have a NUL inside, or the rawName of cannot be matched go to
- * refuse (and are left out), and so do names whose local paths collide:
+ * refuse (and are left out), and so do names whose newest files document
+ * is malformed (their local paths are held: plan.held) and names whose local paths collide:
  * the same path, or one's file path being a folder on another's. *refused
  * counts them. False only when the listing fails.
  */

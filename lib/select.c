@@ -185,6 +185,7 @@ gfs_match_free(gfs_match *m)
 struct match_walk {
 	const gfs_match *m;
 	gfs_file_fn fn;
+	gfs_bad_file_fn bad;
 	void *ctx;
 };
 
@@ -195,17 +196,55 @@ match_one(const gfs_file *f, void *ctx)
 	return !gfs_match_name(w->m, f->filename) || w->fn(f, w->ctx);
 }
 
-bool
-gfs_list_match(gfs_session *s, const gfs_match *m, gfs_file_fn fn, void *ctx, gfs_error *err)
+static bool
+match_bad(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
 {
-	struct match_walk w = {m, fn, ctx};
-	return gfs_list(s, m->prefix, match_one, &w, err);
+	struct match_walk *w = ctx;
+	return !gfs_match_name(w->m, name) || w->bad(doc, name, why, w->ctx);
+}
+
+bool
+gfs_list_match(gfs_session *s, const gfs_match *m, gfs_file_fn fn, gfs_bad_file_fn bad,
+               void *ctx, gfs_error *err)
+{
+	struct match_walk w = {m, fn, bad, ctx};
+	return gfs_list(s, m->prefix, match_one, match_bad, &w, err);
 }
 
 struct newest {
 	gfs_file *v;
 	size_t n, cap;
+	/* The newest revision so far of the current name is malformed: its document and why. */
+	bson_t *bad_doc;
+	gfs_error bad_why;
+	gfs_bad_file_fn bad;
+	void *bad_ctx;
 };
+
+/* Hands on a malformed newest revision, once its name's run is over. */
+static void
+newest_bad_done(struct newest *nw)
+{
+	if (!nw->bad_doc)
+		return;
+	nw->bad(nw->bad_doc, gfs_doc_filename(nw->bad_doc), &nw->bad_why, nw->bad_ctx);
+	bson_destroy(nw->bad_doc);
+	nw->bad_doc = NULL;
+}
+
+/* Drops what is kept of name: a later revision of it replaces it. */
+static void
+newest_drop(struct newest *nw, const char *name)
+{
+	const char *bad_name = nw->bad_doc ? gfs_doc_filename(nw->bad_doc) : NULL;
+	if (bad_name && strcmp(bad_name, name) == 0) {
+		bson_destroy(nw->bad_doc);
+		nw->bad_doc = NULL;
+	}
+	newest_bad_done(nw);
+	if (nw->n > 0 && strcmp(nw->v[nw->n - 1].filename, name) == 0)
+		gfs_file_free(&nw->v[--nw->n]);
+}
 
 /* Sorted by name then date: a later revision of the same name replaces the one kept. */
 static bool
@@ -213,9 +252,7 @@ keep_newest(const gfs_file *f, void *ctx)
 {
 	struct newest *nw = ctx;
 	gfs_error err;
-	bool same = nw->n > 0 && strcmp(nw->v[nw->n - 1].filename, f->filename) == 0;
-	if (same)
-		gfs_file_free(&nw->v[--nw->n]);
+	newest_drop(nw, f->filename);
 	GFS_GROW(nw->v, nw->n + 1, nw->cap, 64);
 	if (!gfs_file_parse(f->doc, &nw->v[nw->n], &err))
 		abort(); /* f was parsed from the same document a moment ago */
@@ -223,11 +260,25 @@ keep_newest(const gfs_file *f, void *ctx)
 	return true;
 }
 
-bool
-gfs_newest_match(gfs_session *s, const gfs_match *m, gfs_file **out, size_t *n, gfs_error *err)
+static bool
+keep_newest_bad(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
 {
-	struct newest nw = {0};
-	bool ok = gfs_list_match(s, m, keep_newest, &nw, err);
+	struct newest *nw = ctx;
+	if (!name)
+		return nw->bad(doc, name, why, nw->bad_ctx);
+	newest_drop(nw, name);
+	nw->bad_doc = bson_copy(doc);
+	nw->bad_why = *why;
+	return true;
+}
+
+bool
+gfs_newest_match(gfs_session *s, const gfs_match *m, gfs_file **out, size_t *n,
+                 gfs_bad_file_fn bad, void *bad_ctx, gfs_error *err)
+{
+	struct newest nw = {.bad = bad, .bad_ctx = bad_ctx};
+	bool ok = gfs_list_match(s, m, keep_newest, keep_newest_bad, &nw, err);
+	newest_bad_done(&nw);
 	*out = nw.v;
 	*n = nw.n;
 	return ok;

@@ -60,15 +60,18 @@ char *gfs_regex_prefix(const char *re);
 
 /*
  * Calls fn for each files document whose name m matches, in filename then
- * uploadDate order (gfs_list over m's prefix: one query).
+ * uploadDate order, and bad for each malformed one (gfs_list over m's
+ * prefix: one query).
  */
-bool gfs_list_match(gfs_session *s, const gfs_match *m, gfs_file_fn fn, void *ctx, gfs_error *err);
+bool gfs_list_match(gfs_session *s, const gfs_match *m, gfs_file_fn fn, gfs_bad_file_fn bad,
+                    void *ctx, gfs_error *err);
 /*
  * The newest revision of each name m matches, in filename order, into
- * *out (*n of them; free each with gfs_file_free, then *out).
+ * *out (*n of them; free each with gfs_file_free, then *out). A name whose
+ * newest revision is malformed goes to bad instead (never an older one).
  */
 bool gfs_newest_match(gfs_session *s, const gfs_match *m, gfs_file **out, size_t *n,
-                      gfs_error *err);
+                      gfs_bad_file_fn bad, void *bad_ctx, gfs_error *err);
 
 /*
  * The revisions a removal or a rename acts on: every files document the

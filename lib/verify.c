@@ -1146,9 +1146,7 @@ add_bad(struct verify *v, const bson_t *doc, const gfs_error *perr)
 	bson_value_copy(bson_iter_value(&it), &vf->id);
 	if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
 		vf->bad_name = gfs_xstrdup(bson_iter_utf8(&it, NULL));
-	/* The parser's message names the file; keep only its reason. */
-	const char *reason = strstr(perr->msg, ": ");
-	snprintf(vf->bad_detail, sizeof vf->bad_detail, "%s", reason ? reason + 2 : perr->msg);
+	snprintf(vf->bad_detail, sizeof vf->bad_detail, "%s", perr->msg);
 	if (!table_add(&v->t, vf))
 		vfile_free(vf);
 }

@@ -1113,15 +1113,29 @@ struct removals {
 };
 
 static bool
-count_name(const gfs_file *f, void *ctx)
+count_one(struct removals *r, const char *name)
 {
-	struct removals *r = ctx;
-	if (r->last && f->filename && strcmp(r->last, f->filename) == 0)
+	if (r->last && name && strcmp(r->last, name) == 0)
 		return true;
 	free(r->last);
-	r->last = gfs_xstrdup(f->filename);
+	r->last = name ? gfs_xstrdup(name) : NULL;
 	r->files++;
 	return true;
+}
+
+static bool
+count_name(const gfs_file *f, void *ctx)
+{
+	return count_one(ctx, f->filename);
+}
+
+/* A malformed document's name would be removed as any other: it counts. */
+static bool
+count_bad_name(const bson_t *doc, const char *name, const gfs_error *why, void *ctx)
+{
+	(void)doc;
+	(void)why;
+	return count_one(ctx, name);
 }
 
 /* Adds the stored names under the folder rel ("" for the whole prefix). */
@@ -1134,7 +1148,7 @@ count_stored(struct removals *r, const char *rel)
 	size_t len = strlen(name);
 	char *folder = gfs_xmalloc(len + 2);
 	snprintf(folder, len + 2, "%s%s", name, len && name[len - 1] != '/' ? "/" : "");
-	r->ok = gfs_list(r->w->s, folder, count_name, r, &r->err);
+	r->ok = gfs_list(r->w->s, folder, count_name, count_bad_name, r, &r->err);
 	free(r->last);
 	r->last = NULL;
 	free(folder);

@@ -133,3 +133,51 @@ def test_import_reports_a_malformed_name_and_deletes_nothing_for_it(gfs, db, tmp
     assert db["fs.files"].count_documents({"_id": rev}) == 1
     newest = db["fs.files"].find_one({"filename": "p/a.bin"}, sort=[("uploadDate", -1)])
     assert newest["length"] == 3
+
+
+# ---- 2. a prefix selects exactly the names that begin with it -------------
+
+EDGE = "p/" + MAXCP            # sorts above "p/" + U+10FFFF's old upper bound
+EDGE2 = "p/" + MAXCP + "x"
+
+
+def test_mirror_prefix_keeps_names_just_past_the_old_bound(gfs, db, tmp_path):
+    plant_good(db, "p/a.bin", planted.data(100))
+    plant_good(db, EDGE, planted.data(200, 1))
+    plant_good(db, EDGE2, planted.data(300, 2))
+    plant_good(db, "p0", planted.data(50, 3))       # the least name past the prefix
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MAXCP).write_bytes(b"old local copy")
+    r = gfs.run("mirror", out, "--prefix", "p", "--delete")
+    assert r.rc == 0, r
+    assert read(out / MAXCP) == planted.data(200, 1)
+    assert read(out / (MAXCP + "x")) == planted.data(300, 2)
+    assert sorted(os.listdir(out)) == sorted(["a.bin", MAXCP, MAXCP + "x"])
+
+
+def test_verify_prefix_checks_names_just_past_the_old_bound(gfs, db):
+    fid = plant_good(db, EDGE, planted.data(2500, 1))
+    db["fs.chunks"].update_one({"files_id": fid, "n": 0}, {"$set": {"data": bson.Binary(b"\0" * CS)}})
+    r = gfs.run("verify", "--prefix", "p")
+    assert r.rc == 1, r
+    assert any(l.startswith("CHECKSUM") for l in r.text.splitlines()), r
+    r = gfs.run("ls", "p/")
+    assert r.text.splitlines() == [EDGE], r
+
+
+def test_import_prefix_sees_names_just_past_the_old_bound(gfs, db, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / MAXCP).write_bytes(b"edge")
+    (src / "a.bin").write_bytes(b"a")
+    for _ in range(2):
+        r = gfs.run("import", src, "--prefix", "p")
+        assert r.rc == 0, r
+    assert db["fs.files"].count_documents({"filename": EDGE}) == 1
+    # a stored name past the old bound that disk no longer has goes with --delete
+    plant_good(db, EDGE2, planted.data(10))
+    r = gfs.run("import", src, "--prefix", "p", "--delete")
+    assert r.rc == 0, r
+    assert db["fs.files"].count_documents({"filename": EDGE2}) == 0
+    assert db["fs.files"].count_documents({"filename": EDGE}) == 1

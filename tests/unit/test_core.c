@@ -344,6 +344,96 @@ test_sniff_gathers_small_reads(void **state)
 	gfs_sniff_free(&whole);
 }
 
+static void
+expect_upper(const char *prefix, const char *want)
+{
+	char *got = gfs_prefix_upper(prefix);
+	if (!want) {
+		assert_null(got);
+		return;
+	}
+	assert_non_null(got);
+	assert_string_equal(got, want);
+	free(got);
+}
+
+/* The bound of a prefix range: exact, so nothing that begins with the prefix falls past it. */
+static void
+test_prefix_upper_bound(void **state)
+{
+	(void)state;
+	expect_upper("p/", "p0");
+	expect_upper("a", "b");
+	expect_upper("\x7f", "\xc2\x80");                  /* U+007F -> U+0080 */
+	expect_upper("x\xdf\xbf", "x\xe0\xa0\x80");         /* U+07FF -> U+0800 */
+	expect_upper("\xed\x9f\xbf", "\xee\x80\x80");       /* U+D7FF -> U+E000, past the surrogates */
+	expect_upper("\xef\xbf\xbf", "\xf0\x90\x80\x80");   /* U+FFFF -> U+10000 */
+	expect_upper("p/\xf4\x8f\xbf\xbf", "p0");            /* carried past U+10FFFF */
+	expect_upper("\xf4\x8f\xbf\xbf\xf4\x8f\xbf\xbf", NULL);
+	expect_upper("p\xff", "q");                          /* past bytes no name holds */
+	/* What lies between: "p/" + U+10FFFF and anything after it sorts below "p0" by bytes. */
+	const char *inside = "p/\xf4\x8f\xbf\xbf\xf4\x8f\xbf\xbfz";
+	char *upper = gfs_prefix_upper("p/");
+	assert_true(strcmp(inside, upper) < 0 && strcmp("p/", inside) < 0);
+	assert_true(strcmp("p0", upper) >= 0);
+	free(upper);
+}
+
+/* The one rule for extra chunks: outside the content passed over, a second copy damage. */
+static void
+test_chunk_place(void **state)
+{
+	(void)state;
+	assert_int_equal(gfs_chunk_place(0, 0, 3), GFS_CHUNK_NEXT);
+	assert_int_equal(gfs_chunk_place(3, 3, 3), GFS_CHUNK_OUTSIDE);
+	assert_int_equal(gfs_chunk_place(0, 0, 0), GFS_CHUNK_OUTSIDE);   /* an empty file has none */
+	assert_int_equal(gfs_chunk_place(-1, 0, 3), GFS_CHUNK_OUTSIDE);
+	assert_int_equal(gfs_chunk_place(1, 2, 3), GFS_CHUNK_DUPLICATE);
+	assert_int_equal(gfs_chunk_place(2, 1, 3), GFS_CHUNK_GAP);
+}
+
+static enum gfs_check
+rule_of(const char *json)
+{
+	bson_error_t berr;
+	bson_t *doc = bson_new_from_json((const uint8_t *)json, -1, &berr);
+	assert_non_null(doc);
+	gfs_file f;
+	gfs_error err;
+	assert_true(gfs_file_parse(doc, &f, &err));
+	enum gfs_check c = gfs_integrity_rule(&f);
+	gfs_file_free(&f);
+	bson_destroy(doc);
+	return c;
+}
+
+#define DOC(extra) "{\"_id\": 1, \"length\": 0, \"chunkSize\": 10" extra "}"
+#define SHA "0123456789abcdef0123456789abcdef0123456789abcdef0123456789ABCDEF"
+#define MD5 "0123456789abcdef0123456789abcdef"
+
+/* A malformed digest is damage, never the absence of one. */
+static void
+test_malformed_hash_is_damage(void **state)
+{
+	(void)state;
+	assert_int_equal(rule_of(DOC("")), GFS_CHECK_NONE);
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": \"" SHA "\"}")), GFS_CHECK_SHA256);
+	assert_int_equal(rule_of(DOC(", \"md5\": \"" MD5 "\"")), GFS_CHECK_MD5);
+	assert_int_equal(rule_of(DOC(", \"md5\": null")), GFS_CHECK_NONE);
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": \"0123456789\"}")), GFS_CHECK_MALFORMED);
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": 5}")), GFS_CHECK_MALFORMED);
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": \"\"}")), GFS_CHECK_MALFORMED);
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": \"" MD5 MD5 "\"}, \"md5\": \"zz\"")),
+	                 GFS_CHECK_SHA256);
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": \"x\"}, \"md5\": \"" MD5 "\"")),
+	                 GFS_CHECK_MALFORMED);
+	assert_int_equal(rule_of(DOC(", \"md5\": \"\"")), GFS_CHECK_MALFORMED);
+	assert_int_equal(rule_of(DOC(", \"md5\": 5")), GFS_CHECK_MALFORMED);
+	/* sha256 of 64 characters that are not all hex digits */
+	assert_int_equal(rule_of(DOC(", \"metadata\": {\"sha256\": \"" MD5 "0123456789abcdef0123456789abcdeg\"}")),
+	                 GFS_CHECK_MALFORMED);
+}
+
 int
 main(void)
 {
@@ -367,6 +457,9 @@ main(void)
 		cmocka_unit_test(test_error_set_keeps_the_reason),
 		cmocka_unit_test(test_grow_doubles_from_first),
 		cmocka_unit_test(test_time_conversions),
+		cmocka_unit_test(test_prefix_upper_bound),
+		cmocka_unit_test(test_chunk_place),
+		cmocka_unit_test(test_malformed_hash_is_damage),
 	};
 	return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

@@ -96,6 +96,7 @@ gfs_meta_from_file(const gfs_file *f)
 	m->upload_ms = f->upload_date;
 	memcpy(m->sha256, f->sha256, sizeof m->sha256);
 	memcpy(m->md5, f->md5, sizeof m->md5);
+	memcpy(m->bad_hash, f->bad_hash, sizeof m->bad_hash);
 	/* A stored type with a control byte cannot be sent (nor must it forge a header): guess. */
 	m->content_type = gfs_xstrdup(http_header_value_ok(f->content_type) ? f->content_type
 	                                                                    : http_type_by_ext(f->filename));
@@ -138,6 +139,7 @@ gfs_meta_file(const gfs_meta *m, gfs_file *out)
 	out->upload_date = m->upload_ms;
 	memcpy(out->sha256, m->sha256, sizeof out->sha256);
 	memcpy(out->md5, m->md5, sizeof out->md5);
+	memcpy(out->bad_hash, m->bad_hash, sizeof out->bad_hash);
 	out->mtime_ns = -1;
 	out->mode = -1;
 }

@@ -35,6 +35,7 @@ typedef struct gfs_meta {
 	int64_t upload_ms;
 	char sha256[65];     /* "" when not stored */
 	char md5[33];        /* legacy md5, "" when not stored: the integrity rule may need it */
+	char bad_hash[8];    /* as gfs_file's: a malformed digest, which the rule counts as damage */
 	char *content_type;  /* stored type, else guessed from the name's extension */
 	char etag[80];       /* quoted: sha256, else md5, else id and upload time */
 	char last_modified[32];

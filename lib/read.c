@@ -121,7 +121,7 @@ gfs_chunk_data(const bson_t *doc, int64_t length, int32_t chunk_size, int64_t n,
 	if (!bson_iter_init_find(&it, doc, "data") || !BSON_ITER_HOLDS_BINARY(&it)) {
 		gfs_error_set(err, GFS_EBADDOC, "%s: chunk n=%lld has no binary data", name,
 		              (long long)n);
-		return false;
+		return -1;
 	}
 	bson_iter_binary(&it, &sub, len, data);
 	int32_t want = gfs_chunk_expected_len(length, chunk_size, n);

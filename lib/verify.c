@@ -149,16 +149,17 @@ gfs_chunk_check_add(gfs_chunk_check *c, bool has_n, int64_t n, bool has_data, ui
 		return 0;
 	}
 	/* Extra chunks do not stop the check: the rest may still be whole. */
-	if (n >= c->expected || n < c->next || n < 0) {
+	enum gfs_chunk_place place = gfs_chunk_place(n, c->next, c->expected);
+	if (place == GFS_CHUNK_OUTSIDE || place == GFS_CHUNK_DUPLICATE) {
 		if (c->extras++ == 0)
 			c->first_extra_n = n;
-		if (n >= 0 && n < c->expected)
+		if (place == GFS_CHUNK_DUPLICATE)
 			c->dups++;
 		return 0;
 	}
 	if (c->failed)
 		return 0;
-	if (n > c->next) {
+	if (place == GFS_CHUNK_GAP) {
 		check_fail(c, GFS_VK_MISSING_CHUNK, c->next, "n=%lld", (long long)c->next);
 		return 0;
 	}
@@ -565,8 +566,15 @@ verdict(struct verify *v, struct slot *sl)
 		gfs_error cerr;
 		if (!gfs_integrity_check(f, sl->sha256, sl->md5hex, &cerr)) {
 			problem_init(&p, GFS_VK_CHECKSUM, sl->vf);
-			snprintf(p.detail, sizeof p.detail, "%s %s, stored %s", sha ? "sha256" : "md5", got,
-			         want);
+			if (rule == GFS_CHECK_MALFORMED) {
+				/* Nothing to compare with: the content's own sha256 goes with it. */
+				snprintf(p.detail, sizeof p.detail, "stored %s is malformed; content sha256 %s",
+				         f->bad_hash, sl->sha256);
+				got = sl->sha256;
+			} else {
+				snprintf(p.detail, sizeof p.detail, "%s %s, stored %s", sha ? "sha256" : "md5",
+				         got, want);
+			}
 			memcpy(p.actual, got, strlen(got) + 1);
 			report(v, &p);
 		} else if (rule != GFS_CHECK_NONE) {

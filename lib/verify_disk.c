@@ -434,10 +434,12 @@ free_walk(gfs_verify_disk *r)
 /* ---- repairs of what the pass found ----------------------------------- */
 
 /*
- * Chunks numbered count or beyond are never read, so they go whenever the
- * file is whole without them. A duplicate n is different: the copy read may
- * be the wrong one, so duplicates go only when a hash proved the copies read
- * right (the stored hash, or equality with the disk copy).
+ * Extra chunks go only when a hash proved the content read without them
+ * right (the stored hash, or equality with the disk copy). Chunks numbered
+ * count or beyond are never read, but without that proof the length may be
+ * what is wrong (cut short, or 0 beside a chunk holding bytes) and they the
+ * rest of the data; of a duplicate n, the copy read may be the wrong one.
+ * Drivers that store no hash (pymongo 4, Node, Go) make this the common case.
  */
 static void
 repair_extra(gfs_verify_disk *r, gfs_session *s, struct prob *q, struct rec *rc)
@@ -446,22 +448,23 @@ repair_extra(gfs_verify_disk *r, gfs_session *s, struct prob *q, struct rec *rc)
 	int64_t beyond = q->count - q->dups, gone = 0, n = 0;
 	bool proven = q->verified || (rc && rc->disk_same);
 	char detail[300];
+	if (!proven) {
+		snprintf(detail, sizeof detail, "EXTRA-CHUNK: %lld chunk(s) numbered outside the file's "
+		         "%lld, %lld duplicate(s), left as they are: without a stored hash (or an equal "
+		         "disk copy, --against) nothing proves the file whole without them",
+		         (long long)beyond, (long long)q->chunk_count, (long long)q->dups);
+		repaired(r, "none", q->name, &q->id, detail, false);
+		return;
+	}
 	if (r->o.dry_run) {
-		snprintf(detail, sizeof detail, "%lld chunk(s) numbered %lld or beyond; %lld duplicate(s)%s",
-		         (long long)beyond, (long long)q->chunk_count, (long long)q->dups,
-		         q->dups && !proven ? " kept: no hash proves which copy is right" : "");
+		snprintf(detail, sizeof detail, "%lld chunk(s) numbered outside the file's %lld; "
+		         "%lld duplicate(s)", (long long)beyond, (long long)q->chunk_count,
+		         (long long)q->dups);
 		repaired(r, "remove-extra-chunks", q->name, &q->id, detail, true);
 		return;
 	}
 	if (beyond > 0 && !gfs_verify_remove_chunks_beyond(s, &q->id, q->chunk_count, &gone, &err)) {
 		repaired(r, "remove-extra-chunks", q->name, &q->id, err.msg, false);
-		return;
-	}
-	if (q->dups && !proven) {
-		snprintf(detail, sizeof detail, "removed %lld chunk(s) numbered %lld or beyond; %lld "
-		         "duplicate chunk(s) kept: without a stored hash it cannot be told which copy is right",
-		         (long long)gone, (long long)q->chunk_count, (long long)q->dups);
-		repaired(r, "remove-extra-chunks", q->name, &q->id, detail, false);
 		return;
 	}
 	if (q->n_extra && !gfs_verify_remove_chunk_ids(s, &q->id, q->extra, q->n_extra, &n, &err)) {

@@ -181,3 +181,125 @@ def test_import_prefix_sees_names_just_past_the_old_bound(gfs, db, tmp_path):
     assert r.rc == 0, r
     assert db["fs.files"].count_documents({"filename": EDGE2}) == 0
     assert db["fs.files"].count_documents({"filename": EDGE}) == 1
+
+
+# ---- 3. verify --repair removes nothing it cannot prove extra -------------
+
+
+def chunk_ns(db, fid):
+    return sorted(c["n"] for c in db["fs.chunks"].find({"files_id": fid}))
+
+
+@pytest.mark.parametrize("sha", [False, True])
+def test_repair_keeps_extra_chunks_of_a_file_without_hash(gfs, db, sha):
+    body = b"0123456789" * 2
+    # length cut short: 10, with two 10-byte chunks; and length 0 beside a chunk with bytes
+    short = planted.plant(db, bson.ObjectId(), "short.bin", body, chunk=10, sha=False, length=10)
+    empty = bson.ObjectId()
+    db["fs.files"].insert_one(planted.file_doc(empty, "empty.bin", b"", sha=False))
+    db["fs.chunks"].insert_one({"files_id": empty, "n": 0, "data": bson.Binary(b"bytes")})
+    if sha:   # with a hash of what the length says, the rest is proven extra
+        db["fs.files"].update_one({"_id": short}, {"$set": {"metadata.sha256": hashlib.sha256(body[:10]).hexdigest()}})
+        db["fs.files"].update_one({"_id": empty}, {"$set": {"metadata.sha256": hashlib.sha256(b"").hexdigest()}})
+    r = gfs.run("verify", "--repair")
+    if sha:
+        assert "REPAIRED remove-extra-chunks short.bin" in r.text, r
+        assert chunk_ns(db, short) == [0] and chunk_ns(db, empty) == []
+        return
+    assert r.rc == 1, r
+    assert "NOT-REPAIRED none short.bin" in r.text and "NOT-REPAIRED none empty.bin" in r.text, r
+    assert chunk_ns(db, short) == [0, 1] and chunk_ns(db, empty) == [0]
+    r = gfs.run("verify", "--repair", "--dry-run")
+    assert "WOULD remove-extra-chunks" not in r.text, r
+    assert chunk_ns(db, short) == [0, 1]
+
+
+# ---- 7. one rule for extra chunks -------------------------------------------
+
+
+@pytest.mark.parametrize("read", ["each", "scan", "batched"])
+def test_chunks_outside_the_content_are_passed_over_by_every_reader(gfs, db, tmp_path, read):
+    """A chunk numbered outside 0..count-1 is no part of the file: get, mirror
+    and serve deliver the content (checked by its hash) and verify reports
+    EXTRA-CHUNK; an empty file's chunks are never read, by the spec."""
+    body = planted.data(2500, 5)
+    fid = planted.plant(db, bson.ObjectId(), "d/beyond.bin", body)
+    db["fs.chunks"].insert_many([{"files_id": fid, "n": 3, "data": bson.Binary(b"x" * 10)},
+                                 {"files_id": fid, "n": -1, "data": bson.Binary(b"y")}])
+    planted.plant_empty_with_stray_chunk(db, "d/empty.bin")
+    for name, want in (("d/beyond.bin", body), ("d/empty.bin", b"")):
+        r = gfs.run("get", name, "-o", "-")
+        assert r.rc == 0 and r.out == want, r
+    out = tmp_path / "m"
+    r = gfs.run("mirror", out, "--prefix", "d", "--read", read)
+    assert r.rc == 0, r
+    assert read_bytes(out / "beyond.bin") == body and read_bytes(out / "empty.bin") == b""
+    r = gfs.run("verify", "--prefix", "d")
+    assert r.rc == 1, r
+    assert sorted(l.split()[0:2] for l in r.text.splitlines() if not l.startswith("verify:")) == \
+        [["EXTRA-CHUNK", "d/beyond.bin"], ["EXTRA-CHUNK", "d/empty.bin"]], r
+
+
+@pytest.mark.parametrize("read", ["each", "scan", "batched"])
+def test_a_second_copy_of_a_chunk_is_damage_to_every_reader(gfs, db, tmp_path, read):
+    body = planted.data(2500, 6)
+    fid = planted.plant(db, bson.ObjectId(), "d/dup.bin", body)
+    db["fs.chunks"].drop_indexes()
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 1, "data": bson.Binary(body[CS:2 * CS])})
+    r = gfs.run("get", "d/dup.bin", "-o", tmp_path / "o")
+    assert r.rc == 1 and "twice" in r.err, r
+    assert not (tmp_path / "o").exists()
+    out = tmp_path / "m"
+    r = gfs.run("mirror", out, "--prefix", "d", "--read", read)
+    assert r.rc == 1, r
+    assert not (out / "dup.bin").exists()
+    r = gfs.run("verify", "--prefix", "d")
+    assert r.rc == 1 and r.text.startswith("EXTRA-CHUNK d/dup.bin"), r
+
+
+def read_bytes(path):
+    return read(path)
+
+
+# ---- 4. a malformed hash is damage ------------------------------------------
+
+BAD_HASHES = {
+    "sha-10-hex": {"metadata": {"sha256": "0123456789"}},
+    "sha-int": {"metadata": {"sha256": 5}},
+    "sha-empty": {"metadata": {"sha256": ""}},
+    "md5-short": {"md5": "abc123"},
+    "md5-int": {"md5": 5},
+    "md5-empty": {"md5": ""},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_HASHES))
+def test_a_malformed_hash_is_damage_to_every_reader(gfs, db, tmp_path, kind):
+    body = planted.data(2500, 7)
+    planted.plant(db, bson.ObjectId(), "h/f.bin", body, sha=False, **BAD_HASHES[kind])
+    r = gfs.run("get", "h/f.bin", "-o", tmp_path / "o")
+    assert r.rc == 1 and "malformed" in r.err, r
+    assert not (tmp_path / "o").exists()
+    for read in ("each", "scan"):
+        out = tmp_path / read
+        r = gfs.run("mirror", out, "--prefix", "h", "--read", read)
+        assert r.rc == 1 and "malformed" in r.err, r
+        assert not (out / "f.bin").exists()
+    r = gfs.run("verify", "--prefix", "h")
+    assert r.rc == 1 and r.text.startswith("CHECKSUM h/f.bin") and "malformed" in r.text, r
+
+
+def test_serve_refuses_a_malformed_hash_and_passes_over_extra_chunks(gfs, db, tmp_path):
+    from test_serve import Server, quote
+    body = planted.data(2500, 8)
+    planted.plant(db, bson.ObjectId(), "h/bad.bin", body, sha=False, metadata={"sha256": "0123456789"})
+    fid = planted.plant(db, bson.ObjectId(), "h/beyond.bin", body)
+    db["fs.chunks"].insert_one({"files_id": fid, "n": 3, "data": bson.Binary(b"x" * 10)})
+    s = Server(gfs, tmp_path)
+    try:
+        status, _, got = s.get(quote("h/beyond.bin"))
+        assert status == 200 and got == body
+        status, _, got = s.get(quote("h/bad.bin"))
+        assert status != 200 and got != body
+    finally:
+        s.stop()

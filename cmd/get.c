@@ -353,8 +353,10 @@ open_stored_target(const char *name, struct target *t)
 {
 	gfs_error err;
 	size_t len = strlen(name);
+	char shown[GFS_NAME_SHOWN_MAX];
 	if (!gfs_safepath_check(name, len, &err)) {
-		warnx_("%s: stored name is not a safe local path (%s); give -o FILE", name, err.msg);
+		warnx_("%s: stored name is not a safe local path (%s); give -o FILE",
+		       shown_name(shown, name), err.msg);
 		return EXIT_USAGE;
 	}
 	size_t dl = gfs_safepath_dirlen(name, len);
@@ -368,7 +370,7 @@ open_stored_target(const char *name, struct target *t)
 	t->dirfd = gfs_safepath_opendir(root, name, dl, GFS_SAFEPATH_CREATE, &err);
 	close(root);
 	if (t->dirfd < 0) {
-		warnx_("%s: %s", name, err.msg);
+		warnx_("%s: %s", shown_name(shown, name), err.msg);
 		return EXIT_LOCAL;
 	}
 	return EXIT_OK;

@@ -157,7 +157,8 @@ on_event(const gfs_import_event *ev, void *ctx)
 			warnx_("%s", ev->reason);
 		} else {
 			char *p = ev->path ? display_path(c->o.dir, ev->path) : strdup(ev->name ? ev->name : "?");
-			warnx_("%s: %s", p, ev->reason);
+			char shown[GFS_NAME_SHOWN_MAX];
+			warnx_("%s: %s", shown_name(shown, p), ev->reason);
 			if (!c->first_failure)
 				c->first_failure = bson_strdup_printf("%s: %s", p, ev->reason);
 			free(p);
@@ -277,9 +278,10 @@ prefix_safe(const char *prefix)
 		gfs_error_set(&err, GFS_EINVAL, "absolute name");
 		ok = false;
 	}
+	char shown[GFS_NAME_SHOWN_MAX];
 	if (!ok)
 		warnx_("--prefix %s: %s, so mirror and get would refuse every name under it; "
-		            "--allow-unsafe-name to use it anyway", prefix, err.msg);
+		       "--allow-unsafe-name to use it anyway", shown_name(shown, prefix), err.msg);
 	free(norm);
 	return ok;
 }

@@ -400,8 +400,9 @@ name_job(const struct put_opts *o, const char *path, struct put_job *j)
 	bool safe = gfs_mirror_name_check(name, strlen(name), &nerr) &&
 	            (!raw || gfs_mirror_name_check(raw, strlen(raw), &nerr));
 	if (!o->allow_unsafe && !safe) {
+		char shown[GFS_NAME_SHOWN_MAX];
 		warnx_("--name %s: %s, so mirror and get would refuse it as a path; "
-		       "--allow-unsafe-name to store it anyway", name, nerr.msg);
+		       "--allow-unsafe-name to store it anyway", shown_name(shown, name), nerr.msg);
 		return EXIT_USAGE;
 	}
 	return EXIT_OK;

@@ -207,6 +207,20 @@ id_hex(const bson_t *wrapped)
 	return out;
 }
 
+/* The value of the relaxed JSON { "id" : VALUE }: 5, not { "id" : 5 }. */
+static char *
+json_value(const char *json)
+{
+	static const char head[] = "{ \"id\" : ", tail[] = " }";
+	size_t n = strlen(json), hl = sizeof head - 1, tl = sizeof tail - 1;
+	if (n < hl + tl || strncmp(json, head, hl) != 0 || strcmp(json + n - tl, tail) != 0)
+		return gfs_xstrdup(json);
+	char *out = gfs_xmalloc(n - hl - tl + 1);
+	memcpy(out, json + hl, n - hl - tl);
+	out[n - hl - tl] = '\0';
+	return out;
+}
+
 char *
 gfs_id_string(const bson_value_t *id)
 {
@@ -225,7 +239,7 @@ gfs_id_string(const bson_value_t *id)
 	if (id->value_type != BSON_TYPE_UTF8)
 		json = bson_as_relaxed_extended_json(&tmp, NULL);
 	/* NULL when a string inside is not valid UTF-8. */
-	char *out = json ? gfs_xstrdup(json) : id_hex(&tmp);
+	char *out = json ? json_value(json) : id_hex(&tmp);
 	bson_free(json);
 	bson_destroy(&tmp);
 	return out;

@@ -142,7 +142,10 @@ bool gfs_chunk_n(const bson_t *doc, int64_t *n);
 int64_t gfs_ms_to_ns(int64_t ms);
 /* Expected length of chunk n. */
 int32_t gfs_chunk_expected_len(int64_t length, int32_t chunk_size, int64_t n);
-/* Writes the id as text: 24 hex digits for an ObjectId, else relaxed JSON. */
+/*
+ * Writes the id as text: 24 hex digits for an ObjectId, a string as it is,
+ * else the value in relaxed JSON (5, 78.0, {"a": 1}).
+ */
 char *gfs_id_string(const bson_value_t *id);
 /*
  * Equal as the server matches ids: numbers (int32, int64, double) by value

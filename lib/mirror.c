@@ -132,6 +132,11 @@ gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw
 		gfs_error_set(err, GFS_EINVAL, "not under the prefix");
 		return false;
 	}
+	/* "p//e" under the prefix "p/" is not an absolute name: the stored name has an empty segment. */
+	if (nprefix && *nprefix && *tail == '/') {
+		gfs_error_set(err, GFS_EINVAL, "empty path segment");
+		return false;
+	}
 	char *rel;
 	size_t len;
 	if (raw) {

@@ -833,7 +833,7 @@ def test_refusal_of_a_long_name_keeps_its_reason(gfs, db, tmp_path):
     assert r.rc == 1, r
     lines = r.err.splitlines()
     assert len(lines) == 1 and lines[0].endswith(": refused: name longer than 4000 bytes"), r.err[-300:]
-    assert "nnn...nnn" in lines[0] and len(lines[0]) < 600, lines[0][:100]
+    assert "nnn...(5005 bytes)...nnn" in lines[0] and len(lines[0]) < 600, lines[0][:100]
     assert summary(r)["error"].endswith("refused: name longer than 4000 bytes")
 
 

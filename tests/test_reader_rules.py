@@ -303,3 +303,38 @@ def test_serve_refuses_a_malformed_hash_and_passes_over_extra_chunks(gfs, db, tm
         assert status != 200 and got != body
     finally:
         s.stop()
+
+
+# ---- small ones ---------------------------------------------------------------
+
+
+def test_an_empty_segment_below_the_prefix_is_refused_for_what_it_is(gfs, db, tmp_path):
+    plant_good(db, "p//e", b"x")
+    r = gfs.run("mirror", tmp_path / "m", "--prefix", "p")
+    assert r.rc == 1 and "p//e: refused: empty path segment" in r.err and "absolute" not in r.err, r
+
+
+def test_an_unreachable_backend_is_said_once(gfs, tmp_path):
+    for args in (["doctor"], ["watch", tmp_path]):
+        r = gfs.run(*args, env={"GRIDFSCTL_URI": "mongodb://127.0.0.1:1/", "GRIDFSCTL_TIMEOUT": "1"})
+        assert r.rc == 3, r
+        assert (r.err + r.text).count("cannot reach the backend") == 1, r
+
+
+def test_rm_dry_run_prints_a_number_id_as_the_number(gfs, db):
+    planted.plant(db, 5, "five", b"12345")
+    r = gfs.run("rm", "-n", "five")
+    assert r.rc == 0 and r.text == "would remove five (id 5, 5 bytes)\n", r
+
+
+def test_a_long_name_in_a_refusal_is_shortened_with_its_length(gfs, db, tmp_path):
+    src = tmp_path / "f"
+    src.write_bytes(b"x")
+    name = planted.LONG_NAME + "/x"
+    r = gfs.run("put", src, "--name", name)
+    assert r.rc == 2, r
+    assert len(r.err) < 600 and f"...({len(name)} bytes)..." in r.err, r
+    assert r.err.rstrip().endswith("--allow-unsafe-name to store it anyway"), r
+    planted.plant(db, 1, planted.LONG_NAME, b"x")
+    r = gfs.run("get", planted.LONG_NAME, cwd=tmp_path)
+    assert r.rc == 2 and len(r.err) < 600 and f"...({len(planted.LONG_NAME)} bytes)..." in r.err, r

@@ -202,7 +202,8 @@ cmd_ls(int argc, char **argv)
 }
 
 static const struct cmd_exit ls_exits[] = {
-	{0, "ok"}, {1, "a files document listed is malformed (each is reported)"}, {2, "usage"}, {3, "backend"}, {5, "standard output could not be written"}, {-1, NULL},
+	{0, "ok"}, {1, "a files document listed is malformed (each is reported)"}, {2, "usage"},
+	{3, "backend"}, {5, "standard output could not be written"}, {-1, NULL},
 };
 
 const struct cmd_entry cmd_ls_entry = {

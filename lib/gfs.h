@@ -206,8 +206,9 @@ bool gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_
  * (NULL or "" for all), in filename then uploadDate order, and bad for
  * each one that does not parse, in the same order: a malformed document
  * is a problem of its name, never the name's absence (filename is NULL
- * when it has none; why says what is wrong, without the name). Either
- * returns false to stop early. The gfs_file is freed after fn returns.
+ * when it has none; why says what is wrong, without the name). Both are
+ * required; either returns false to stop early. The gfs_file is freed
+ * after fn returns.
  */
 typedef bool (*gfs_file_fn)(const gfs_file *f, void *ctx);
 typedef bool (*gfs_bad_file_fn)(const bson_t *doc, const char *filename, const gfs_error *why,

@@ -122,7 +122,8 @@ gfs_integrity_check(const gfs_file *f, const char *sha256_hex, const char *md5_h
 	/* Other tools store the hex in upper case; it names the same digest. */
 	if (got && strcasecmp(got, want) == 0)
 		return true;
-	gfs_error_set(err, GFS_ECHECKSUM, "%s: content %s %s does not match stored %s", name, algo, got ? got : "(not computed)", want);
+	gfs_error_set(err, GFS_ECHECKSUM, "%s: content %s %s does not match stored %s", name, algo,
+	              got ? got : "(not computed)", want);
 	return false;
 }
 

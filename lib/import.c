@@ -78,7 +78,7 @@ entry_free(const char *name, void *e, void *ctx)
 	free(e);
 }
 
-/* Whether a files document (as projected: length and chunkSize at least) is malformed; why when so. */
+/* Whether a files document (projected: length and chunkSize at least) is malformed, and why. */
 static bool
 malformed_doc(const bson_t *doc, gfs_error *why)
 {

@@ -78,7 +78,9 @@ def test_every_verb(gfs, db, planted_db, tmp_path):
     try:
         w.wait_for("ready")
     finally:
-        assert w.stop() == 0, "watch over bogus documents"
+        # a malformed files document is a problem of its name: reported, exit 1
+        assert w.stop() == 1, "watch over bogus documents"
+    assert any("bogus/length-string.bin" in l for l in w.stderr), w.stderr
     check(gfs.run("put", src / "sub" / "x.txt", "--name", planted.FORGING_NAME), "put over a hostile name")
     for name in planted.HOSTILE_NAMES:
         check(gfs.run("rm", name), f"rm {name!r}")

@@ -121,6 +121,16 @@ gfs_file_parse(const bson_t *doc, gfs_file *f, gfs_error *err)
 	return true;
 }
 
+bool
+gfs_doc_malformed(const bson_t *doc, gfs_error *why)
+{
+	gfs_file f;
+	if (!gfs_file_parse(doc, &f, why))
+		return true;
+	gfs_file_free(&f);
+	return false;
+}
+
 const char *
 gfs_doc_filename(const bson_t *doc)
 {

@@ -114,6 +114,12 @@ typedef struct gfs_file {
 bool gfs_file_parse(const bson_t *doc, gfs_file *out, gfs_error *err);
 /* The filename of a files document as stored (NULL when not a string), for one that does not parse. */
 const char *gfs_doc_filename(const bson_t *doc);
+/*
+ * Whether gfs_file_parse() refuses doc (projected, it needs _id, length
+ * and chunkSize), and why: a malformed document is a problem of its name,
+ * never one to delete unseen.
+ */
+bool gfs_doc_malformed(const bson_t *doc, gfs_error *why);
 void gfs_file_free(gfs_file *f);
 /* Number of chunks a file of this length and chunk size must have. */
 int64_t gfs_chunk_count(int64_t length, int32_t chunk_size);

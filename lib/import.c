@@ -78,17 +78,6 @@ entry_free(const char *name, void *e, void *ctx)
 	free(e);
 }
 
-/* Whether a files document (projected: length and chunkSize at least) is malformed, and why. */
-static bool
-malformed_doc(const bson_t *doc, gfs_error *why)
-{
-	gfs_file f;
-	if (!gfs_file_parse(doc, &f, why))
-		return true;
-	gfs_file_free(&f);
-	return false;
-}
-
 /* ---- the queue between the walk and the workers ---------------------- */
 
 struct job {
@@ -670,7 +659,7 @@ add_existing(gfs_import *imp, const bson_t *doc)
 	const char *name = bson_iter_utf8(&it, NULL);
 	struct entry *e = entry_get(imp->names, name);
 	gfs_error why;
-	bool bad = malformed_doc(doc, &why);
+	bool bad = gfs_doc_malformed(doc, &why);
 	if (bad && !e->malformed) {
 		e->malformed = true;
 		file_failed(imp, NULL, name, false, 0, why.msg);

@@ -931,6 +931,8 @@ gfs_marker_left_by(const bson_t *m, char *buf, size_t len)
  * another writer's clock may be ahead of ours or tie to the millisecond.
  * So keep_id is never among them, counts as one of the keep, and what
  * sorts before it (a later write, or a later date) is not ours to remove.
+ * A trim (keep > 0) passes over malformed revisions: they are problems to
+ * report (ls, verify), neither kept as a revision nor removed unseen.
  */
 bool
 gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
@@ -944,6 +946,8 @@ gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_va
 	bson_append_document_end(&opts, &sort);
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
 	BSON_APPEND_INT32(&proj, "_id", 1);
+	BSON_APPEND_INT32(&proj, "length", 1);
+	BSON_APPEND_INT32(&proj, "chunkSize", 1);
 	bson_append_document_end(&opts, &proj);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
 	bson_destroy(&filter);
@@ -956,7 +960,8 @@ gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_va
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
-		if (!bson_iter_init_find(&it, doc, "_id"))
+		gfs_error why;
+		if (!bson_iter_init_find(&it, doc, "_id") || (keep > 0 && gfs_doc_malformed(doc, &why)))
 			continue;
 		if (keep_id && gfs_id_equal(bson_iter_value(&it), keep_id)) {
 			passed = true;

@@ -1354,6 +1354,10 @@ serve_body(struct req *r, gfs_meta *m)
 static enum MHD_Result
 serve_meta(struct req *r, gfs_meta *m)
 {
+	if (m->bad) {
+		logf_(r->srv, "%s: malformed files document: %s", m->name, m->bad);
+		return send_status(r, 500);
+	}
 	const char *inm = header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
 	int64_t lm = m->upload_ms / 1000;
 	if (inm) {
@@ -2271,7 +2275,7 @@ want_meta(gfs_meta *m, void *ctx)
 	struct preload *p = ctx;
 	disktier *tier = p->srv->tier;
 	int64_t count = gfs_chunk_count(m->length, m->chunk_size);
-	if (count > 64 || (tier && disktier_has(tier, m)))
+	if (m->bad || count > 64 || (tier && disktier_has(tier, m)))
 		return;
 	bool memory = (size_t)m->length <= p->srv->cfg.stream_threshold &&
 	              (size_t)m->length + 512 <= p->budget;

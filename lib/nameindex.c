@@ -125,7 +125,30 @@ gfs_meta_unref(gfs_meta *m)
 	free(m->cache_key);
 	bson_value_destroy(&m->id);
 	free(m->content_type);
+	free(m->bad);
 	free(m);
+}
+
+/* A revision whose files document does not parse, named so that it can be the newest. */
+static gfs_meta *
+meta_bad(const bson_t *doc, const char *name, const gfs_error *why)
+{
+	bson_iter_t it;
+	if (!name || !bson_iter_init_find(&it, doc, "_id"))
+		return NULL;
+	gfs_meta *m = gfs_xcalloc(1, sizeof *m);
+	atomic_init(&m->refs, 1);
+	m->name = gfs_xstrdup(name);
+	bson_value_copy(bson_iter_value(&it), &m->id);
+	m->key = gfs_meta_key(&m->id);
+	if (!m->key)
+		abort();
+	if (bson_iter_init_find(&it, doc, "uploadDate") && BSON_ITER_HOLDS_DATE_TIME(&it))
+		m->upload_ms = bson_iter_date_time(&it);
+	m->content_type = gfs_xstrdup("application/octet-stream");
+	m->cache_key = make_cache_key(m);
+	m->bad = gfs_xstrdup(why->msg);
+	return m;
 }
 
 void
@@ -263,8 +286,13 @@ scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_r
 		note(lg, touched, doc);
 		if (docs)
 			(*docs)++;
-		if (!gfs_file_parse(doc, &f, &perr))
-			continue; /* malformed documents are verify's business */
+		if (!gfs_file_parse(doc, &f, &perr)) {
+			/* A problem of its name: as the newest revision it answers 500, never an older one. */
+			gfs_meta *m = meta_bad(doc, gfs_doc_filename(doc), &perr);
+			if (m)
+				add_meta(by_name, by_id, m);
+			continue;
+		}
 		if (f.filename)
 			add_meta(by_name, by_id, gfs_meta_from_file(&f));
 		gfs_file_free(&f);

@@ -38,6 +38,12 @@ typedef struct gfs_meta {
 	char bad_hash[8];    /* as gfs_file's: a malformed digest, which the rule counts as damage */
 	char *content_type;  /* stored type, else guessed from the name's extension */
 	char etag[80];       /* quoted: sha256, else md5, else id and upload time */
+	/*
+	 * The revision's files document is malformed: why (a problem of its
+	 * name, never a reason to answer with an older revision; only name,
+	 * key, id and upload time are set then). NULL when it is not.
+	 */
+	char *bad;
 	char last_modified[32];
 } gfs_meta;
 

@@ -110,6 +110,17 @@ def test_ls_reports_a_malformed_newest_revision(gfs, db):
     assert r.text.count("p/rev.bin") == 1, r   # the good old revision is listed, the bad one reported
 
 
+def test_get_prefix_never_gets_an_older_revision_than_a_malformed_newest(gfs, db, tmp_path):
+    plant_good(db, "p/a.bin", planted.data(100))
+    plant_good(db, "p/rev.bin", planted.data(900, 2), date=old())
+    plant_bad(db, "p/rev.bin", MALFORMED["chunksize-negative"])
+    out = tmp_path / "out"
+    r = gfs.run("get", "--prefix", "p", "-o", out)
+    assert r.rc == 1 and "p/rev.bin: chunkSize is not a whole number above 0" in r.err, r
+    assert read(out / "a.bin") == planted.data(100)
+    assert not (out / "rev.bin").exists()
+
+
 def test_verify_prefix_reports_a_malformed_name(gfs, db):
     plant_good(db, "p/a.bin", planted.data(100))
     plant_bad(db, "p/bad.bin", MALFORMED["chunksize-negative"])

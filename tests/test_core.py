@@ -225,16 +225,15 @@ def test_truncated_chunk_is_reported(gfs, bucket, db, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_extra_chunk_is_passed_over_and_checksum_reported(gfs, bucket, db, tmp_path):
-    """A chunk numbered past the content is no part of it (the one rule for extra chunks)."""
-    fid = bucket.upload_from_stream("extra", b"abc", metadata={"sha256": sha256(b"abc")})
+def test_extra_chunk_and_checksum_are_reported(gfs, bucket, db, tmp_path):
+    fid = bucket.upload_from_stream("extra", b"abc")
     db.fs.chunks.insert_one({"files_id": fid, "n": 1, "data": b"zzz"})
     r = gfs.run("get", "extra", "-o", tmp_path / "o1")
-    assert r.rc == 0 and (tmp_path / "o1").read_bytes() == b"abc", r
+    assert r.rc == 1 and "extra chunk n=1" in r.err
     fid = bucket.upload_from_stream("bad-sum", b"abc", metadata={"sha256": sha256(b"abd")})
     r = gfs.run("get", "bad-sum", "-o", tmp_path / "o2")
     assert r.rc == 1 and "does not match" in r.err
-    assert not (tmp_path / "o2").exists()
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
 
 
 def test_ls_newest_revision_prefix_and_long(gfs, bucket):

@@ -143,6 +143,10 @@ deliver(struct read_state *st, const bson_t *doc, gfs_error *err)
 	                    err))
 		return false;
 	st->next++;
+	/* libbson gives an empty binary a NULL pointer; callbacks memcpy from it. */
+	static const uint8_t none[1];
+	if (!data)
+		data = none;
 	gfs_digest_update(st->d, data, len);
 	if (st->fn && !st->fn(data, len, st->ctx)) {
 		gfs_error_set(err, GFS_ECANCELED, "%s: read stopped", st->name);

@@ -1,4 +1,4 @@
-/* gridfsctl serve: options, signals and the listening socket; the server is lib/httpserve.c. */
+/* gridfsctl serve: options, signals and the listening socket; the server is lib/serve/. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../lib/addr.h"
-#include "../lib/httpserve.h"
+#include "../lib/serve/serve.h"
 #include "../lib/sdnotify.h"
 #include "cmd.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "acceptor.h"
-#include "util.h"
+#include "../util.h"
 
 /* Out of descriptors and no connection closing: look again this often. */
 #define PAUSE_MS 250

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
-#include "error.h"
+#include "../error.h"
 
 typedef struct acceptor acceptor;
 

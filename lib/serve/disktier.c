@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "disktier.h"
-#include "strmap.h"
+#include "../strmap.h"
 
 #define TRAILER 64                 /* an entry's last bytes: its body's sha256 in hex */
 #define PROVE_INLINE_MAX (256u << 10) /* larger unproven entries are misses until the writer proves them */

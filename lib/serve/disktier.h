@@ -84,7 +84,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gfs.h"
+#include "../gfs.h"
 #include "nameindex.h"
 
 /* The default size: this share of the free space at start, at most DISKTIER_DEFAULT_CAP. */

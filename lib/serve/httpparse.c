@@ -7,7 +7,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "httputil.h"
+#include "httpparse.h"
 
 /* ---- entity tags ----------------------------------------------------- */
 

@@ -3,8 +3,8 @@
  * byte ranges, content types by extension. No I/O, no state, so they can
  * be tested on their own (tests/unit/test_http.c).
  */
-#ifndef GFS_HTTPUTIL_H
-#define GFS_HTTPUTIL_H
+#ifndef GFS_SERVE_HTTPPARSE_H
+#define GFS_SERVE_HTTPPARSE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "httpcache.h"
-#include "strmap.h"
-#include "util.h"
+#include "memcache.h"
+#include "../strmap.h"
+#include "../util.h"
 
 /* The negative cache is cleared whole when it reaches this many names. */
 #define NEG_MAX 100000

@@ -9,8 +9,8 @@
  *
  * Also a negative cache: keys recently found missing, with an expiry.
  */
-#ifndef GFS_HTTPCACHE_H
-#define GFS_HTTPCACHE_H
+#ifndef GFS_SERVE_MEMCACHE_H
+#define GFS_SERVE_MEMCACHE_H
 
 #include <stdatomic.h>
 #include <stdbool.h>

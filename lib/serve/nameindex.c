@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "httputil.h"
+#include "httpparse.h"
 #include "nameindex.h"
 #include "revledger.h"
-#include "strmap.h"
+#include "../strmap.h"
 
 struct name_index {
 	pthread_rwlock_t lock;

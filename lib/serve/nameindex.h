@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gfs.h"
+#include "../gfs.h"
 
 /* One revision's metadata. Immutable once built; shared by reference count. */
 typedef struct gfs_meta {

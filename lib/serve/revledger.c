@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "revledger.h"
-#include "strmap.h"
-#include "util.h"
+#include "../strmap.h"
+#include "../util.h"
 
 struct gfs_rev_ledger {
 	strmap *ids;      /* id key -> &seen_mark */

@@ -5,15 +5,15 @@
  * connections, metrics and the access log. It prints nothing itself:
  * messages go to cfg->log.
  */
-#ifndef GFS_HTTPSERVE_H
-#define GFS_HTTPSERVE_H
+#ifndef GFS_SERVE_SERVE_H
+#define GFS_SERVE_SERVE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gfs.h"
+#include "../gfs.h"
 
 struct httpserve_config {
 	const char *host;          /* numeric address to bind, e.g. "127.0.0.1" or "::1" */
@@ -38,7 +38,7 @@ struct httpserve_config {
 	int reload_ms;             /* reread the whole index this often (deletions, renames) */
 	int neg_ttl_ms;            /* remember a missing name or id this long */
 	bool preload;              /* fill the caches in one pass over the chunks, while serving */
-	const char *cache_dir;     /* NULL: no disk tier (lib/disktier.h) */
+	const char *cache_dir;     /* NULL: no disk tier (lib/serve/disktier.h) */
 	uint64_t cache_dir_size;   /* bytes the disk tier may hold; 0: its default */
 	void (*log)(const char *msg);
 	/* With preload: the pass is over (ok: it read to the end), on the preload thread. */

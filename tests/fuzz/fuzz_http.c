@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../lib/httputil.h"
+#include "../../lib/serve/httpparse.h"
 #include "../../lib/names.h"
 #include "../../lib/safepath.h"
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/acceptor.h"
+#include "../../lib/serve/acceptor.h"
 
 struct seen {
 	pthread_mutex_t mu;

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/disktier.h"
+#include "../../lib/serve/disktier.h"
 
 static const char SHA_A[] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 /* sha256("tesT"), the same size as "test" */

@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "../../lib/httpcache.h"
-#include "../../lib/httputil.h"
+#include "../../lib/serve/memcache.h"
+#include "../../lib/serve/httpparse.h"
 #include "../../lib/strmap.h"
 
 #define TAG "\"0123abcd\""

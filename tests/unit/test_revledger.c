@@ -1,4 +1,4 @@
-/* Unit tests: the ledger serve's index uses to notice removals from one count (lib/revledger). */
+/* Unit tests: the ledger serve's index uses to notice removals from one count (lib/serve/revledger). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/revledger.h"
+#include "../../lib/serve/revledger.h"
 
 /* Each document counts once, however often the poll's overlap returns it. */
 static void

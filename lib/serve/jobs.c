@@ -1,0 +1,394 @@
+/*
+ * The job queue and the workers. A job is a fetch (a body into the memory
+ * cache, and the disk tier), a lookup (a name or id the index does not
+ * hold) or a stream (stream.c). Requests for the same key join the job in
+ * flight (srv->inflight) instead of queueing another; beyond queue_max,
+ * 503. Each worker has its own backend session; a finished job resumes
+ * its waiting connections, whose on_request then answers them.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- jobs ------------------------------------------------------------ */
+
+static void
+job_free(struct job *j)
+{
+	if (j->stream)
+		stream_unref(j->stream);
+	free(j->key);
+	free(j->name);
+	free(j->id_key);
+	free(j->request);
+	gfs_meta_unref(j->meta);
+	free(j);
+}
+
+/* Called with jobs_mu held. */
+static void
+enqueue(struct httpserve *srv, struct job *j)
+{
+	if (srv->qtail)
+		srv->qtail->next = j;
+	else
+		srv->qhead = j;
+	srv->qtail = j;
+	srv->queued++;
+	pthread_cond_signal(&srv->jobs_cv);
+}
+
+/*
+ * Attaches r to the job for key, starting one when none is in flight, and
+ * suspends the connection. Suspension happens under jobs_mu so that the
+ * worker's resume can only come after it.
+ */
+enum MHD_Result
+wait_for_job(struct req *r, struct job *proto)
+{
+	struct httpserve *srv = r->srv;
+	pthread_mutex_lock(&srv->jobs_mu);
+	struct job *j = proto->key ? strmap_get(srv->inflight, proto->key) : NULL;
+	if (!j && (srv->stopping || srv->queued >= srv->cfg.queue_max)) {
+		bool stopping = srv->stopping;
+		pthread_mutex_unlock(&srv->jobs_mu);
+		job_free(proto);
+		return stopping ? send_status(r, 503) : send_busy(r);
+	}
+	if (j) {
+		atomic_fetch_add(&srv->coalesced, 1);
+		job_free(proto);
+	} else {
+		j = proto;
+		if (j->key)
+			strmap_put(srv->inflight, j->key, j);
+		enqueue(srv, j);
+	}
+	r->next_waiter = j->waiters;
+	j->waiters = r;
+	r->phase = PHASE_WAITING;
+	MHD_suspend_connection(r->conn);
+	pthread_mutex_unlock(&srv->jobs_mu);
+	return MHD_YES;
+}
+
+enum MHD_Result
+start_fetch(struct req *r, gfs_meta *m)
+{
+	struct job *j = gfs_xcalloc(1, sizeof *j);
+	j->kind = JOB_FETCH;
+	j->meta = gfs_meta_ref(m);
+	size_t n = strlen(m->cache_key) + 3;
+	j->key = gfs_xmalloc(n);
+	snprintf(j->key, n, "F:%s", m->cache_key);
+	return wait_for_job(r, j);
+}
+
+enum MHD_Result
+start_lookup(struct req *r, const char *name, int rev, const char *id_key, const char *key)
+{
+	struct job *j = gfs_xcalloc(1, sizeof *j);
+	j->kind = JOB_LOOKUP;
+	j->key = strdup_or_empty(key);
+	j->name = name ? strdup_or_empty(name) : NULL;
+	j->rev = rev;
+	j->id_key = id_key ? strdup_or_empty(id_key) : NULL;
+	return wait_for_job(r, j);
+}
+
+/* ---- worker side ----------------------------------------------------- */
+
+static unsigned
+status_for(struct httpserve *srv, const gfs_error *err)
+{
+	switch (err->code) {
+	case GFS_ENOTFOUND:
+	case GFS_ENOREVISION:
+		return 404;
+	case GFS_EBACKEND:
+		if (!atomic_exchange(&srv->backend_down, true))
+			serve_logf(srv, "backend unreachable, answering 503 for files not in the cache: %s", err->msg);
+		return 503;
+	case GFS_ECANCELED:
+		return 503;
+	default:
+		serve_logf(srv, "%s", err->msg);
+		return 500;
+	}
+}
+
+/* The status for a failed read of m, before anything of it was sent. */
+static unsigned
+read_failure_status(struct httpserve *srv, gfs_session *ses, const gfs_meta *m,
+                    const gfs_error *err)
+{
+	if (err->code == GFS_EBACKEND)
+		return status_for(srv, err);
+	/* A revision removed since the index saw it: its files document goes first. */
+	gfs_file probe;
+	gfs_error perr;
+	gfs_error_clear(&perr);
+	if (gfs_find_by_id(ses, &m->id, &probe, &perr))
+		gfs_file_free(&probe);
+	else if (perr.code == GFS_ENOTFOUND)
+		return 404;
+	return status_for(srv, err);
+}
+
+struct copy_state {
+	http_cache_body *b;
+	size_t off;
+};
+
+static bool
+copy_chunk(const uint8_t *data, size_t len, void *ctx)
+{
+	struct copy_state *c = ctx;
+	if (len > c->b->len - c->off)
+		return false;
+	memcpy(c->b->data + c->off, data, len);
+	c->off += len;
+	return true;
+}
+
+http_cache_entry *
+memcache_insert(struct httpserve *srv, gfs_meta *m, http_cache_body *b)
+{
+	struct MHD_Response *resp = body_response(srv, m, b);
+	return http_cache_put(srv->cache, m->cache_key, b, resp, gfs_meta_ref(m));
+}
+
+/* Reads a whole file into the cache; on failure returns NULL and the status to answer. */
+static http_cache_entry *
+fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status, bool *fresh)
+{
+	http_cache_entry *e = http_cache_peek(srv->cache, m->cache_key);
+	if (e) {
+		*status = 200;
+		return e;
+	}
+	atomic_fetch_add(&srv->backend_reads, 1);
+	gfs_file f;
+	gfs_meta_file(m, &f);
+	http_cache_body *b = http_cache_body_new((size_t)m->length);
+	struct copy_state cs = {b, 0};
+	gfs_error err;
+	gfs_error_clear(&err);
+	int64_t t0 = mono_us();
+	bool ok = gfs_read(ses, &f, true, copy_chunk, &cs, NULL, &err);
+	observe_latency(srv, mono_us() - t0);
+	if (!ok || cs.off != b->len) {
+		http_cache_body_unref(b);
+		if (ok)
+			gfs_error_set(&err, GFS_EWRONGSIZE, "%s: short read", m->key);
+		if (err.code == GFS_ECHECKSUM)
+			atomic_fetch_add(&srv->integrity_failures, 1);
+		*status = read_failure_status(srv, ses, m, &err);
+		return NULL;
+	}
+	*status = 200;
+	*fresh = true;
+	e = memcache_insert(srv, m, b);
+	http_cache_body_unref(b);
+	return e;
+}
+
+static bool
+under_prefix(struct httpserve *srv, const char *name)
+{
+	return !srv->prefix[0] || (name && gfs_prefix_strip(srv->prefix, name));
+}
+
+static void
+run_lookup(struct httpserve *srv, gfs_session *ses, struct job *j)
+{
+	gfs_file f;
+	gfs_error err;
+	gfs_error_clear(&err);
+	bool ok;
+	int64_t t0 = mono_us();
+	if (j->name) {
+		ok = gfs_find_by_name(ses, j->name, j->rev, &f, &err);
+	} else {
+		bson_value_t id;
+		gfs_id_parse_oid(j->id_key, &id);
+		ok = gfs_find_by_id(ses, &id, &f, &err);
+	}
+	observe_latency(srv, mono_us() - t0);
+	if (ok && !under_prefix(srv, f.filename)) {
+		gfs_file_free(&f);
+		ok = false;
+		gfs_error_set(&err, GFS_ENOTFOUND, "not under the prefix");
+	}
+	if (!ok) {
+		j->status = status_for(srv, &err);
+		if (j->status == 404)
+			http_cache_neg_put(srv->cache, j->key, gfs_now_ms() + srv->cfg.neg_ttl_ms);
+		return;
+	}
+	j->meta = gfs_meta_from_file(&f);
+	gfs_file_free(&f);
+	j->status = 200;
+	/* On disk already: the resumed request sends it from there. */
+	if ((size_t)j->meta->length <= srv->cfg.stream_threshold &&
+	    !(srv->tier && disktier_has(srv->tier, j->meta)))
+		j->entry = fetch_body(srv, ses, j->meta, &j->status, &j->fresh);
+}
+
+/* Hands the job's outcome to every waiting request and resumes them. */
+static void
+resume_waiters(struct httpserve *srv, struct job *j)
+{
+	pthread_mutex_lock(&srv->jobs_mu);
+	if (j->key)
+		strmap_del(srv->inflight, j->key);
+	struct req *next;
+	for (struct req *r = j->waiters; r; r = next) {
+		next = r->next_waiter; /* once resumed, r may be finished and freed at any time */
+		r->fetch_status = j->status;
+		if (!r->meta && j->meta)
+			r->meta = gfs_meta_ref(j->meta);
+		if (j->entry)
+			r->entry = http_cache_entry_ref(j->entry);
+		r->phase = PHASE_RESUMED;
+		MHD_resume_connection(r->conn);
+	}
+	j->waiters = NULL;
+	pthread_mutex_unlock(&srv->jobs_mu);
+}
+
+/* The disk tier's writer takes a reference to the body and writes it later. */
+static void
+finish_job(struct httpserve *srv, struct job *j)
+{
+	resume_waiters(srv, j);
+	if (j->entry && j->fresh && srv->tier)
+		disktier_put_async(srv->tier, j->meta, j->entry->body->data, j->entry->body->len,
+		                   http_cache_body_release_cb, http_cache_body_ref(j->entry->body));
+	if (j->entry)
+		http_cache_entry_release(srv->cache, j->entry);
+	job_free(j);
+}
+
+/*
+ * The first window is what the read-ahead buffer holds, so that it is read
+ * whole, without waiting for the client, before the status is sent.
+ */
+static int64_t
+first_window(int32_t chunk_size)
+{
+	int64_t per = gfs_chunk_batch_size(chunk_size);
+	int64_t fit = chunk_size > 0 ? STREAM_BUFFER_BYTES / chunk_size : 1;
+	return fit < 1 ? 1 : fit < per ? fit : per;
+}
+
+/*
+ * Streams chunks first/chunk_size .. last/chunk_size, one batch per query:
+ * a cursor left open across batches may or may not see chunks removed
+ * after it opened (MongoDB does, a snapshot does not), and a fresh query
+ * per batch makes a revision removed mid-stream show the same everywhere.
+ * A failure in the first window (a whole stream's digest too, when the
+ * file fits in it) is answered with a status, as a fetch's is; after it
+ * the client has its 200 and sees the connection cut short.
+ */
+static bool
+stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee *tee)
+{
+	const gfs_meta *m = j->meta;
+	struct stream *s = j->stream;
+	gfs_error err;
+	gfs_error_clear(&err);
+	int64_t n0 = s->first / m->chunk_size, n1 = s->last / m->chunk_size;
+	int64_t per = first_window(m->chunk_size), next = n0;
+	for (int64_t w0 = n0, w1; w0 <= n1; w0 = w1 + 1) {
+		w1 = w0 + per - 1 < n1 ? w0 + per - 1 : n1;
+		bool ok = stream_window(ses, m, s, tee, w0, w1, &next, &err);
+		if (ok && w1 == n1)
+			ok = tee_check(srv, j, tee, &err);
+		if (w0 == n0) {
+			j->status = ok ? 200 : read_failure_status(srv, ses, m, &err);
+			resume_waiters(srv, j);
+			per = gfs_chunk_batch_size(m->chunk_size);
+		} else if (!ok && err.code != GFS_ECANCELED) {
+			int64_t upto = next * m->chunk_size < s->last + 1 ? next * m->chunk_size : s->last + 1;
+			int64_t sent = upto - s->first - (int64_t)tee->held_len;
+			if (err.code == GFS_EMISSINGCHUNK)
+				explain_cut_off(ses, m, sent, s->last - s->first + 1, &err);
+			if (err.code == GFS_ECHECKSUM)
+				cut_damaged(s, sent, &err);
+			(void)status_for(srv, &err);
+		}
+		if (!ok)
+			return false;
+	}
+	return tee_release(s, tee);
+}
+
+static void
+run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
+{
+	j->status = 200;
+	atomic_fetch_add(&srv->backend_reads, 1);
+	struct tee tee;
+	tee_begin(srv, j->meta, j->stream, &tee);
+	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j, &tee);
+	stream_finish(j->stream, ok);
+	tee_end(&tee, ok);
+	j->stream = NULL;
+}
+
+static void
+run_job(struct httpserve *srv, gfs_session *ses, struct job *j, bool stopping)
+{
+	if (stopping) {
+		j->status = 503;
+		if (j->stream)
+			stream_finish(j->stream, false);
+		j->stream = NULL;
+	} else if (j->kind == JOB_FETCH) {
+		j->entry = fetch_body(srv, ses, j->meta, &j->status, &j->fresh);
+	} else if (j->kind == JOB_LOOKUP) {
+		run_lookup(srv, ses, j);
+	} else {
+		run_stream(srv, ses, j);
+	}
+	finish_job(srv, j);
+}
+
+void *
+worker_main(void *arg)
+{
+	struct httpserve *srv = arg;
+	gfs_session *ses = gfs_session_pop(srv->conn);
+	for (;;) {
+		pthread_mutex_lock(&srv->jobs_mu);
+		while (!srv->qhead && !srv->stopping)
+			pthread_cond_wait(&srv->jobs_cv, &srv->jobs_mu);
+		struct job *j = srv->qhead;
+		if (!j) {
+			pthread_mutex_unlock(&srv->jobs_mu);
+			break;
+		}
+		srv->qhead = j->next;
+		if (!srv->qhead)
+			srv->qtail = NULL;
+		srv->queued--;
+		bool stopping = srv->stopping;
+		pthread_mutex_unlock(&srv->jobs_mu);
+		run_job(srv, ses, j, stopping);
+	}
+	gfs_session_push(ses);
+	return NULL;
+}

@@ -133,6 +133,24 @@ gfs_xasprintf(const char *fmt, ...)
 }
 
 void
+gfs_buf_printf(struct gfs_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(b->p ? b->p + b->len : NULL, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		abort();
+	if ((size_t)n >= b->cap - b->len) {
+		GFS_GROW(b->p, b->len + (size_t)n + 1, b->cap, 256);
+		va_start(ap, fmt);
+		vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t)n;
+}
+
+void
 gfs_deadline_in(struct timespec *ts, int64_t ms)
 {
 	clock_gettime(CLOCK_REALTIME, ts);

@@ -55,6 +55,14 @@ char *gfs_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 		} \
 	} while (0)
 
+/* A growable string: p holds len bytes and a NUL (NULL until the first append); free(p) ends it. */
+struct gfs_buf {
+	char *p;
+	size_t len, cap;
+};
+/* Appends the formatted text to b, growing it as GFS_GROW does; aborts when it cannot format. */
+void gfs_buf_printf(struct gfs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
 void gfs_deadline_in(struct timespec *ts, int64_t ms);
 /* A whole number in [min, max], nothing else in s. */

@@ -5,18 +5,8 @@
  * tier entries kept open that the tier has since evicted.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <stdarg.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 

@@ -6,19 +6,8 @@
  * 503. Each worker has its own backend session; a finished job resumes
  * its waiting connections, whose on_request then answers them.
  */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 

@@ -7,16 +7,12 @@
  * every thread and frees. libmicrohttpd's own log and descriptor
  * exhaustion (EMFILE) are reported from here.
  */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>

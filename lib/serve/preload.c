@@ -5,19 +5,9 @@
  * --preload fills the memory cache in one pass over the chunks collection
  * in natural order, on a thread of its own while the server answers.
  */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 

@@ -8,18 +8,10 @@
  * response header or rule goes here (add_file_headers for every file's
  * headers, serve_body/serve_meta for the rules of one request).
  */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <stdarg.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"

@@ -7,19 +7,9 @@
  * tier; a stream whose revision disappears or whose content fails the
  * integrity rule is cut off, never completed with wrong bytes.
  */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 

@@ -3,7 +3,8 @@
  * conditional and range requests, the response cache, the disk tier, the
  * metadata index, backend fetches on a worker pool with suspended
  * connections, metrics and the access log. It prints nothing itself:
- * messages go to cfg->log.
+ * messages go to cfg->log. This is lib/serve/'s face, the one header of
+ * it cmd/serve.c includes; internal.h lists the parts behind it.
  */
 #ifndef GFS_SERVE_SERVE_H
 #define GFS_SERVE_SERVE_H

@@ -82,7 +82,7 @@ def test_verify_places_chunks_by_n_whatever_the_bound(gfs, db):
     held = gfs.run("verify", "--json")
     assert held.rc == 1, held
     base, s = findings(held)
-    assert s["chunks"] == total and s["strategy"] == "scan", s
+    assert s["chunks"] == total and s["read"] == "scan", s
     got = {p[1]: p[0] for p in base}
     assert got["d/missing.bin"] == "MISSING-CHUNK" and got["d/short.bin"] == "WRONG-SIZE", base
     assert got["d/dupfirst.bin"] == "EXTRA-CHUNK" and got["d/beyond.bin"] == "EXTRA-CHUNK", base

@@ -124,17 +124,17 @@ void gfs_file_free(gfs_file *f);
 /* Number of chunks a file of this length and chunk size must have. */
 int64_t gfs_chunk_count(int64_t length, int32_t chunk_size);
 /*
- * The one rule for extra chunks, for every reader (verify, get, mirror,
- * serve): what chunk n is to a file of count chunks when a reader taking
- * them in n order wants next. A chunk numbered outside 0..count-1 is no
- * part of the content: readers pass over it (the GridFS spec lets them,
- * and forbids reading the chunks of an empty file at all), verify reports
- * it as EXTRA-CHUNK. A second copy of a chunk of the content makes the
- * content ambiguous: damage to every reader.
+ * What chunk n is to a file of count chunks when a reader taking them in
+ * n order wants next. The one rule for extra chunks, in every reader
+ * (verify, get, mirror, serve), an empty file's included: a chunk numbered
+ * outside 0..count-1, or a second copy of one, is damage (EXTRA-CHUNK in
+ * verify; get, mirror and serve deliver nothing of the file), though the
+ * GridFS spec lets readers ignore it: the bytes are someone's, and a
+ * length that disowns them may be the damage.
  */
 enum gfs_chunk_place {
 	GFS_CHUNK_NEXT,         /* the next part of the content */
-	GFS_CHUNK_OUTSIDE,      /* numbered outside the content: passed over */
+	GFS_CHUNK_OUTSIDE,      /* numbered outside the content: extra, damage */
 	GFS_CHUNK_DUPLICATE,    /* a second copy of a chunk already read: damage */
 	GFS_CHUNK_GAP,          /* chunks before it are missing: damage */
 };
@@ -250,9 +250,9 @@ typedef bool (*gfs_data_fn)(const uint8_t *data, size_t len, void *ctx);
  * are read again one by one by {files_id, n}. A fault is the one a read
  * sorted by n would meet first.
  * When verify_hash is set, content that fails gfs_integrity_check fails
- * with GFS_ECHECKSUM after the last chunk. An empty file is not looked for
- * in the chunks collection (the spec forbids the query). sha256_out (65
- * bytes) may be NULL.
+ * with GFS_ECHECKSUM after the last chunk. An empty file's chunks are
+ * looked for too (one equality find, limit 1): a chunk of it is extra
+ * (GFS_EEXTRACHUNK), as for any file. sha256_out (65 bytes) may be NULL.
  */
 bool gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, void *ctx,
               char *sha256_out, gfs_error *err);

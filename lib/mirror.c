@@ -1733,8 +1733,8 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 		e->idx = idx[i];
 		e->fd = -1;
 		/*
-		 * The spec: an empty file has no chunks to read, so a stray one is
-		 * not its content. It is left to the per-file write, as by every reader.
+		 * An empty file is left to the per-file write, whose one query
+		 * (limit 1) finds a stray chunk of it, extra as for any file.
 		 */
 		if (plan->items[idx[i]].file.length == 0)
 			e->state = SE_DONE;

@@ -875,11 +875,13 @@ def test_rm_name_removes_malformed_revisions(gfs, bucket, db):
     assert db.fs.chunks.count_documents({"files_id": {"$in": bad + [good]}}) == 0
 
 
-def test_get_empty_file_reads_no_chunks(gfs, db, tmp_path):
-    """The spec: a zero-length file MUST NOT query the chunks collection, so a stray chunk is unseen."""
+def test_get_empty_file_with_a_stray_chunk_is_damage(gfs, db, tmp_path):
+    """An empty file's chunk is extra, as any file's (issue 27.7): exit 1, no file written."""
     planted.plant_empty_with_stray_chunk(db, "empty")
-    r = gfs.run("get", "empty", "-o", "-")
-    assert r.rc == 0 and r.out == b"", r
+    r = gfs.run("get", "empty", "-o", tmp_path / "e")
+    assert r.rc == 1 and "empty: extra chunk n=0 (expected 0 chunks)" in r.err, r
+    assert not (tmp_path / "e").exists()
+    db.fs.chunks.delete_many({"files_id": db.fs.files.find_one({"filename": "empty"})["_id"]})
     r = gfs.run("get", "empty", "-o", tmp_path / "e")
     assert r.rc == 0 and (tmp_path / "e").read_bytes() == b"", r
 

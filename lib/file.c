@@ -394,6 +394,17 @@ gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id,
 	return gfs_cursor_done(cur, what, err) ? rc : -1;
 }
 
+int64_t
+gfs_chunk_docs(gfs_session *s, const bson_value_t *files_id)
+{
+	bson_t filter = BSON_INITIALIZER;
+	gfs_id_filter(&filter, "files_id", files_id);
+	bson_error_t berr;
+	int64_t n = mongoc_collection_count_documents(s->chunks, &filter, NULL, NULL, NULL, &berr);
+	bson_destroy(&filter);
+	return n;
+}
+
 bool
 gfs_find_by_name(gfs_session *s, const char *name, int revision, gfs_file *out, gfs_error *err)
 {

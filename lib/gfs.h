@@ -191,6 +191,8 @@ bool gfs_delete_each(mongoc_collection_t *coll, const bson_t *also, const char *
  * 0 when none, -1 on error (err set, may be NULL). One equality query.
  */
 int gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err);
+/* How many chunk documents name files_id (one equality count: extras and copies too); -1 on failure. */
+int64_t gfs_chunk_docs(gfs_session *s, const bson_value_t *files_id);
 /* Parses 24 hex digits into an ObjectId value. */
 bool gfs_id_parse_oid(const char *s, bson_value_t *out);
 

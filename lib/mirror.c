@@ -1625,11 +1625,7 @@ scan_chunk(struct scan *sc, const bson_t *doc)
 static int
 no_more_chunks(gfs_session *s, const struct gfs_mirror_item *it)
 {
-	bson_t filter = BSON_INITIALIZER;
-	gfs_id_filter(&filter, "files_id", &it->file.id);
-	bson_error_t berr;
-	int64_t n = mongoc_collection_count_documents(s->chunks, &filter, NULL, NULL, NULL, &berr);
-	bson_destroy(&filter);
+	int64_t n = gfs_chunk_docs(s, &it->file.id);
 	return n < 0 ? -1 : n == gfs_chunk_count(it->file.length, it->file.chunk_size);
 }
 

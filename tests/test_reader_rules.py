@@ -337,10 +337,7 @@ def test_a_malformed_hash_is_damage_to_every_reader(gfs, db, tmp_path, kind):
     assert r.rc == 1 and r.text.startswith("CHECKSUM h/f.bin") and "malformed" in r.text, r
 
 
-@pytest.mark.parametrize("args", [[], pytest.param(["--preload"], marks=pytest.mark.xfail(
-    strict=True, reason="open: --preload's pass caches a file once chunks 0..count-1 are in "
-    "(an empty one at once) and stops early, so an extra chunk it meets later, or never, "
-    "is unseen (lib/serve/preload.c preload_chunk, want_meta)"))])
+@pytest.mark.parametrize("args", [[], ["--preload"]])
 def test_serve_refuses_a_malformed_hash_and_extra_chunks(gfs, db, tmp_path, args):
     from test_serve import Server, quote
     body = planted.data(2500, 8)

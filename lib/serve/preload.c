@@ -106,7 +106,20 @@ struct preload {
 	struct httpserve *srv;
 	strmap *want;      /* id key -> struct partial */
 	size_t budget;
+	gfs_session *ses;  /* the pass's, and the count of each file's chunks */
 };
+
+/*
+ * Whether the file has no chunk documents beyond its count: an extra chunk
+ * or a second copy is damage to every reader, and the pass cannot rule one
+ * out for a file it caches before its end (the extra may come later, or
+ * after the pass stops early). One files_id equality count a file.
+ */
+static bool
+only_its_chunks(struct preload *p, const gfs_meta *m, int64_t count)
+{
+	return gfs_chunk_docs(p->ses, &m->id) == count;
+}
 
 /*
  * What the memory cache cannot hold goes to the disk tier, if there is
@@ -128,6 +141,8 @@ want_meta(gfs_meta *m, void *ctx)
 		p->budget -= (size_t)m->length + 512;
 	if (count == 0) {
 		/* No chunks to wait for: cached now, so the scan can stop once the rest are in. */
+		if (!only_its_chunks(p, m, 0))
+			return; /* a request will read it and report the stray chunk */
 		http_cache_body *b = http_cache_body_new(0);
 		if (memory)
 			http_cache_entry_release(p->srv->cache, memcache_insert(p->srv, m, b));
@@ -192,7 +207,7 @@ preload_chunk(struct preload *p, const bson_t *doc)
 	gfs_digest *d = gfs_digest_new(&f);
 	gfs_digest_update(d, pt->body->data, pt->body->len);
 	gfs_error err;
-	if (!gfs_digest_check(d, &f, NULL, &err)) {
+	if (!gfs_digest_check(d, &f, NULL, &err) || !only_its_chunks(p, m, pt->count)) {
 		/* Not cached: a request will read it again and report the damage. */
 		free_partial(NULL, strmap_del(p->want, m->key), NULL);
 		return;
@@ -209,9 +224,9 @@ preload_chunk(struct preload *p, const bson_t *doc)
 static bool
 preload(struct httpserve *srv, gfs_error *err)
 {
-	struct preload p = {srv, strmap_new(name_index_count(srv->index)), srv->cfg.cache_size};
-	name_index_each(srv->index, want_meta, &p);
 	gfs_session *ses = gfs_session_pop(srv->conn);
+	struct preload p = {srv, strmap_new(name_index_count(srv->index)), srv->cfg.cache_size, ses};
+	name_index_each(srv->index, want_meta, &p);
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, hint;
 	BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(GFS_DEFAULT_CHUNK_SIZE));
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "hint", &hint);

@@ -359,7 +359,13 @@ def test_health_metrics_access_log(bucket, serve, tmp_path):
     assert r.read() == b"abc" and r.getheader("Cache-Control") == "max-age=5"
     c.close()
     s.get("/nope")
-    m = s.metrics()
+    # A request is counted when libmicrohttpd reports it complete, which may
+    # come after the client has read the response.
+    def counted():
+        m = s.metrics()
+        return 'gridfsctl_serve_requests_total{code="404"}' in m and m
+
+    m = wait_for(counted, 10, "the 404 counted")
     for key in ("gridfsctl_serve_cache_misses_total", "gridfsctl_serve_cache_evictions_total",
                 'gridfsctl_serve_backend_seconds_bucket{le="+Inf"}', "gridfsctl_serve_open_connections",
                 "gridfsctl_serve_open_fds", "gridfsctl_serve_max_fds", "gridfsctl_serve_response_bytes_total",

@@ -84,6 +84,10 @@ print_as_json(const gfs_doctor_report *r, const gfs_topology *topo, const char *
 				BSON_APPEND_UTF8(&sub, "malformed", r->lock_malformed);
 		}
 		bson_append_document_end(doc, &sub);
+		BSON_APPEND_DOCUMENT_BEGIN(doc, "prefixLocks", &sub);
+		BSON_APPEND_INT64(&sub, "held", r->prefix_locks_held);
+		BSON_APPEND_INT64(&sub, "stale", r->prefix_locks_stale);
+		bson_append_document_end(doc, &sub);
 		BSON_APPEND_DOCUMENT_BEGIN(doc, "putLocks", &sub);
 		BSON_APPEND_INT64(&sub, "held", r->put_locks_held);
 		BSON_APPEND_INT64(&sub, "stale", r->put_locks_stale);
@@ -182,6 +186,12 @@ print_text(const gfs_doctor_report *r, const char *db, const char *bucket, bool 
 		snprintf(buf, sizeof buf, "stale, left by %s (lease ended %s or its process is gone%s; "
 		         "the next import or verify --repair takes it over)", r->lock_owner, date, bad);
 	line(false, "import lock:", buf);
+	if (r->prefix_locks_held || r->prefix_locks_stale) {
+		snprintf(buf, sizeof buf, "%lld held by imports of a prefix at work, %lld stale (left by "
+		         "killed ones; the next import of an overlapping prefix takes it over)",
+		         (long long)r->prefix_locks_held, (long long)r->prefix_locks_stale);
+		line(false, "prefix locks:", buf);
+	}
 	if (r->put_locks_held || r->put_locks_stale) {
 		snprintf(buf, sizeof buf, "%lld held by puts at work, %lld stale (left by killed puts; "
 		         "the next put, rm, import or verify --repair removes them)",

@@ -705,9 +705,11 @@ run_verify(struct vopts *o)
 	 * may be its work in progress. Import holds this lock while it writes.
 	 */
 	gfs_lock *lock = NULL;
+	char *lock_name = gfs_lock_scoped_name(GFS_IMPORT_LOCK, o->norm_prefix);
 	if (o->repair && !o->dry_run) {
 		gfs_error lerr = {0};
-		if (!(lock = gfs_lock_acquire_numbered(conn, GFS_IMPORT_LOCK, GFS_LOCK_DEFAULT_TTL, &lerr))) {
+		if (!(lock = gfs_lock_acquire_numbered(conn, lock_name, GFS_LOCK_DEFAULT_TTL, &lerr))) {
+			free(lock_name);
 			snprintf(r.failure, sizeof r.failure, "%s", lerr.msg);
 			if (o->json)
 				summary(&r, 0, false);
@@ -719,9 +721,10 @@ run_verify(struct vopts *o)
 			warnx_("%s", gfs_lock_note(lock));
 		/* What killed writers left is finished before the pass, which then finds it gone. */
 		gfs_session *s = gfs_session_pop(conn);
-		int rc = recover_interrupted(s, GFS_IMPORT_LOCK);
+		int rc = recover_interrupted(s, lock_name);
 		gfs_session_push(s);
 		if (rc != EXIT_OK) {
+			free(lock_name);
 			snprintf(r.failure, sizeof r.failure, "%s", last_message());
 			if (o->json)
 				summary(&r, 0, false);
@@ -732,6 +735,7 @@ run_verify(struct vopts *o)
 		}
 	}
 	/* A second ^C kills at once, even while the driver waits on the backend. */
+	free(lock_name);
 	catch_interrupts(0, NULL);
 	double t0 = gfs_mono_seconds();
 	struct check_job job = {.r = &r, .conn = conn, .own_lock = lock != NULL};

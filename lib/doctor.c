@@ -161,7 +161,7 @@ check_indexes(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 	return ok;
 }
 
-/* The import lock's document, as gfs_lock_read() reads it for every verb. */
+/* The import locks' documents (the whole bucket's, prefixes'), as gfs_lock_read() reads them. */
 static bool
 check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 {
@@ -172,6 +172,8 @@ check_lock(gfs_session *s, gfs_doctor_report *r, gfs_error *err)
 	snprintf(r->lock_owner, sizeof r->lock_owner, "%s", found > 0 ? st.holder : "");
 	snprintf(r->lock_malformed, sizeof r->lock_malformed, "%s", st.malformed);
 	return found >= 0 &&
+	       gfs_lock_sweep(s, GFS_IMPORT_LOCK ":", false, &r->prefix_locks_held,
+	                      &r->prefix_locks_stale, err) &&
 	       gfs_lock_sweep(s, GFS_PUT_LOCK_PREFIX, false, &r->put_locks_held, &r->put_locks_stale, err);
 }
 

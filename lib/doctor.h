@@ -47,6 +47,8 @@ typedef struct gfs_doctor_report {
 	char lock_owner[320];      /* host and pid of the holder, when the document exists */
 	int64_t lock_expires;      /* ms since the epoch, when it exists; -1: it has no lease */
 	char lock_malformed[96];   /* what is wrong with the lock's document (gfs_lock_state), or "" */
+	int64_t prefix_locks_held; /* import locks of prefixes ("import:PREFIX"): of imports at work */
+	int64_t prefix_locks_stale;/* ...and left by killed ones, which the next taker takes over */
 	int64_t put_locks_held;    /* puts' own locks ("put-ID"): of puts at work */
 	int64_t put_locks_stale;   /* ...and left by killed ones, which the next put removes */
 	enum gfs_doctor_sampling sampling;

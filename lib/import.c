@@ -174,6 +174,7 @@ struct gfs_import {
 	strmap *names;            /* stored names and names the walk saw: struct entry */
 	struct queue q;
 	gfs_lock *lock;
+	char *lock_name;          /* the import lock of the prefix (lib/lock.h) */
 	double started;
 	bool content_decides;     /* gfs_import_paths: the file being queued was seen written */
 };
@@ -270,6 +271,7 @@ gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts)
 		imp->o.batch_bytes = GFS_IMPORT_DEFAULT_BATCH;
 	imp->chunk_size = opts->chunk_size > 0 ? opts->chunk_size : GFS_DEFAULT_CHUNK_SIZE;
 	imp->prefix = gfs_prefix_normalize(opts->prefix);
+	imp->lock_name = gfs_lock_scoped_name(GFS_IMPORT_LOCK, imp->prefix);
 	imp->uploads_name = bson_strdup_printf("%s.%s", gfs_conn_bucket(conn), GFS_UPLOADS_SUFFIX);
 	char host[256] = "";
 	gethostname(host, sizeof host - 1);
@@ -312,6 +314,7 @@ gfs_import_free(gfs_import *imp)
 	if (imp->root_fd >= 0)
 		close(imp->root_fd);
 	free(imp->prefix);
+	free(imp->lock_name);
 	bson_free(imp->uploads_name);
 	free(imp);
 }
@@ -373,7 +376,7 @@ revisions_into(gfs_session *s, const char *name, int keep, const bson_value_t *k
  * index seek on every server (rule 2 of docs/design.md).
  */
 static bool
-trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
+trim_revisions(gfs_session *s, const char *lock, struct newrev *revs, size_t n, gfs_error *err)
 {
 	struct idlist old = {0};
 	bool ok = true;
@@ -382,7 +385,7 @@ trim_revisions(gfs_session *s, struct newrev *revs, size_t n, gfs_error *err)
 		bson_oid_copy(&revs[i].id, &id.value.v_oid);
 		ok = revisions_into(s, revs[i].name, revs[i].keep, &id, &old, err);
 	}
-	ok = ok && gfs_delete_many(s, old.v, old.n, GFS_IMPORT_LOCK, NULL, err);
+	ok = ok && gfs_delete_many(s, old.v, old.n, lock, NULL, err);
 	idlist_free(&old);
 	return ok;
 }
@@ -396,10 +399,33 @@ struct marker {
 	bool flagged;   /* recovered before: its chunks were removed once */
 };
 
-/* Upload markers of import (only_flagged: those recovered before), into *out. */
+/*
+ * Whether the marker's writer may be at work: an import of a prefix ours
+ * does not overlap, whose lock is held. Asks the lock once per scope in a
+ * row (markers of one writer come together).
+ */
+static int
+marker_busy(gfs_import *imp, gfs_session *s, const bson_t *doc, char **last, int *last_rc,
+            gfs_error *err)
+{
+	bson_iter_t it;
+	if (!bson_iter_init_find(&it, doc, GFS_SCOPE_FIELD) || !BSON_ITER_HOLDS_UTF8(&it))
+		return 0;
+	const char *scope = bson_iter_utf8(&it, NULL);
+	if (*last && strcmp(*last, scope) == 0)
+		return *last_rc;
+	free(*last);
+	*last = gfs_xstrdup(scope);
+	return *last_rc = gfs_marker_live(s, doc, imp->lock_name, err);
+}
+
+/*
+ * Upload markers of import (only_flagged: those recovered before) whose
+ * writers are gone, into *out.
+ */
 static bool
-load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **out, size_t *count,
-             gfs_error *err)
+load_markers(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, bool only_flagged,
+             struct marker **out, size_t *count, gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, exists, put;
 	if (only_flagged)
@@ -416,9 +442,13 @@ load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **ou
 	struct marker *m = NULL;
 	size_t n = 0, cap = 0;
 	const bson_t *doc;
-	while (mongoc_cursor_next(cur, &doc)) {
+	char *last = NULL;
+	int last_rc = 0, busy = 0;
+	while (busy >= 0 && mongoc_cursor_next(cur, &doc)) {
 		bson_iter_t it;
 		if (!bson_iter_init_find(&it, doc, "_id"))
+			continue;
+		if ((busy = marker_busy(imp, s, doc, &last, &last_rc, err)) != 0)
 			continue;
 		GFS_GROW(m, n + 1, cap, 64);
 		bson_value_copy(bson_iter_value(&it), &m[n].id);
@@ -431,7 +461,8 @@ load_markers(mongoc_collection_t *uploads, bool only_flagged, struct marker **ou
 		m[n].flagged = bson_iter_init_find(&it, doc, GFS_RECOVERED_FIELD) && bson_iter_as_bool(&it);
 		n++;
 	}
-	bool ok = gfs_cursor_done(cur, "read upload markers", err);
+	free(last);
+	bool ok = gfs_cursor_done(cur, "read upload markers", err) && busy >= 0;
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	*out = m;
@@ -518,7 +549,7 @@ recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, str
 	                           "remove late files documents", err) &&
 	     gfs_delete_each(s->chunks, NULL, "files_id", orphans.v, orphans.n, &removed,
 	                     "remove orphan chunks", err) &&
-	     trim_revisions(s, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
+	     trim_revisions(s, imp->lock_name, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
 	     gfs_delete_each(uploads, NULL, "_id", done.v, done.n, NULL, "remove upload markers", err);
 	/*
 	 * A chunk found means writes of the dead may be landing still: the next
@@ -551,7 +582,7 @@ recover_markers(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, b
 {
 	struct marker *m = NULL;
 	size_t n = 0;
-	bool ok = load_markers(uploads, only_flagged, &m, &n, err);
+	bool ok = load_markers(imp, s, uploads, only_flagged, &m, &n, err);
 	for (size_t i = 0; ok && i < n; i += IN_BATCH)
 		ok = recover_batch(imp, s, uploads, m + i, n - i < IN_BATCH ? n - i : IN_BATCH, late, err);
 	for (size_t i = 0; i < n; i++) {
@@ -563,8 +594,10 @@ recover_markers(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, b
 }
 
 /*
- * Finishes what an interrupted import left: we hold the bucket's import
- * lock, so every marker belongs to a process that is gone. Called again at
+ * Finishes what an interrupted import left: we hold the import lock of our
+ * prefix, so every marker of an overlapping prefix (or of none) belongs to a
+ * process that is gone; others' are left to their writers unless their
+ * locks are free. Called again at
  * the end of the run (settle), when the writes those processes had in
  * flight have landed or never will: recovered uploads lose what landed, and
  * their markers go unless something had.
@@ -579,7 +612,7 @@ recover(gfs_import *imp, gfs_session *s, bool settle, gfs_error *err)
 	uint64_t before = imp->st.recovered;
 	size_t files = 0;
 	/* Deletions first: their chunks have no files document to be found by. */
-	bool ok = (settle || gfs_finish_deletions(s, GFS_IMPORT_LOCK, &files, err)) &&
+	bool ok = (settle || gfs_finish_deletions(s, imp->lock_name, &files, err)) &&
 	          gfs_put_recover(s, &puts, err) && recover_markers(imp, s, uploads, settle, &late, err);
 	imp->st.recovered += puts;
 	if (files)
@@ -811,6 +844,8 @@ insert_markers(struct worker *w, gfs_error *err)
 		BSON_APPEND_UTF8(d, "filename", u->job->name);
 		BSON_APPEND_INT32(d, "keep", imp->o.keep_revisions);
 		BSON_APPEND_UTF8(d, "owner", imp->owner);
+		if (imp->prefix[0])
+			BSON_APPEND_UTF8(d, GFS_SCOPE_FIELD, imp->lock_name);
 		if (gfs_owner_verb())
 			BSON_APPEND_UTF8(d, "verb", gfs_owner_verb());
 		BSON_APPEND_DATE_TIME(d, "started", now);
@@ -904,7 +939,7 @@ finish_pending(struct worker *w, gfs_error *err)
 			revs[nrevs++].keep = imp->o.keep_revisions;
 		}
 	}
-	bool ok = trim_revisions(w->s, revs, nrevs, err) &&
+	bool ok = trim_revisions(w->s, imp->lock_name, revs, nrevs, err) &&
 	          gfs_delete_each(w->s->chunks, NULL, "files_id", failed.v, failed.n, NULL,
 	                          "remove chunks of failed files", err) &&
 	          gfs_delete_each(w->uploads, NULL, "_id", finished.v, finished.n, NULL,
@@ -1491,7 +1526,7 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, cons
 		bool ok = true;
 		for (size_t i = 0; ok && i < n; i++)
 			ok = revisions_into(s, names[i], 0, NULL, &ids, err);
-		ok = ok && gfs_delete_many(s, ids.v, ids.n, GFS_IMPORT_LOCK, NULL, err);
+		ok = ok && gfs_delete_many(s, ids.v, ids.n, imp->lock_name, NULL, err);
 		idlist_free(&ids);
 		if (!ok)
 			return false;
@@ -1666,7 +1701,7 @@ know_existing(const char *name, void *value, void *ctx)
 static bool
 take_lock(gfs_import *imp, gfs_error *err)
 {
-	imp->lock = gfs_lock_acquire_numbered(imp->conn, GFS_IMPORT_LOCK, imp->o.lock_ttl, err);
+	imp->lock = gfs_lock_acquire_numbered(imp->conn, imp->lock_name, imp->o.lock_ttl, err);
 	if (gfs_lock_note(imp->lock))
 		notice(imp, "%s", gfs_lock_note(imp->lock));
 	return imp->lock != NULL;

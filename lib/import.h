@@ -13,8 +13,11 @@
  * Resumability: before the first chunk of a file is sent, a marker
  * {_id: files_id, filename, keep} goes into <bucket>.gridfsctl_uploads; it
  * is removed once the file is complete and its old revisions are gone. The
- * next import (holding the bucket's "import" lock, so no other import can
- * be writing) finishes or undoes whatever the markers name: chunks without
+ * next import (holding the "import" lock of its prefix or of the whole
+ * bucket, so no other import of an overlapping prefix can be writing; a
+ * marker names the prefix's lock in "scope", and markers of prefixes whose
+ * lock is held are left alone) finishes or undoes whatever the markers
+ * name: chunks without
  * a files document are removed, old revisions of completed files trimmed.
  * Files being removed (old revisions, --delete) get a marker
  * {_id, deleting: [ids]} first, so that their chunks can still be found
@@ -45,7 +48,10 @@
 #define GFS_RECOVERED_SUFFIX "gridfsctl_recovered"
 /* Set on the marker of a dead upload whose chunks recovery removed once. */
 #define GFS_RECOVERED_FIELD "recovered"
+/* The import lock over the whole bucket; over a prefix, gfs_lock_scoped_name(GFS_IMPORT_LOCK, prefix). */
 #define GFS_IMPORT_LOCK "import"
+/* On an upload marker of an import of a prefix: the lock it holds (gfs_marker_live asks it). */
+#define GFS_SCOPE_FIELD "scope"
 /* The longest stored name, in bytes: the index key limit of MongoDB before 4.2. */
 #define GFS_IMPORT_MAX_NAME 1024
 #define GFS_IMPORT_DEFAULT_BATCH (8u * 1024 * 1024)

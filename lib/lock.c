@@ -377,6 +377,147 @@ heartbeat(void *arg)
 	return NULL;
 }
 
+/* A filter on the lock documents whose names start with prefix: a range, the collection is small. */
+static bool
+names_from(bson_t *filter, const char *prefix, gfs_error *err)
+{
+	/* Names from prefix up to (not including) prefix with its last byte one higher. */
+	char *upper = gfs_xstrdup(prefix);
+	size_t n = strlen(upper);
+	if (n == 0 || (unsigned char)upper[n - 1] == 0xff) {
+		free(upper);
+		gfs_error_set(err, GFS_EINVAL, "lock prefix '%s' cannot bound a range", prefix);
+		return false;
+	}
+	upper[n - 1]++;
+	bson_t range;
+	BSON_APPEND_DOCUMENT_BEGIN(filter, "_id", &range);
+	BSON_APPEND_UTF8(&range, "$gte", prefix);
+	BSON_APPEND_UTF8(&range, "$lt", upper);
+	bson_append_document_end(filter, &range);
+	free(upper);
+	return true;
+}
+
+/* A take counter ({_id: NAME GFS_LOCK_TAKEN_SUFFIX, n}), which is no lock. */
+static bool
+is_counter(const bson_t *doc)
+{
+	const char *id = doc_str(doc, "_id");
+	size_t n = strlen(id), k = strlen(GFS_LOCK_TAKEN_SUFFIX);
+	return n > k && strcmp(id + n - k, GFS_LOCK_TAKEN_SUFFIX) == 0 && !bson_has_field(doc, "owner");
+}
+
+/*
+ * The length of name's family, and its scope: the prefix after the first
+ * ':' of a scoped name (one that ends in '/'), "" (the whole bucket) else.
+ */
+static size_t
+split_scope(const char *name, const char **scope)
+{
+	const char *colon = strchr(name, ':');
+	size_t n = strlen(name);
+	if (colon && name[n - 1] == '/') {
+		*scope = colon + 1;
+		return (size_t)(colon - name);
+	}
+	*scope = "";
+	return n;
+}
+
+char *
+gfs_lock_scoped_name(const char *family, const char *prefix)
+{
+	return prefix && *prefix ? gfs_xasprintf("%s:%s", family, prefix) : gfs_xstrdup(family);
+}
+
+bool
+gfs_lock_of_family(const char *name, const char *family)
+{
+	const char *scope;
+	size_t n = split_scope(name, &scope);
+	return n == strlen(family) && strncmp(name, family, n) == 0;
+}
+
+bool
+gfs_lock_excludes(const char *a, const char *b)
+{
+	if (strcmp(a, b) == 0)
+		return true;
+	const char *sa, *sb;
+	size_t fa = split_scope(a, &sa), fb = split_scope(b, &sb);
+	if (fa != fb || strncmp(a, b, fa) != 0)
+		return false;
+	size_t la = strlen(sa), lb = strlen(sb);
+	return strncmp(sa, sb, la < lb ? la : lb) == 0;
+}
+
+/*
+ * After our take of a numbered lock: fails with GFS_EBUSY (err set) when
+ * another lock of its family with an overlapping scope is held; else counts
+ * one take on each overlapping scope's counter (see lock.h).
+ */
+static bool
+check_overlaps(gfs_lock *l, gfs_error *err)
+{
+	const char *scope;
+	char *family = gfs_xstrndup(l->name, split_scope(l->name, &scope));
+	bson_t filter = BSON_INITIALIZER;
+	bool ok = names_from(&filter, family, err);
+	free(family);
+	if (!ok) {
+		bson_destroy(&filter);
+		return false;
+	}
+	struct identity me;
+	identity_self(&me);
+	char **counters = NULL;
+	size_t n = 0, cap = 0;
+	bool busy = false;
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(l->coll, &filter, NULL, NULL);
+	bson_destroy(&filter);
+	const bson_t *doc;
+	while (!busy && mongoc_cursor_next(cur, &doc)) {
+		const char *id = doc_str(doc, "_id");
+		if (is_counter(doc)) {
+			size_t k = strlen(id) - strlen(GFS_LOCK_TAKEN_SUFFIX);
+			char *base = gfs_xstrndup(id, k);
+			if (strcmp(base, l->name) != 0 && gfs_lock_excludes(l->name, base)) {
+				GFS_GROW(counters, n + 1, cap, 8);
+				counters[n++] = gfs_xstrdup(id);
+			}
+			free(base);
+			continue;
+		}
+		if (strcmp(id, l->name) == 0 || !gfs_lock_excludes(l->name, id))
+			continue;
+		gfs_lock_state st;
+		judge(doc, &me, &st);
+		if (st.held) {
+			busy_error(err, id, doc, &st);
+			busy = true;
+		}
+	}
+	ok = gfs_cursor_done(cur, "read the locks that could overlap", err) && !busy;
+	for (size_t i = 0; i < n; i++) {
+		bson_t q = BSON_INITIALIZER, update = BSON_INITIALIZER, inc;
+		BSON_APPEND_UTF8(&q, "_id", counters[i]);
+		BSON_APPEND_DOCUMENT_BEGIN(&update, "$inc", &inc);
+		BSON_APPEND_INT64(&inc, "n", 1);
+		bson_append_document_end(&update, &inc);
+		bson_error_t berr;
+		if (ok && !mongoc_collection_update_one(l->coll, &q, &update, NULL, NULL, &berr)) {
+			gfs_error_from_bson(err, &berr, "count a take on an overlapping lock");
+			ok = false;
+		}
+		bson_destroy(&q);
+		bson_destroy(&update);
+		free(counters[i]);
+	}
+	free(counters);
+	return ok;
+}
+
 int
 gfs_lock_read(gfs_session *s, const char *name, gfs_lock_state *st, gfs_error *err)
 {
@@ -420,21 +561,11 @@ gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *held, i
                gfs_error *err)
 {
 	*held = *stale = 0;
-	/* Names from prefix up to (not including) prefix with its last byte one higher. */
-	char *upper = gfs_xstrdup(prefix);
-	size_t n = strlen(upper);
-	if (n == 0 || (unsigned char)upper[n - 1] == 0xff) {
-		free(upper);
-		gfs_error_set(err, GFS_EINVAL, "lock prefix '%s' cannot bound a range", prefix);
+	bson_t filter = BSON_INITIALIZER;
+	if (!names_from(&filter, prefix, err)) {
+		bson_destroy(&filter);
 		return false;
 	}
-	upper[n - 1]++;
-	bson_t filter = BSON_INITIALIZER, range;
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &range);
-	BSON_APPEND_UTF8(&range, "$gte", prefix);
-	BSON_APPEND_UTF8(&range, "$lt", upper);
-	bson_append_document_end(&filter, &range);
-	free(upper);
 	mongoc_collection_t *coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, NULL, NULL);
 	bson_destroy(&filter);
@@ -445,6 +576,8 @@ gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *held, i
 	size_t ngone = 0, cap = 0;
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
+		if (is_counter(doc))
+			continue;
 		gfs_lock_state st;
 		judge(doc, &me, &st);
 		if (st.held) {
@@ -587,8 +720,13 @@ gfs_lock *
 gfs_lock_acquire_numbered(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 {
 	gfs_lock *l = gfs_lock_acquire(conn, name, ttl_s, err);
-	if (l)
-		l->generation = count_take(l);
+	if (!l)
+		return NULL;
+	if (!check_overlaps(l, err)) {
+		gfs_lock_release(l);
+		return NULL;
+	}
+	l->generation = count_take(l);
 	return l;
 }
 

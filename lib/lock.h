@@ -22,6 +22,19 @@
  * lock in between (watch trusts what it knows of the bucket on that
  * ground). Locks named once (put's) are not numbered: the count would be a
  * document left behind per lock.
+ *
+ * A numbered lock may be scoped to a folder prefix: NAME ":" PREFIX (a
+ * normalized prefix, ending in '/') covers the stored names under PREFIX,
+ * NAME alone the whole bucket. Two takes exclude each other when their
+ * scopes overlap, byte for byte: one prefix starts the other, or either is
+ * the whole bucket ("import:posters/" and "import:posters/ab/" do;
+ * "import:posters/a/" and "import:posters/b/" do not). Every take writes
+ * its own document first and then reads the family's; a taker that finds
+ * an overlapping holder removes its own and fails, so of two overlapping
+ * takers at least one sees the other (both may fail: try again). A take
+ * also counts one take on every overlapping scope's counter, so that a
+ * holder of posters/a/ sees a gap once the whole bucket was held between
+ * its takes.
  */
 #ifndef GFS_LOCK_H
 #define GFS_LOCK_H
@@ -38,7 +51,11 @@ typedef struct gfs_lock gfs_lock;
 
 /* Takes the lock or fails with GFS_EBUSY naming the holder (or GFS_EBACKEND). */
 gfs_lock *gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err);
-/* The same, with this take numbered (gfs_lock_generation); every taker of such a lock uses it. */
+/*
+ * The same, with this take numbered (gfs_lock_generation), and failing with
+ * GFS_EBUSY while another lock of its family with an overlapping scope is
+ * held; every taker of such a lock uses it.
+ */
 gfs_lock *gfs_lock_acquire_numbered(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err);
 /*
  * True once the lock was taken over by another process, or once our lease
@@ -47,6 +64,12 @@ gfs_lock *gfs_lock_acquire_numbered(gfs_conn *conn, const char *name, int ttl_s,
  * check it right before each write that others' clean-up must not race.
  */
 bool gfs_lock_lost(gfs_lock *l);
+/* The name of family's lock over the normalized prefix ("" or NULL: the whole bucket); free() it. */
+char *gfs_lock_scoped_name(const char *family, const char *prefix);
+/* Whether holders of locks a and b exclude each other: the same name, or overlapping scopes. */
+bool gfs_lock_excludes(const char *a, const char *b);
+/* Whether name is family's lock, over the whole bucket or a prefix. */
+bool gfs_lock_of_family(const char *name, const char *family);
 /* This take's number among the numbered takes of the lock's name, from 1; 0 when not counted. */
 int64_t gfs_lock_generation(const gfs_lock *l);
 /* A lock document as every verb reads it. */
@@ -70,7 +93,8 @@ int gfs_lock_held(gfs_session *s, const char *name, gfs_error *err);
  * gfs_lock_read() judges them, into *held and *stale; with remove, the
  * stale ones go (each only if it is still the document judged). Locks named
  * once (put's "put-ID") are left by a process killed between taking and
- * releasing them, and nobody takes them again.
+ * releasing them, and nobody takes them again. Take counters are not locks:
+ * they are not counted.
  */
 bool gfs_lock_sweep(gfs_session *s, const char *prefix, bool remove, int64_t *held, int64_t *stale,
                     gfs_error *err);

@@ -734,7 +734,7 @@ live_writer(const bson_t *marker)
 {
 	bson_iter_t it;
 	bool put = bson_iter_init_find(&it, marker, "lock") && BSON_ITER_HOLDS_UTF8(&it) &&
-	           strcmp(bson_iter_utf8(&it, NULL), GFS_IMPORT_LOCK) != 0;
+	           !gfs_lock_of_family(bson_iter_utf8(&it, NULL), GFS_IMPORT_LOCK);
 	if (!bson_has_field(marker, "deleting"))
 		return put ? "a put" : "an import";
 	return strcmp(gfs_marker_verb(marker), "import") == 0 ? "an import" : "a live writer";

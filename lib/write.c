@@ -763,7 +763,7 @@ deletion_abandoned(const bson_t *doc, const char *held)
 {
 	bson_iter_t it;
 	if (held && bson_iter_init_find(&it, doc, "lock") && BSON_ITER_HOLDS_UTF8(&it) &&
-	    strcmp(bson_iter_utf8(&it, NULL), held) == 0)
+	    gfs_lock_excludes(held, bson_iter_utf8(&it, NULL)))
 		return true;
 	/* Before markers named their writer, only imports wrote them. */
 	if (!bson_iter_init_find(&it, doc, "pid"))
@@ -887,7 +887,7 @@ import_marker(const bson_t *m)
 	const char *lock = marker_lock(m);
 	if (!bson_has_field(m, "deleting"))
 		return !lock;
-	return lock ? strcmp(lock, GFS_IMPORT_LOCK) == 0 : !bson_has_field(m, "pid");
+	return lock ? gfs_lock_of_family(lock, GFS_IMPORT_LOCK) : !bson_has_field(m, "pid");
 }
 
 int
@@ -896,10 +896,14 @@ gfs_marker_live(gfs_session *s, const bson_t *m, const char *held, gfs_error *er
 	/* A removal whose writer named itself: finished by the rule gfs_finish_deletions() applies. */
 	if (bson_has_field(m, "deleting") && bson_has_field(m, "pid"))
 		return !deletion_abandoned(m, held);
+	/* An import's upload names the lock of its prefix in "scope"; before prefixes, none. */
 	const char *lock = marker_lock(m);
+	bson_iter_t it;
+	if (!lock && bson_iter_init_find(&it, m, GFS_SCOPE_FIELD) && BSON_ITER_HOLDS_UTF8(&it))
+		lock = bson_iter_utf8(&it, NULL);
 	if (!lock)
 		lock = GFS_IMPORT_LOCK;
-	if (held && strcmp(lock, held) == 0)
+	if (held && gfs_lock_excludes(held, lock))
 		return 0;
 	return gfs_lock_held(s, lock, err);
 }

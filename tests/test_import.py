@@ -12,8 +12,9 @@ import pytest
 
 import jsonvocab
 import planted
-from conftest import LOCK_DOCS, check_sanitizers, free_port, proc_state, Result, sha256, wait_for
-from wireproxy import FreezingProxy
+from conftest import (LOCK_DOCS, check_sanitizer_report, check_sanitizers, free_port, proc_state,
+                      Result, sha256, wait_for)
+from wireproxy import FreezingProxy, Rule, WireProxy
 
 CHUNK = 255 * 1024
 
@@ -967,3 +968,101 @@ def test_a_lock_without_owner_keeps_its_lease(gfs, db, tree):
         res = gfs.run(*verb)
         assert res.rc == 6 and "malformed: no owner" in res.err, res
     assert db.fs.files.count_documents({}) == 0
+
+
+def two_folders(tmp_path, n=3):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for i in range(n):
+        write(a / f"a{i}", os.urandom(3000 + i))
+        write(b / f"b{i}", os.urandom(3000 + i))
+    return a, b
+
+
+def test_imports_of_disjoint_prefixes_run_at_once(gfs, db, backend, tmp_path):
+    """Issue 31: the import lock is per prefix. While one import holds
+    posters/a (paused by the proxy at its first chunk insert, its upload
+    marker written), an import of posters/b runs to the end and leaves the
+    first one's marker alone; the parent folder, a folder under it, the whole
+    bucket and verify --repair are refused naming the holder; doctor shows it."""
+    a, b = two_folders(tmp_path)
+    locks, uploads = db["fs.gridfsctl_locks"], db["fs.gridfsctl_uploads"]
+    proxy = WireProxy(backend.port)
+    try:
+        rule = proxy.add(Rule("insert", "fs.chunks", "pause"))
+        first = gfs.popen("import", a, "--prefix", "posters/a", env={"GRIDFSCTL_URI": proxy.uri},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert rule.fired.wait(60), "the first import never sent chunks"
+        held = locks.find_one({"_id": "import:posters/a/"})
+        assert held and held["pid"] == first.pid
+        marked = uploads.count_documents({"scope": "import:posters/a/"})
+        assert marked >= 1
+        res = gfs.run("import", b, "--prefix", "posters/b")
+        assert res.rc == 0, res
+        for args in (("--prefix", "posters"), ("--prefix", "posters/a/x"), ()):
+            res = gfs.run("import", b, *args)
+            assert res.rc == 6, (args, res)
+            assert f"lock 'import:posters/a/' is held by pid {first.pid}" in res.err, res
+        res = gfs.run("verify", "--repair")
+        assert res.rc == 6, res
+        res = gfs.run("doctor", "--json", "--allow-empty")
+        assert json.loads(res.text.splitlines()[-1])["summary"]["prefixLocks"] == {"held": 1, "stale": 0}
+        # The second import's recovery left the first one's markers as they were.
+        assert uploads.count_documents({"scope": "import:posters/a/",
+                                        "recovered": {"$exists": False}}) == marked
+    finally:
+        rule.release_now.set()
+        out, err = first.communicate(timeout=120)
+        proxy.close()
+    err = err.decode("utf-8", "replace")
+    check_sanitizer_report(err, first.returncode)
+    assert first.returncode == 0, err
+    # A later import recovers nothing of the first one's: its files stay.
+    res = gfs.run("import", b, "--prefix", "posters/b")
+    assert res.rc == 0, res
+    assert set(stored(db)) == {f"posters/a/a{i}" for i in range(3)} | {f"posters/b/b{i}" for i in range(3)}
+    assert_no_partial_files(db)
+    assert orphan_chunks(db) == []
+    assert uploads.count_documents({}) == 0
+    assert locks.count_documents(LOCK_DOCS) == 0
+
+
+@pytest.mark.parametrize("planted_lock, prefix, rc", [
+    ("import:posters/ab/", "posters", 6),    # a folder and one under it, both ways
+    ("import:posters/", "posters/ab", 6),
+    ("import:posters/ab/", "posters/a", 0),  # byte-exact: posters/a is not posters/ab
+    ("import", "posters/b", 6),              # the whole bucket excludes every prefix
+    ("import:posters/b/", None, 6),
+])
+def test_prefix_locks_overlap_byte_exact(gfs, db, tree, planted_lock, prefix, rc):
+    """Issue 31: a lock document planted for one scope refuses the imports
+    that overlap it and no other."""
+    write(tree / "f", b"x")
+    now = datetime.datetime.utcnow()
+    db["fs.gridfsctl_locks"].insert_one({"_id": planted_lock, "owner": "elsewhere/1", "host": "elsewhere",
+                                         "pid": 4242, "acquired": now,
+                                         "expires": now + datetime.timedelta(minutes=5)})
+    res = gfs.run("import", tree, *(("--prefix", prefix) if prefix else ()))
+    assert res.rc == rc, res
+    if rc:
+        assert f"lock '{planted_lock}' is held by pid 4242 on elsewhere" in res.err, res
+        assert db.fs.files.count_documents({}) == 0
+        # The refused take left no document of its own.
+        assert db["fs.gridfsctl_locks"].count_documents(LOCK_DOCS) == 1
+    else:
+        assert db.fs.files.count_documents({}) == 1
+
+
+def test_a_whole_bucket_take_counts_on_prefix_counters(gfs, db, tree):
+    """Issue 31: watch trusts a take numbered one past its last; an import of
+    the whole bucket between two takes of posters/a/ leaves a gap."""
+    write(tree / "f", b"x")
+    counters = db["fs.gridfsctl_locks"]
+    assert gfs.run("import", tree, "--prefix", "posters/a").rc == 0
+    assert counters.find_one({"_id": "import:posters/a/.taken"})["n"] == 1
+    assert gfs.run("import", tree, "--prefix", "posters/b").rc == 0
+    assert counters.find_one({"_id": "import:posters/a/.taken"})["n"] == 1
+    assert gfs.run("import", tree, "--prefix", "posters").rc == 0
+    assert counters.find_one({"_id": "import:posters/a/.taken"})["n"] == 2
+    assert gfs.run("import", tree, "--prefix", "posters/a").rc == 0
+    assert counters.find_one({"_id": "import:posters/a/.taken"})["n"] == 3
+    assert counters.find_one({"_id": "import:posters/b/.taken"})["n"] == 2

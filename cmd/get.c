@@ -102,18 +102,28 @@ struct sink {
 	int fd;
 	int saved_errno;
 	bool interrupted;
+	bool wrote;          /* some bytes went out */
 };
 
 static bool
 to_fd(const uint8_t *data, size_t len, void *ctx)
 {
 	struct sink *k = ctx;
+	k->wrote = true;
 	if (!stop_signal && write_all(k->fd, data, len))
 		return true;
 	k->interrupted = stop_signal != 0;
 	k->saved_errno = errno;
 	return false;
 }
+
+/*
+ * Read from a secondary, a file that looks damaged or missing may only be
+ * behind: its failure is held (not reported) while nothing reached stdout,
+ * and the get runs again on the primary, whose word is reported.
+ */
+#define EXIT_AGAIN (-1)
+static bool hold;
 
 static int
 read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
@@ -122,6 +132,8 @@ read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
 	gfs_error err;
 	if (gfs_read(s, f, true, to_fd, &k, NULL, &err))
 		return EXIT_OK;
+	if (hold && err.code != GFS_ECANCELED && (fd != STDOUT_FILENO || !k.wrote))
+		return EXIT_AGAIN;
 	if (err.code == GFS_ECANCELED && k.interrupted) {
 		warnx_("%s: interrupted", what);
 		return EXIT_INTERRUPTED;
@@ -547,6 +559,42 @@ check_operands(const struct get_opts *o, int nargs)
 	return 0;
 }
 
+/* NAME or --id as lookup_file(), but a file a secondary lacks is held (see read_into). */
+static int
+lookup(gfs_session *s, const struct get_opts *o, const char *name, gfs_file *f)
+{
+	if (!hold)
+		return lookup_file(s, o->id ? NULL : name, o->id, (int)o->rev, f);
+	bson_value_t id;
+	if (o->id && !parse_id_option(o->id, &id))
+		return EXIT_USAGE;
+	gfs_error err;
+	bool ok = o->id ? gfs_find_by_id(s, &id, f, &err) : gfs_find_by_name(s, name, (int)o->rev, f, &err);
+	if (o->id)
+		bson_value_destroy(&id);
+	if (ok)
+		return EXIT_OK;
+	return err.code == GFS_ENOTFOUND || err.code == GFS_ENOREVISION ? EXIT_AGAIN : fail(&err);
+}
+
+static int
+get_once(gfs_session *s, const struct get_opts *o, const char *name)
+{
+	gfs_file f;
+	int rc = lookup(s, o, name, &f);
+	if (rc != EXIT_OK) {
+		if (rc != EXIT_AGAIN)
+			report(o->id ? NULL : name, NULL, 0, rc);
+		return rc;
+	}
+	if (o->output && strcmp(o->output, "-") == 0)
+		rc = read_into(s, &f, STDOUT_FILENO, "stdout");
+	else
+		rc = get_to_file(s, &f, o->output, o->force);
+	gfs_file_free(&f);
+	return rc;
+}
+
 static int
 cmd_get(int argc, char **argv)
 {
@@ -559,18 +607,17 @@ cmd_get(int argc, char **argv)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);
 	catch_interrupts(0, NULL);
-	gfs_file f;
 	int rc;
-	if (argc - i > 1 || o.prefix || o.regex)
+	if (argc - i > 1 || o.prefix || o.regex) {
 		rc = get_several(s, &o, argv + i, argc - i);
-	else if ((rc = lookup_file(s, o.id ? NULL : argv[i], o.id, (int)o.rev, &f)) != EXIT_OK)
-		report(o.id ? NULL : argv[i], NULL, 0, rc);
-	else {
-		if (o.output && strcmp(o.output, "-") == 0)
-			rc = read_into(s, &f, STDOUT_FILENO, "stdout");
-		else
-			rc = get_to_file(s, &f, o.output, o.force);
-		gfs_file_free(&f);
+	} else {
+		hold = gfs_session_on_secondary(s);
+		rc = get_once(s, &o, argv[i]);
+	}
+	if (rc == EXIT_AGAIN) {
+		gfs_error err;
+		hold = false;
+		rc = gfs_session_to_primary(s, &err) ? get_once(s, &o, argv[i]) : fail(&err);
 	}
 	gfs_session_push(s);
 	gfs_conn_close(conn);

@@ -15,6 +15,8 @@ struct gfs_conn {
 	char *files_name;
 	char *chunks_name;
 	atomic_bool indexes_checked;
+	bool primary_reads;      /* gfs_conn_read_primary */
+	bool majority;           /* gfs_conn_read_majority */
 };
 
 /*
@@ -110,15 +112,110 @@ gfs_conn_bucket(const gfs_conn *c)
 	return c->bucket;
 }
 
+void
+gfs_conn_read_primary(gfs_conn *c)
+{
+	c->primary_reads = true;
+}
+
+void
+gfs_conn_read_majority(gfs_conn *c)
+{
+	c->majority = true;
+}
+
 gfs_session *
 gfs_session_pop(gfs_conn *c)
 {
 	gfs_session *s = gfs_xcalloc(1, sizeof *s);
 	s->conn = c;
 	s->client = mongoc_client_pool_pop(c->pool);
+	/* The pool hands out clients with the URI's read preference; ours, before the collections. */
+	mongoc_read_prefs_t *prefs = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
+	mongoc_client_set_read_prefs(s->client, c->primary_reads ? prefs : mongoc_uri_get_read_prefs_t(c->uri));
+	mongoc_read_prefs_destroy(prefs);
 	s->files = mongoc_client_get_collection(s->client, c->db, c->files_name);
 	s->chunks = mongoc_client_get_collection(s->client, c->db, c->chunks_name);
 	return s;
+}
+
+/* Chooses the server of s's reads (for_write: the primary); false with err set when none answers. */
+static bool
+pin(gfs_session *s, bool for_write, gfs_error *err)
+{
+	bson_error_t berr;
+	const mongoc_read_prefs_t *prefs = for_write ? NULL : mongoc_client_get_read_prefs(s->client);
+	mongoc_server_description_t *sd = mongoc_client_select_server(s->client, for_write, prefs, &berr);
+	if (!sd) {
+		gfs_error_from_bson(err, &berr, "select a server");
+		return false;
+	}
+	s->server_id = mongoc_server_description_id(sd);
+	const char *type = mongoc_server_description_type(sd);
+	s->replica_set = strncmp(type, "RS", 2) == 0;
+	s->secondary = s->replica_set && strcmp(type, "RSPrimary") != 0;
+	mongoc_server_description_destroy(sd);
+	return true;
+}
+
+/*
+ * opts and what every read of s carries: its server, and on a replica set
+ * the majority read concern when the connection asks for it. Without a
+ * server (none answers) the driver selects one itself and reports why not.
+ */
+static void
+read_opts(gfs_session *s, const bson_t *opts, bson_t *out)
+{
+	if (opts)
+		bson_copy_to(opts, out);
+	else
+		bson_init(out);
+	gfs_error ignored;
+	if (!s->server_id && !pin(s, false, &ignored))
+		return;
+	BSON_APPEND_INT32(out, "serverId", (int32_t)s->server_id);
+	if (s->conn->majority && s->replica_set && !bson_has_field(out, "readConcern")) {
+		bson_t rc;
+		BSON_APPEND_DOCUMENT_BEGIN(out, "readConcern", &rc);
+		BSON_APPEND_UTF8(&rc, "level", MONGOC_READ_CONCERN_LEVEL_MAJORITY);
+		bson_append_document_end(out, &rc);
+	}
+}
+
+mongoc_cursor_t *
+gfs_session_find(gfs_session *s, mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts)
+{
+	bson_t all;
+	read_opts(s, opts, &all);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, &all, NULL);
+	bson_destroy(&all);
+	return cur;
+}
+
+mongoc_cursor_t *
+gfs_session_aggregate(gfs_session *s, mongoc_collection_t *coll, const bson_t *pipeline,
+                      const bson_t *opts)
+{
+	bson_t all;
+	read_opts(s, opts, &all);
+	mongoc_cursor_t *cur = mongoc_collection_aggregate(coll, MONGOC_QUERY_NONE, pipeline, &all, NULL);
+	bson_destroy(&all);
+	return cur;
+}
+
+bool
+gfs_session_on_secondary(gfs_session *s)
+{
+	gfs_error ignored;
+	if (!s->server_id)
+		pin(s, false, &ignored);
+	return s->secondary;
+}
+
+bool
+gfs_session_to_primary(gfs_session *s, gfs_error *err)
+{
+	return pin(s, true, err);
 }
 
 mongoc_collection_t *

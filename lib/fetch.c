@@ -74,7 +74,7 @@ read_file(struct gfs_fetch *f, gfs_session *s, size_t i)
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
 	gfs_id_filter(&filter, "files_id", f->ids[i]);
 	BSON_APPEND_INT32(&opts, "batchSize", f->batch);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->chunks, &filter, &opts);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	const bson_t *doc;

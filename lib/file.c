@@ -357,10 +357,9 @@ gfs_id_parse_oid(const char *s, bson_value_t *out)
 /* ---- lookups --------------------------------------------------------- */
 
 static int
-find_one(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts, gfs_file *out,
-         gfs_error *err)
+find_one(gfs_session *s, const bson_t *filter, const bson_t *opts, gfs_file *out, gfs_error *err)
 {
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->files, filter, opts);
 	const bson_t *doc;
 	int rc = 0;
 	gfs_error why;
@@ -418,13 +417,13 @@ gfs_find_by_name(gfs_session *s, const char *name, int revision, gfs_file *out, 
 	bson_append_document_end(&opts, &sort);
 	BSON_APPEND_INT64(&opts, "skip", skip);
 	BSON_APPEND_INT64(&opts, "limit", 1);
-	int rc = find_one(s->files, &filter, &opts, out, err);
+	int rc = find_one(s, &filter, &opts, out, err);
 	bson_destroy(&opts);
 	if (rc == 0 && skip > 0) {
 		bson_t any = BSON_INITIALIZER;
 		BSON_APPEND_INT64(&any, "limit", 1);
 		gfs_file probe;
-		int exists = find_one(s->files, &filter, &any, &probe, err);
+		int exists = find_one(s, &filter, &any, &probe, err);
 		bson_destroy(&any);
 		if (exists > 0) {
 			gfs_file_free(&probe);
@@ -444,7 +443,7 @@ gfs_find_by_id(gfs_session *s, const bson_value_t *id, gfs_file *out, gfs_error 
 {
 	bson_t filter = BSON_INITIALIZER;
 	gfs_id_filter(&filter, "_id", id);
-	int rc = find_one(s->files, &filter, NULL, out, err);
+	int rc = find_one(s, &filter, NULL, out, err);
 	bson_destroy(&filter);
 	if (rc == 0) {
 		char *ids = gfs_id_string(id);
@@ -467,7 +466,7 @@ gfs_find_first_id(gfs_session *s, const char *name, bson_value_t *out, gfs_error
 	BSON_APPEND_INT32(&proj, "_id", 1);
 	bson_append_document_end(&opts, &proj);
 	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->files, &filter, &opts);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	const bson_t *doc;
@@ -581,7 +580,7 @@ gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, gfs_bad_file_fn bad
 	BSON_APPEND_INT32(&sort, "_id", 1);
 	bson_append_document_end(&opts, &sort);
 	BSON_APPEND_INT32(&opts, "batchSize", 1000);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->files, &filter, &opts);
 	const bson_t *doc;
 	bool more = true;
 	while (more && mongoc_cursor_next(cur, &doc)) {

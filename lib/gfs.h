@@ -67,16 +67,49 @@ void gfs_redact(char *msg, size_t size);
 /*
  * A client and the two bucket collections, for one thread at a time.
  * Pop one per worker thread; push it back when done.
+ *
+ * A session is one view of the data: its reads through gfs_session_find()
+ * and gfs_session_aggregate() all go to one server, chosen by the read
+ * preference at the first of them (the URI's readPreference; the primary on
+ * a connection set to gfs_conn_read_primary), so that a files document and
+ * its chunks never come from two members that lag differently. Pop one per
+ * logical read (a file's document and its chunks, a verify or mirror pass).
+ * On a replica set a secondary may be behind: what looks damaged there is
+ * to be read again on the primary (gfs_session_to_primary) before it is
+ * reported or acted on.
  */
 typedef struct gfs_session {
 	gfs_conn *conn;
 	mongoc_client_t *client;
 	mongoc_collection_t *files;
 	mongoc_collection_t *chunks;
+	uint32_t server_id;     /* the server its reads go to; 0 until the first */
+	bool replica_set;       /* that server is a replica set member */
+	bool secondary;         /* ...and not the primary: it may be behind */
 } gfs_session;
 
 gfs_session *gfs_session_pop(gfs_conn *conn);
 void gfs_session_push(gfs_session *s);
+/*
+ * Reads of every session of conn go to the primary: for verbs that decide
+ * writes from what they read (import, put, rm, watch, verify --repair).
+ */
+void gfs_conn_read_primary(gfs_conn *conn);
+/* Reads of conn's sessions on a replica set ask readConcern "majority" (verify, mirror). */
+void gfs_conn_read_majority(gfs_conn *conn);
+/* A find on coll, one of s's collections, on s's server (see above). */
+mongoc_cursor_t *gfs_session_find(gfs_session *s, mongoc_collection_t *coll, const bson_t *filter,
+                                  const bson_t *opts);
+/* An aggregate on coll, one of s's collections, on s's server. */
+mongoc_cursor_t *gfs_session_aggregate(gfs_session *s, mongoc_collection_t *coll,
+                                       const bson_t *pipeline, const bson_t *opts);
+/*
+ * Whether s's reads go to a secondary, whose copy may lag the primary's
+ * (choosing the server now, before the first read; false when none answers).
+ */
+bool gfs_session_on_secondary(gfs_session *s);
+/* Sends s's later reads to the primary (to read again what a secondary showed damaged). */
+bool gfs_session_to_primary(gfs_session *s, gfs_error *err);
 /* The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's client. */
 mongoc_collection_t *gfs_session_bucket_collection(gfs_session *s, const char *suffix);
 

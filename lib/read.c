@@ -259,7 +259,7 @@ gfs_chunk_by_n(gfs_session *s, const bson_value_t *files_id, int64_t n, const ch
 	gfs_id_filter(&filter, "files_id", files_id);
 	BSON_APPEND_INT64(&filter, "n", n);
 	BSON_APPEND_INT32(&opts, "batchSize", 2);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->chunks, &filter, &opts);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	const bson_t *found;
@@ -331,7 +331,7 @@ read_chunks(struct read_state *st, gfs_error *err)
 		BSON_APPEND_INT64(&opts, "limit", 1);
 	else
 		BSON_APPEND_INT32(&opts, "batchSize", gfs_chunk_batch_size(f->chunk_size));
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(st->s->chunks, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(st->s, st->s->chunks, &filter, &opts);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 

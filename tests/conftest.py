@@ -164,9 +164,9 @@ def bucket(db):
 # killed process that had the same pid (pid_max is 32768 on some machines, and
 # tests kill processes). gridfsctl cannot silence a warning printed before it
 # runs, so tests that count stderr lines leave that one out.
-# Every document of a bucket's gridfsctl_locks but import's count of its takes, which stays
-# (lib/lock.h): a run that released its locks leaves none of these.
-# Lock documents, not the counters of numbered takes ("import.taken", "import:P/.taken").
+# Every document of a bucket's gridfsctl_locks but the counts of numbered takes
+# ("import.taken", "import:P/.taken"), which stay (lib/lock.h): a run that released
+# its locks leaves none of these.
 LOCK_DOCS = {"_id": {"$not": bson.regex.Regex(r"\.taken$")}}
 
 DRIVER_SHM_WARNING = re.compile(r"^.*mongoc: Falling back to malloc for counters\.\n", re.M)

@@ -227,6 +227,8 @@ int recover_interrupted(gfs_session *s, const char *held);
 
 /* Connects with the globals; prints a one-line error and returns NULL on failure. */
 gfs_conn *connect_or_warn(void);
+/* connect_or_warn() for a verb that decides writes from what it reads: its reads go to the primary. */
+gfs_conn *connect_for_writes(void);
 
 /* Prints a bson document as one JSON line, its strings made valid UTF-8 first. */
 void print_json(FILE *out, const bson_t *doc);

@@ -225,7 +225,7 @@ refused_delete(const struct import_cli *c, const gfs_import_stats *st, gfs_error
 static int
 run(struct import_cli *c)
 {
-	gfs_conn *conn = connect_or_warn();
+	gfs_conn *conn = connect_for_writes();
 	if (!conn) {
 		gfs_import_stats none = {0};
 		gfs_error err;

@@ -713,6 +713,9 @@ mirror_run(struct mirror *m)
 {
 	double started = gfs_mono_seconds();
 	m->conn = connect_or_warn();
+	/* What a mirror writes to disk must not be undone by a rollback. */
+	if (m->conn)
+		gfs_conn_read_majority(m->conn);
 	if (!m->conn) {
 		m->error = strdup(last_message());
 		if (m->json)

@@ -124,7 +124,7 @@ cmd_mv(int argc, char **argv)
 	int rc = check_names(&o, argv[i], argv[i + 1]);
 	if (rc != EXIT_OK)
 		return rc;
-	gfs_conn *conn = connect_or_warn();
+	gfs_conn *conn = connect_for_writes();
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);

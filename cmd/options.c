@@ -438,6 +438,15 @@ connect_or_warn(void)
 	return conn;
 }
 
+gfs_conn *
+connect_for_writes(void)
+{
+	gfs_conn *conn = connect_or_warn();
+	if (conn)
+		gfs_conn_read_primary(conn);
+	return conn;
+}
+
 /* text as valid UTF-8 without NUL: any other byte is written as %XX, as names are stored. */
 static char *
 utf8_or_escaped(const char *text, size_t len)

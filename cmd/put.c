@@ -501,7 +501,7 @@ check_jobs(const struct put_opts *o, struct put_job *jobs, size_t n)
 static int
 put_all(const struct put_opts *o, struct put_job *jobs, int n)
 {
-	gfs_conn *conn = connect_or_warn();
+	gfs_conn *conn = connect_for_writes();
 	if (!conn)
 		return EXIT_USAGE;
 	gfs_session *s = gfs_session_pop(conn);

@@ -275,7 +275,7 @@ cmd_rm(int argc, char **argv)
 	for (; i < argc; i++)
 		t[n++] = (struct target){.what = argv[i], .kind = o.recursive ? T_FOLDER : T_NAME};
 	int rc = EXIT_USAGE;
-	gfs_conn *conn = connect_or_warn();
+	gfs_conn *conn = connect_for_writes();
 	if (conn) {
 		gfs_session *s = gfs_session_pop(conn);
 		catch_interrupts(0, NULL);

@@ -700,6 +700,10 @@ run_verify(struct vopts *o)
 		end_run(&r);
 		return EXIT_USAGE;
 	}
+	/* A repair is decided from what the primary says; a report from what a rollback keeps. */
+	if (o->repair && !o->dry_run)
+		gfs_conn_read_primary(conn);
+	gfs_conn_read_majority(conn);
 	/*
 	 * A repair must not race an import: what looks orphaned or incomplete
 	 * may be its work in progress. Import holds this lock while it writes.

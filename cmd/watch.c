@@ -489,7 +489,7 @@ cmd_watch(int argc, char **argv)
 	w.sfd = interrupt_signalfd(SIGUSR1);
 	bound_calls_by_watchdog();
 	gfs_error err;
-	gfs_conn *conn = connect_or_warn();
+	gfs_conn *conn = connect_for_writes();
 	if (!conn) {
 		close(w.sfd);
 		goto out;

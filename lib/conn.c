@@ -112,6 +112,25 @@ gfs_conn_bucket(const gfs_conn *c)
 	return c->bucket;
 }
 
+/* Chooses the server of s's reads (for_write: the primary); false with err set when none answers. */
+static bool
+pin(gfs_session *s, bool for_write, gfs_error *err)
+{
+	bson_error_t berr;
+	const mongoc_read_prefs_t *prefs = for_write ? NULL : mongoc_client_get_read_prefs(s->client);
+	mongoc_server_description_t *sd = mongoc_client_select_server(s->client, for_write, prefs, &berr);
+	if (!sd) {
+		gfs_error_from_bson(err, &berr, "select a server");
+		return false;
+	}
+	s->server_id = mongoc_server_description_id(sd);
+	const char *type = mongoc_server_description_type(sd);
+	s->replica_set = strncmp(type, "RS", 2) == 0;
+	s->secondary = s->replica_set && strcmp(type, "RSPrimary") != 0;
+	mongoc_server_description_destroy(sd);
+	return true;
+}
+
 void
 gfs_conn_read_primary(gfs_conn *c)
 {
@@ -136,32 +155,22 @@ gfs_session_pop(gfs_conn *c)
 	mongoc_read_prefs_destroy(prefs);
 	s->files = mongoc_client_get_collection(s->client, c->db, c->files_name);
 	s->chunks = mongoc_client_get_collection(s->client, c->db, c->chunks_name);
+	/* Every read of the bucket, found through the session or not, then asks for majority. */
+	gfs_error ignored;
+	if (c->majority && pin(s, false, &ignored) && s->replica_set) {
+		mongoc_read_concern_t *rc = mongoc_read_concern_new();
+		mongoc_read_concern_set_level(rc, MONGOC_READ_CONCERN_LEVEL_MAJORITY);
+		mongoc_collection_set_read_concern(s->files, rc);
+		mongoc_collection_set_read_concern(s->chunks, rc);
+		mongoc_read_concern_destroy(rc);
+	}
 	return s;
 }
 
-/* Chooses the server of s's reads (for_write: the primary); false with err set when none answers. */
-static bool
-pin(gfs_session *s, bool for_write, gfs_error *err)
-{
-	bson_error_t berr;
-	const mongoc_read_prefs_t *prefs = for_write ? NULL : mongoc_client_get_read_prefs(s->client);
-	mongoc_server_description_t *sd = mongoc_client_select_server(s->client, for_write, prefs, &berr);
-	if (!sd) {
-		gfs_error_from_bson(err, &berr, "select a server");
-		return false;
-	}
-	s->server_id = mongoc_server_description_id(sd);
-	const char *type = mongoc_server_description_type(sd);
-	s->replica_set = strncmp(type, "RS", 2) == 0;
-	s->secondary = s->replica_set && strcmp(type, "RSPrimary") != 0;
-	mongoc_server_description_destroy(sd);
-	return true;
-}
-
 /*
- * opts and what every read of s carries: its server, and on a replica set
- * the majority read concern when the connection asks for it. Without a
- * server (none answers) the driver selects one itself and reports why not.
+ * opts and the server every read of s goes to (the read concern is the
+ * collections', gfs_session_pop). Without a server (none answers) the
+ * driver selects one itself and reports why not.
  */
 static void
 read_opts(gfs_session *s, const bson_t *opts, bson_t *out)
@@ -174,12 +183,6 @@ read_opts(gfs_session *s, const bson_t *opts, bson_t *out)
 	if (!s->server_id && !pin(s, false, &ignored))
 		return;
 	BSON_APPEND_INT32(out, "serverId", (int32_t)s->server_id);
-	if (s->conn->majority && s->replica_set && !bson_has_field(out, "readConcern")) {
-		bson_t rc;
-		BSON_APPEND_DOCUMENT_BEGIN(out, "readConcern", &rc);
-		BSON_APPEND_UTF8(&rc, "level", MONGOC_READ_CONCERN_LEVEL_MAJORITY);
-		bson_append_document_end(out, &rc);
-	}
 }
 
 mongoc_cursor_t *

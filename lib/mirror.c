@@ -1699,7 +1699,7 @@ scan_pass(struct scan *sc, gfs_session *s, int32_t batch, gfs_error *err)
 {
 	bson_t all = BSON_INITIALIZER, opts = BSON_INITIALIZER;
 	gfs_read_scan_opts(&opts, batch);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &all, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->chunks, &all, &opts);
 	bson_destroy(&opts);
 	bool ok = true;
 	const bson_t *doc;

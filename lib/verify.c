@@ -498,10 +498,49 @@ unless_removed_meanwhile(struct verify *v, gfs_verify_problem *p)
 	p->kind = GFS_VK_IN_PROGRESS;
 }
 
+/*
+ * Whether the primary has the file (or, for orphan chunks, the document of
+ * their files_id) whole: 1 yes, 0 no, -1 could not tell.
+ */
+static int
+whole_on_primary(struct verify *v, const gfs_verify_problem *p)
+{
+	gfs_session *s = gfs_session_pop(v->conn);
+	gfs_error err;
+	gfs_file f;
+	int rc = -1;
+	if (gfs_session_to_primary(s, &err) && gfs_find_by_id(s, p->id, &f, &err)) {
+		rc = p->kind == GFS_VK_ORPHAN_CHUNKS || gfs_read(s, &f, true, NULL, NULL, NULL, &err);
+		gfs_file_free(&f);
+	} else if (err.code == GFS_ENOTFOUND) {
+		rc = 0;
+	}
+	gfs_session_push(s);
+	return rc;
+}
+
+/*
+ * A pass read from a secondary, which may be behind the primary (issue
+ * 31): damage the primary does not have is the secondary's lag, reported
+ * as such (in progress), never as damage, and never repaired.
+ */
+static void
+unless_whole_on_primary(struct verify *v, gfs_verify_problem *p)
+{
+	if (!p->id || p->kind == GFS_VK_IN_PROGRESS || p->kind == GFS_VK_BAD_DOC ||
+	    !gfs_session_on_secondary(v->s) || whole_on_primary(v, p) != 1)
+		return;
+	size_t n = strlen(p->detail);
+	snprintf(p->detail + n, sizeof p->detail - n, "%s%s: the secondary is behind (whole on the "
+	         "primary)", n ? " " : "", gfs_verify_kind_name(p->kind));
+	p->kind = GFS_VK_IN_PROGRESS;
+}
+
 static void
 report(struct verify *v, gfs_verify_problem *p)
 {
 	unless_removed_meanwhile(v, p);
+	unless_whole_on_primary(v, p);
 	if (p->kind == GFS_VK_IN_PROGRESS)
 		v->st->in_progress++;
 	else
@@ -1121,7 +1160,7 @@ scan(struct verify *v, int32_t batch, gfs_error *err)
 {
 	bson_t all = BSON_INITIALIZER, opts = BSON_INITIALIZER;
 	gfs_read_scan_opts(&opts, batch);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(v->s->chunks, &all, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(v->s, v->s->chunks, &all, &opts);
 	bson_destroy(&opts);
 	const bson_t *doc;
 	bool ok = true;
@@ -1210,7 +1249,7 @@ sample_cursor(struct verify *v, double fraction)
 	bson_append_document_end(&pipeline, &stage);
 	BSON_APPEND_INT32(&opts, "batchSize", 1000);
 	mongoc_cursor_t *cur =
-	    mongoc_collection_aggregate(v->s->files, MONGOC_QUERY_NONE, &pipeline, &opts, NULL);
+	    gfs_session_aggregate(v->s, v->s->files, &pipeline, &opts);
 	bson_destroy(&pipeline);
 	bson_destroy(&opts);
 	v->st->sampled_by_server = true;
@@ -1247,7 +1286,7 @@ load_files(struct verify *v, int32_t *max_chunk, gfs_error *err)
 		BSON_APPEND_INT32(&sort, "_id", 1);
 		bson_append_document_end(&opts, &sort);
 		BSON_APPEND_INT32(&opts, "batchSize", 1000);
-		cur = mongoc_collection_find_with_opts(v->s->files, &filter, &opts, NULL);
+		cur = gfs_session_find(v->s, v->s->files, &filter, &opts);
 		bson_destroy(&filter);
 		bson_destroy(&opts);
 	}
@@ -1461,7 +1500,7 @@ remove_picked(gfs_session *s, const bson_value_t *files_id, chunk_pick_fn pick, 
 	BSON_APPEND_INT32(&proj, "_id", 1);
 	BSON_APPEND_INT32(&proj, "n", 1);
 	bson_append_document_end(&opts, &proj);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->chunks, &filter, &opts);
 	bson_destroy(&opts);
 	bson_value_t *ids = NULL;
 	size_t n = 0, cap = 0;

@@ -70,3 +70,28 @@ def test_get_reports_damage_the_primary_has(gfs, lagging, tmp_path):
     assert res.err.count("\n") == 1, res
     res = run(gfs, rs, "get", "posters/nothere.jpg", "-o", tmp_path / "y")
     assert res.rc == 4, res
+
+
+def test_verify_reports_the_secondary_behind_not_damage(gfs, lagging):
+    rs, db, sdb, ids = lagging
+    res = run(gfs, rs, "verify")
+    check_sanitizers(res)
+    assert res.rc == 0, res
+    assert "the secondary is behind (whole on the primary)" in res.text + res.err, res
+    # The pass read the secondary, with the majority read concern of a replica set.
+    assert ("find", "fs.files", "majority") in rs.served("secondary"), rs.served("secondary")
+    # Damage the primary has too is damage.
+    db.fs.chunks.delete_many({"files_id": ids["posters/new.jpg"]})
+    res = run(gfs, rs, "verify")
+    assert res.rc == 1, res
+
+
+def test_verify_repair_decides_on_the_primary(gfs, lagging):
+    rs, db, sdb, ids = lagging
+    before = sorted((c["files_id"], c["n"]) for c in db.fs.chunks.find({}, {"files_id": 1, "n": 1}))
+    res = run(gfs, rs, "verify", "--repair")
+    check_sanitizers(res)
+    assert res.rc == 0, res
+    assert sorted((c["files_id"], c["n"]) for c in db.fs.chunks.find({}, {"files_id": 1, "n": 1})) == before
+    assert db.fs.files.count_documents({}) == 3
+    assert not [c for c in rs.served("secondary") if c[1] in ("fs.files", "fs.chunks")]

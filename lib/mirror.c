@@ -1100,6 +1100,25 @@ temp_finish(gfs_mirror_dir *d, const struct gfs_mirror_item *it, struct temp *t,
 	return true;
 }
 
+/*
+ * Read from a secondary, a file that looks damaged may only be behind: its
+ * chunks are read again from the primary, whose word goes (issue 31). The
+ * files document is the same by its _id (GridFS never rewrites one).
+ */
+static bool
+again_on_primary(gfs_session *s, const struct gfs_mirror_item *it, struct temp *t,
+                 struct write_ctx *w, gfs_error *err)
+{
+	if (ftruncate(t->fd, 0) < 0 || lseek(t->fd, 0, SEEK_SET) < 0) {
+		w->error = errno;
+		return false;
+	}
+	gfs_session *p = gfs_session_pop(s->conn);
+	bool ok = gfs_session_to_primary(p, err) && gfs_read(p, &it->file, true, write_chunk, w, NULL, err);
+	gfs_session_push(p);
+	return ok;
+}
+
 /* Streams the stored file into the temporary t, checking every chunk and the sha256. */
 static bool
 fill_temp(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, struct temp *t,
@@ -1107,6 +1126,8 @@ fill_temp(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it, s
 {
 	struct write_ctx w = {.fd = t->fd, .stop = d->opts->stop};
 	bool ok = gfs_read(s, &it->file, true, write_chunk, &w, NULL, err);
+	if (!ok && !w.error && err->code != GFS_ECANCELED && gfs_session_on_secondary(s))
+		ok = again_on_primary(s, it, t, &w, err);
 	if (!ok && w.error)
 		local_error(err, it, "write", w.error);
 	else if (!ok && err->code == GFS_ECANCELED)

@@ -95,3 +95,13 @@ def test_verify_repair_decides_on_the_primary(gfs, lagging):
     assert sorted((c["files_id"], c["n"]) for c in db.fs.chunks.find({}, {"files_id": 1, "n": 1})) == before
     assert db.fs.files.count_documents({}) == 3
     assert not [c for c in rs.served("secondary") if c[1] in ("fs.files", "fs.chunks")]
+
+
+def test_mirror_writes_what_the_primary_has(gfs, lagging, tmp_path):
+    rs, db, sdb, ids = lagging
+    dest = tmp_path / "mirror"
+    res = run(gfs, rs, "mirror", dest)
+    check_sanitizers(res)
+    assert res.rc == 0, res
+    assert (dest / "posters/old.jpg").read_bytes() == OLD
+    assert (dest / "posters/new.jpg").read_bytes() == NEW

@@ -95,7 +95,7 @@ gfs_read_has_sample(gfs_session *s)
 	bson_append_document_end(&stage, &spec);
 	bson_append_document_end(&pipeline, &stage);
 	mongoc_cursor_t *cur =
-	    mongoc_collection_aggregate(s->files, MONGOC_QUERY_NONE, &pipeline, NULL, NULL);
+	    gfs_session_aggregate(s, s->files, &pipeline, NULL);
 	bson_destroy(&pipeline);
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc))

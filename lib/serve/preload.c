@@ -232,7 +232,7 @@ preload(struct httpserve *srv, gfs_error *err)
 	BSON_APPEND_DOCUMENT_BEGIN(&opts, "hint", &hint);
 	BSON_APPEND_INT32(&hint, "$natural", 1);
 	bson_append_document_end(&opts, &hint);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(ses->chunks, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(ses, ses->chunks, &filter, &opts);
 	const bson_t *doc;
 	while (strmap_count(p.want) > 0 && !preload_stopping(srv) && mongoc_cursor_next(cur, &doc))
 		preload_chunk(&p, doc);

@@ -292,7 +292,7 @@ gfs_revs_find(gfs_session *s, const bson_t *filter, gfs_revs *out, gfs_error *er
 	bson_t *opts = BCON_NEW("sort", "{", "filename", BCON_INT32(1), "uploadDate", BCON_INT32(1),
 	                        "_id", BCON_INT32(1), "}", "projection", "{", "_id", BCON_INT32(1),
 	                        "filename", BCON_INT32(1), "length", BCON_INT32(1), "}");
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->files, filter, opts);
 	bson_destroy(opts);
 	const bson_t *doc;
 	bson_iter_t it;

@@ -118,7 +118,8 @@ pin(gfs_session *s, bool for_write, gfs_error *err)
 {
 	bson_error_t berr;
 	const mongoc_read_prefs_t *prefs = for_write ? NULL : mongoc_client_get_read_prefs(s->client);
-	mongoc_server_description_t *sd = mongoc_client_select_server(s->client, for_write, prefs, &berr);
+	mongoc_server_description_t *sd =
+	    mongoc_client_select_server(s->client, for_write, prefs, &berr);
 	if (!sd) {
 		gfs_error_from_bson(err, &berr, "select a server");
 		return false;
@@ -150,9 +151,10 @@ gfs_session_pop(gfs_conn *c)
 	s->conn = c;
 	s->client = mongoc_client_pool_pop(c->pool);
 	/* The pool hands out clients with the URI's read preference; ours, before the collections. */
-	mongoc_read_prefs_t *prefs = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
-	mongoc_client_set_read_prefs(s->client, c->primary_reads ? prefs : mongoc_uri_get_read_prefs_t(c->uri));
-	mongoc_read_prefs_destroy(prefs);
+	mongoc_read_prefs_t *primary = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
+	mongoc_client_set_read_prefs(s->client,
+	                             c->primary_reads ? primary : mongoc_uri_get_read_prefs_t(c->uri));
+	mongoc_read_prefs_destroy(primary);
 	s->files = mongoc_client_get_collection(s->client, c->db, c->files_name);
 	s->chunks = mongoc_client_get_collection(s->client, c->db, c->chunks_name);
 	/* Every read of the bucket, found through the session or not, then asks for majority. */

@@ -170,6 +170,22 @@ gfs_session_pop(gfs_conn *c)
 }
 
 /*
+ * Whether s's pinned server is still one the driver knows to answer: one
+ * that went away (an outage, a failover) is selected again, or a session
+ * popped before it would fail every read after it. No I/O.
+ */
+static bool
+pin_alive(gfs_session *s)
+{
+	mongoc_server_description_t *sd = mongoc_client_get_server_description(s->client, s->server_id);
+	if (!sd)
+		return false;
+	bool alive = strcmp(mongoc_server_description_type(sd), "Unknown") != 0;
+	mongoc_server_description_destroy(sd);
+	return alive;
+}
+
+/*
  * opts and the server every read of s goes to (the read concern is the
  * collections', gfs_session_pop). Without a server (none answers) the
  * driver selects one itself and reports why not.
@@ -182,6 +198,9 @@ read_opts(gfs_session *s, const bson_t *opts, bson_t *out)
 	else
 		bson_init(out);
 	gfs_error ignored;
+	/* When none answers, the old pin stays: the read fails on it, with its own reason. */
+	if (s->server_id && !pin_alive(s))
+		pin(s, false, &ignored);
 	if (!s->server_id && !pin(s, false, &ignored))
 		return;
 	BSON_APPEND_INT32(out, "serverId", (int32_t)s->server_id);

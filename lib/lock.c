@@ -452,6 +452,20 @@ gfs_lock_excludes(const char *a, const char *b)
 	return strncmp(sa, sb, la < lb ? la : lb) == 0;
 }
 
+/* A cursor over the documents of name's family (locks and counters); NULL with err set. */
+static mongoc_cursor_t *
+find_family(mongoc_collection_t *coll, const char *name, gfs_error *err)
+{
+	const char *scope;
+	char *family = gfs_xstrndup(name, split_scope(name, &scope));
+	bson_t filter = BSON_INITIALIZER;
+	bool ok = names_from(&filter, family, err);
+	free(family);
+	mongoc_cursor_t *cur = ok ? mongoc_collection_find_with_opts(coll, &filter, NULL, NULL) : NULL;
+	bson_destroy(&filter);
+	return cur;
+}
+
 /*
  * After our take of a numbered lock: fails with GFS_EBUSY (err set) when
  * another lock of its family with an overlapping scope is held; else counts
@@ -460,22 +474,15 @@ gfs_lock_excludes(const char *a, const char *b)
 static bool
 check_overlaps(gfs_lock *l, gfs_error *err)
 {
-	const char *scope;
-	char *family = gfs_xstrndup(l->name, split_scope(l->name, &scope));
-	bson_t filter = BSON_INITIALIZER;
-	bool ok = names_from(&filter, family, err);
-	free(family);
-	if (!ok) {
-		bson_destroy(&filter);
+	mongoc_cursor_t *cur = find_family(l->coll, l->name, err);
+	if (!cur)
 		return false;
-	}
 	struct identity me;
 	identity_self(&me);
 	char **counters = NULL;
 	size_t n = 0, cap = 0;
 	bool busy = false;
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(l->coll, &filter, NULL, NULL);
-	bson_destroy(&filter);
+	bool ok;
 	const bson_t *doc;
 	while (!busy && mongoc_cursor_next(cur, &doc)) {
 		const char *id = doc_str(doc, "_id");
@@ -516,6 +523,32 @@ check_overlaps(gfs_lock *l, gfs_error *err)
 	}
 	free(counters);
 	return ok;
+}
+
+int
+gfs_lock_overlap_held(gfs_session *s, const char *name, gfs_error *err)
+{
+	mongoc_collection_t *coll = gfs_session_bucket_collection(s, GFS_LOCKS_SUFFIX);
+	mongoc_cursor_t *cur = find_family(coll, name, err);
+	if (!cur) {
+		mongoc_collection_destroy(coll);
+		return -1;
+	}
+	struct identity me;
+	identity_self(&me);
+	int held = 0;
+	const bson_t *doc;
+	while (!held && mongoc_cursor_next(cur, &doc)) {
+		if (is_counter(doc) || !gfs_lock_excludes(name, doc_str(doc, "_id")))
+			continue;
+		gfs_lock_state st;
+		judge(doc, &me, &st);
+		held = st.held;
+	}
+	if (!gfs_cursor_done(cur, "read the locks that could overlap", err))
+		held = -1;
+	mongoc_collection_destroy(coll);
+	return held;
 }
 
 int

@@ -88,6 +88,8 @@ int gfs_lock_read(gfs_session *s, const char *name, gfs_lock_state *st, gfs_erro
  * taking it: 1 held, 0 free, -1 error (err set).
  */
 int gfs_lock_held(gfs_session *s, const char *name, gfs_error *err);
+/* 1 when name or a lock of its family whose scope overlaps it is held, 0 when none is, -1 on error. */
+int gfs_lock_overlap_held(gfs_session *s, const char *name, gfs_error *err);
 /*
  * Counts the lock documents whose names start with prefix, as
  * gfs_lock_read() judges them, into *held and *stale; with remove, the

@@ -1215,8 +1215,9 @@ removals_within_limit(gfs_watcher *w, bool all)
 }
 
 /*
- * Names stored without the import lock, once nobody holds it: when the
- * lock's takes say another import held it since, it may have stored them
+ * Names stored without the import lock, once nobody holds it or a lock
+ * whose scope overlaps ours: when the takes counted on our prefix's lock
+ * say another import held one since, it may have stored them
  * too, and each writer's trim kept its own revision. Each is trimmed
  * again to the newest (equality queries), rather than at watch's next start.
  */
@@ -1226,9 +1227,14 @@ recheck_unsure(gfs_watcher *w)
 	if (!gfs_known_names_any_unsure(w->known) || mono_ms() < w->recheck_ms)
 		return;
 	w->recheck_ms = mono_ms() + RECHECK_MS;
+	/* The lock of our prefix, as our batches and passes take it (gfs_import_new). */
+	char *prefix = gfs_prefix_normalize(w->o.prefix);
+	char *lock = gfs_lock_scoped_name(GFS_IMPORT_LOCK, prefix);
+	free(prefix);
 	gfs_error err;
-	int held = gfs_lock_held(w->s, GFS_IMPORT_LOCK, &err);
-	int64_t takes = held == 0 ? gfs_lock_takes(w->s, GFS_IMPORT_LOCK, &err) : 0;
+	int held = gfs_lock_overlap_held(w->s, lock, &err);
+	int64_t takes = held == 0 ? gfs_lock_takes(w->s, lock, &err) : 0;
+	free(lock);
 	if (held < 0 || takes < 0) {
 		action_failed(w, NULL, "the import lock", &err);
 		return;

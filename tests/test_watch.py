@@ -670,9 +670,10 @@ def test_kill_9_mid_burst_then_restart_is_exact(gfs, bucket, db, tree):
         assert w.stop() == 0
 
 
-def hold_import_lock(db):
-    """The import lock, held by a live process of another host for five minutes; its document."""
-    held = {"_id": "import", "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
+def hold_import_lock(db, name="import"):
+    """The import lock name, held by a live process of another host for five minutes; its
+    document."""
+    held = {"_id": name, "owner": "elsewhere.example/boot/4242/1", "host": "elsewhere.example",
             "bootId": "boot", "pid": 4242, "startTime": 1,
             "expires": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)}
     db["fs.gridfsctl_locks"].insert_one(held)
@@ -763,6 +764,28 @@ def test_a_name_another_import_stored_meanwhile_is_trimmed_once_it_is_done(gfs, 
                  "one revision of same.bin", proc=w.proc)
         assert bucket.open_download_stream_by_name("same.bin").read() == data
         wait_exact(db, bucket, tree)
+    finally:
+        assert w.stop() == 0
+
+
+def test_under_a_prefix_the_lock_of_the_prefix_is_the_one_watched(gfs, bucket, db, tree):
+    """The same with watch --prefix: another import of that prefix holds import:p/ (not the
+    whole bucket's lock); watch waits for it and counts its takes, then trims."""
+    locks = db["fs.gridfsctl_locks"]
+    w = Watcher(gfs, tree, "--prefix", "p")
+    try:
+        w.wait_for("ready")
+        hold_import_lock(db, "import:p/")
+        data = os.urandom(300)
+        (tree / "same.bin").write_bytes(data)
+        w.wait_for("upload", "p/same.bin")
+        locks.update_one({"_id": "import:p/.taken"}, {"$inc": {"n": 1}}, upsert=True)
+        bucket.upload_from_stream("p/same.bin", data)
+        assert revisions(db, ["p/same.bin"]) == {"p/same.bin": 2}
+        locks.delete_one({"_id": "import:p/"})
+        wait_for(lambda: revisions(db, ["p/same.bin"]) == {"p/same.bin": 1}, DEADLINE,
+                 "one revision of p/same.bin", proc=w.proc)
+        assert bucket.open_download_stream_by_name("p/same.bin").read() == data
     finally:
         assert w.stop() == 0
 

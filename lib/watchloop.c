@@ -456,6 +456,8 @@ on_inotree_warning(const char *rel, const char *reason, void *ctx)
 
 /* ---- the backend and its outages ------------------------------------- */
 
+static void publish(gfs_watcher *w);
+
 static void
 backend_down(gfs_watcher *w, const gfs_error *err)
 {
@@ -468,6 +470,8 @@ backend_down(gfs_watcher *w, const gfs_error *err)
 	/* once per outage: a line per file would bury the one that matters */
 	w->down = true;
 	w->down_since_ms = gfs_now_ms();
+	/* Status asked once the event is out must say so, while the worker still works. */
+	publish(w);
 	gfs_watcher_event ev = {.kind = GFS_WEV_BACKEND_DOWN, .message = err->msg,
 	                        .pending = waiting(w), .since_ms = w->down_since_ms};
 	emit(w, &ev);
@@ -488,9 +492,10 @@ backend_up(gfs_watcher *w)
 	}
 	gfs_watcher_event ev = {.kind = GFS_WEV_BACKEND_UP, .pending = waiting(w),
 	                        .since_ms = w->down_since_ms};
-	emit(w, &ev);
 	w->down = false;
 	w->backoff_ms = 0;
+	publish(w);
+	emit(w, &ev);
 	return true;
 }
 

@@ -224,6 +224,14 @@ http_date_parse(const char *s)
 void
 http_date_format(int64_t t, char buf[32])
 {
+	/*
+	 * An HTTP-date writes the years 1970 to 9999; gmtime of a larger t
+	 * gives a tm_year that overflows when 1900 is added.
+	 */
+	if (t < 0)
+		t = 0;
+	if (t > HTTP_DATE_MAX)
+		t = HTTP_DATE_MAX;
 	time_t tt = (time_t)t;
 	struct tm tm;
 	if (!gmtime_r(&tt, &tm)) {

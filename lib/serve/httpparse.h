@@ -26,7 +26,7 @@ bool http_if_range_ok(const char *header, const char *etag, int64_t last_modifie
 
 /* Parses IMF-fixdate, RFC 850 and asctime dates; seconds since the epoch, or -1. */
 int64_t http_date_parse(const char *s);
-/* Formats seconds since the epoch as IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"). */
+/* Formats seconds since the epoch (clamped to 1970-9999) as IMF-fixdate: "Sun, 06 Nov 1994 ...". */
 void http_date_format(int64_t t, char buf[32]);
 
 enum http_range {

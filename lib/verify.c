@@ -469,9 +469,6 @@ hashers_stop(struct verify *v)
 
 /* ---- verdicts -------------------------------------------------------- */
 
-static int exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id,
-                  char **lock, gfs_error *err);
-
 /*
  * Damage to a file whose document is gone by now is an import or rm that
  * removed it while verify read it (documents go first, then chunks): in
@@ -486,7 +483,7 @@ unless_removed_meanwhile(struct verify *v, gfs_verify_problem *p)
 		return;
 	gfs_error err;
 	gfs_error_clear(&err);
-	int found = exists(v->s->files, "_id", p->id, NULL, &err);
+	int found = gfs_exists(v->s->files, "_id", p->id, &err);
 	v->lookups_failed = found < 0;
 	if (found < 0)
 		v->lookup_err = err;
@@ -738,35 +735,6 @@ struct orphan {
 	int64_t chunks, bytes;
 };
 
-/*
- * 1: a document whose field equals id (as the server matches) is in coll;
- * 0: none; -1: error. lock (may be NULL) gets a copy of that document's
- * "lock" field, which a put's upload marker names its own lock in.
- */
-static int
-exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, char **lock,
-       gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	gfs_id_filter(&filter, field, id);
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	BSON_APPEND_INT32(&proj, "lock", 1);
-	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	const bson_t *doc;
-	bson_iter_t it;
-	int rc = mongoc_cursor_next(cur, &doc) ? 1 : 0;
-	if (rc && lock && bson_iter_init_find(&it, doc, "lock") && BSON_ITER_HOLDS_UTF8(&it))
-		*lock = gfs_xstrdup(bson_iter_utf8(&it, NULL));
-	if (!gfs_cursor_done(cur, "look up a files_id", err))
-		rc = -1;
-	return rc;
-}
-
 /* Who is at work on chunks whose marker's writer is alive. */
 static const char *
 live_writer(const bson_t *marker)
@@ -806,8 +774,8 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 	int live = found > 0 ? gfs_marker_live(v->s, &m, v->o->own_import_lock ? GFS_IMPORT_LOCK : NULL,
 	                                       &err)
 	                     : 0;
-	int file = exists(v->s->files, "_id", fid, NULL, &err);
-	int still = file == 0 && live == 0 ? exists(v->s->chunks, "files_id", fid, NULL, &err) : 1;
+	int file = gfs_exists(v->s->files, "_id", fid, &err);
+	int still = file == 0 && live == 0 ? gfs_exists(v->s->chunks, "files_id", fid, &err) : 1;
 	v->lookups_failed = found < 0 || live < 0 || file < 0 || still < 0;
 	if (v->lookups_failed)
 		v->lookup_err = err;
@@ -1562,13 +1530,13 @@ gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t b
 int
 gfs_verify_file_exists(gfs_session *s, const bson_value_t *id, gfs_error *err)
 {
-	return exists(s->files, "_id", id, NULL, err);
+	return gfs_exists(s->files, "_id", id, err);
 }
 
 int
 gfs_verify_chunks_exist(gfs_session *s, const bson_value_t *files_id, gfs_error *err)
 {
-	return exists(s->chunks, "files_id", files_id, NULL, err);
+	return gfs_exists(s->chunks, "files_id", files_id, err);
 }
 
 bool

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,15 @@ struct gfs_inotree {
 };
 
 enum { MIN_BUCKETS = 64 };
+
+/*
+ * The kernel queues the two halves of a rename one after the other but not
+ * atomically: a reader can empty the queue between them (inotify(7)). How
+ * long an IN_MOVED_FROM that ends the queue waits for its IN_MOVED_TO before
+ * it is taken as a move out of the tree; the halves are queued by one
+ * rename(2), so this is only ever waited out for a real move away.
+ */
+enum { MOVE_PAIR_WAIT_MS = 100 };
 
 static void
 warn(gfs_inotree *t, const char *rel, const char *reason)
@@ -543,6 +553,18 @@ handle(gfs_inotree *t, const struct inotify_event *ev)
 	free(rel);
 }
 
+/* A move's first half ended the queue: whether more came within the wait. */
+static bool
+other_half_queued(const gfs_inotree *t)
+{
+	struct pollfd p = { .fd = t->fd, .events = POLLIN };
+	int n;
+	do
+		n = poll(&p, 1, MOVE_PAIR_WAIT_MS);
+	while (n < 0 && errno == EINTR);
+	return n > 0;
+}
+
 bool
 gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 {
@@ -554,8 +576,11 @@ gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 		ssize_t len = read(t->fd, buf, sizeof buf);
 		if (len < 0 && errno == EINTR)
 			continue;
-		if (len < 0 && errno == EAGAIN)
+		if (len < 0 && errno == EAGAIN) {
+			if (t->moved_rel && other_half_queued(t))
+				continue;
 			break;
+		}
 		if (len <= 0) {
 			gfs_error_set(err, GFS_ELOCAL, "inotify read: %s", len < 0 ? strerror(errno) : "end of file");
 			ok = false;
@@ -567,7 +592,7 @@ gfs_inotree_read(gfs_inotree *t, gfs_inotree_fn fn, void *ctx, gfs_error *err)
 			p += sizeof *ev + ev->len;
 		}
 	}
-	/* The queue is empty: an IN_MOVED_TO still to come would have been queued with its IN_MOVED_FROM. */
+	/* The queue stayed empty past the wait: a move's first half had no second in the tree. */
 	settle_move(t);
 	if (ok && t->fatal) {
 		gfs_error_set(err, GFS_ELOCAL, "%s: %s", t->root, t->fatal);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -248,6 +249,57 @@ test_file_renames(void **state)
 	assert_string_equal(seen, "removed a/saved\n");
 }
 
+static size_t moves, other_events;
+
+static void
+count_kinds(const gfs_inotree_event *ev, void *ctx)
+{
+	(void)ctx;
+	if (ev->kind == GFS_INO_MOVED)
+		moves++;
+	else
+		other_events++;
+}
+
+/*
+ * Renames read while they are being made: the kernel can let the queue be
+ * read between the two halves of one, and it is still one move.
+ */
+static void
+test_renames_read_while_made_stay_moves(void **state)
+{
+	struct fixture *f = *state;
+	enum { N = 2000 };
+	char name[32], moved[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof name, "%d", i);
+		write_file(f->root, name);
+	}
+	open_tree(f);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		for (int i = 0; i < N; i++) {
+			snprintf(name, sizeof name, "%d", i);
+			snprintf(moved, sizeof moved, "%d.moved", i);
+			rename_in(f->root, name, f->root, moved);
+		}
+		_exit(0);
+	}
+	moves = other_events = 0;
+	gfs_error err;
+	while (moves + other_events < N) {
+		struct pollfd pfd = {.fd = gfs_inotree_fd(f->t), .events = POLLIN};
+		assert_true(poll(&pfd, 1, 10000) > 0);
+		assert_true(gfs_inotree_read(f->t, count_kinds, NULL, &err));
+	}
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_int_equal(status, 0);
+	assert_int_equal(other_events, 0);
+	assert_int_equal(moves, N);
+}
+
 /* The root replaced while events were lost: the new directory is the one watched. */
 static void
 test_root_replaced_during_overflow(void **state)
@@ -298,6 +350,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_moved_out_directory_is_forgotten, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_moved_within_tree_is_renamed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_renames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_renames_read_while_made_stay_moves, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_root_replaced_during_overflow, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_root_removed_is_an_error, setup, teardown),
 	};

@@ -18,6 +18,7 @@
 #include "magic.h"
 #include "names.h"
 #include "strmap.h"
+#include "workq.h"
 
 /* Files waiting in the queue per worker: enough to keep workers busy, small in memory. */
 #define QUEUE_PER_JOB 64
@@ -81,7 +82,6 @@ entry_free(const char *name, void *e, void *ctx)
 /* ---- the queue between the walk and the workers ---------------------- */
 
 struct job {
-	struct job *next;
 	char *rel;            /* path bytes relative to the directory */
 	size_t rel_len;
 	char *name;           /* the GridFS filename */
@@ -91,14 +91,6 @@ struct job {
 	bool settle;          /* racy state: once found the same, clear the flag on old_id */
 	bson_oid_t old_id;
 	struct stat st;
-};
-
-struct queue {
-	pthread_mutex_t mu;
-	pthread_cond_t not_empty, not_full;
-	struct job *head, *tail;
-	size_t count, cap;
-	bool closed;
 };
 
 static void
@@ -112,48 +104,9 @@ job_free(struct job *j)
 }
 
 static void
-queue_push(struct queue *q, struct job *j)
+job_drop(void *j)
 {
-	pthread_mutex_lock(&q->mu);
-	while (q->count >= q->cap)
-		pthread_cond_wait(&q->not_full, &q->mu);
-	if (q->tail)
-		q->tail->next = j;
-	else
-		q->head = j;
-	q->tail = j;
-	q->count++;
-	pthread_cond_signal(&q->not_empty);
-	pthread_mutex_unlock(&q->mu);
-}
-
-/* NULL once the queue is closed and empty. */
-static struct job *
-queue_pop(struct queue *q)
-{
-	pthread_mutex_lock(&q->mu);
-	while (!q->head && !q->closed)
-		pthread_cond_wait(&q->not_empty, &q->mu);
-	struct job *j = q->head;
-	if (j) {
-		q->head = j->next;
-		if (!q->head)
-			q->tail = NULL;
-		q->count--;
-		j->next = NULL;
-		pthread_cond_signal(&q->not_full);
-	}
-	pthread_mutex_unlock(&q->mu);
-	return j;
-}
-
-static void
-queue_close(struct queue *q)
-{
-	pthread_mutex_lock(&q->mu);
-	q->closed = true;
-	pthread_cond_broadcast(&q->not_empty);
-	pthread_mutex_unlock(&q->mu);
+	job_free(j);
 }
 
 /* ---- the import ------------------------------------------------------ */
@@ -172,7 +125,7 @@ struct gfs_import {
 	gfs_error fatal_err;
 	gfs_import_stats st;
 	strmap *names;            /* stored names and names the walk saw: struct entry */
-	struct queue q;
+	gfs_workq *q;             /* the walk's jobs for the workers, closed after the walk */
 	gfs_lock *lock;
 	char *lock_name;          /* the import lock of the prefix (lib/lock.h) */
 	double started;
@@ -279,10 +232,7 @@ gfs_import_new(gfs_conn *conn, const gfs_import_opts *opts)
 	imp->root_fd = -1;
 	imp->names = strmap_new(1024);
 	pthread_mutex_init(&imp->mu, NULL);
-	pthread_mutex_init(&imp->q.mu, NULL);
-	pthread_cond_init(&imp->q.not_empty, NULL);
-	pthread_cond_init(&imp->q.not_full, NULL);
-	imp->q.cap = (size_t)imp->o.jobs * QUEUE_PER_JOB;
+	imp->q = gfs_workq_new((size_t)imp->o.jobs * QUEUE_PER_JOB, 0);
 	atomic_init(&imp->cancel, false);
 	atomic_init(&imp->fatal, false);
 	return imp;
@@ -299,18 +249,11 @@ gfs_import_free(gfs_import *imp)
 {
 	if (!imp)
 		return;
-	struct job *j = imp->q.head, *next;
-	for (; j; j = next) {
-		next = j->next;
-		job_free(j);
-	}
+	gfs_workq_free(imp->q, job_drop);
 	if (imp->names)
 		strmap_each(imp->names, entry_free, NULL);
 	strmap_free(imp->names);
 	pthread_mutex_destroy(&imp->mu);
-	pthread_mutex_destroy(&imp->q.mu);
-	pthread_cond_destroy(&imp->q.not_empty);
-	pthread_cond_destroy(&imp->q.not_full);
 	if (imp->root_fd >= 0)
 		close(imp->root_fd);
 	free(imp->prefix);
@@ -1252,7 +1195,7 @@ worker_main(void *arg)
 	struct worker *w = arg;
 	gfs_import *imp = w->imp;
 	struct job *j;
-	while ((j = queue_pop(&imp->q)) != NULL) {
+	while ((j = gfs_workq_pop(imp->q)) != NULL) {
 		if (stopping(imp)) {
 			job_free(j);   /* canceled: drop what has not started */
 			continue;
@@ -1502,7 +1445,9 @@ on_walk(const gfs_walk_entry *e, void *ctx)
 	}
 	if (imp->o.known)
 		gfs_known_names_add(imp->o.known, j->name);
-	queue_push(&imp->q, j);
+	/* The queue closes only once the walk is over: a push cannot fail. */
+	if (!gfs_workq_push(imp->q, j, 0))
+		abort();
 	return true;
 }
 
@@ -1754,7 +1699,7 @@ gfs_import_run(gfs_import *imp, gfs_import_stats *stats, gfs_error *err)
 			*err = werr;
 			ok = false;
 		}
-		queue_close(&imp->q);
+		gfs_workq_close(imp->q);
 		for (int i = 0; i < nworkers; i++)
 			pthread_join(ws[i].thread, NULL);
 	}
@@ -1856,7 +1801,7 @@ gfs_import_paths(gfs_import *imp, const gfs_import_path *paths, size_t n, gfs_im
 			if (gfs_known_names_absent(imp->o.known, names[i]) ||
 			    (ok = load_name(imp, s, names[i], err)))
 				queue_path(imp, &paths[i]);
-		queue_close(&imp->q);
+		gfs_workq_close(imp->q);
 		for (int i = 0; i < imp->o.jobs; i++)
 			pthread_join(ws[i].thread, NULL);
 	}

@@ -40,6 +40,7 @@
 #include "lock.h"
 #include "strmap.h"
 #include "verify.h"
+#include "workq.h"
 
 /* Bytes of chunk data waiting in one hashing queue before the reader blocks. */
 #define QUEUE_BYTES (16 * 1024 * 1024)
@@ -276,16 +277,12 @@ struct item {
 	uint8_t *data;            /* NULL with end set: the file's last item */
 	uint32_t len;
 	bool end;
-	struct item *next;
 };
 
+/* A hashing thread and its queue, bounded in items and in bytes of chunk data. */
 struct hasher {
 	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t can_take, can_put;
-	struct item *head, *tail;
-	size_t bytes, count;
-	bool closing;
+	gfs_workq *q;
 	struct verify *v;
 };
 
@@ -365,30 +362,24 @@ hash_item(struct verify *v, struct item *it)
 	pthread_mutex_unlock(&v->done_mu);
 }
 
+static void
+item_free(void *p)
+{
+	struct item *it = p;
+	free(it->data);
+	free(it);
+}
+
 static void *
 hasher_main(void *arg)
 {
 	struct hasher *h = arg;
-	for (;;) {
-		pthread_mutex_lock(&h->mu);
-		while (!h->head && !h->closing)
-			pthread_cond_wait(&h->can_take, &h->mu);
-		struct item *it = h->head;
-		if (!it) {
-			pthread_mutex_unlock(&h->mu);
-			return NULL;
-		}
-		h->head = it->next;
-		if (!h->head)
-			h->tail = NULL;
-		h->bytes -= it->len;
-		h->count--;
-		pthread_cond_signal(&h->can_put);
-		pthread_mutex_unlock(&h->mu);
+	struct item *it;
+	while ((it = gfs_workq_pop(h->q)) != NULL) {
 		hash_item(h->v, it);
-		free(it->data);
-		free(it);
+		item_free(it);
 	}
+	return NULL;
 }
 
 static void
@@ -402,18 +393,9 @@ hasher_put(struct hasher *h, struct slot *sl, const uint8_t *data, uint32_t len,
 		memcpy(it->data, data, len);
 		it->len = len;
 	}
-	pthread_mutex_lock(&h->mu);
-	while (h->head && (h->bytes + len > QUEUE_BYTES || h->count >= QUEUE_ITEMS))
-		pthread_cond_wait(&h->can_put, &h->mu);
-	if (h->tail)
-		h->tail->next = it;
-	else
-		h->head = it;
-	h->tail = it;
-	h->bytes += len;
-	h->count++;
-	pthread_cond_signal(&h->can_take);
-	pthread_mutex_unlock(&h->mu);
+	/* The queue closes only once the reader is done putting. */
+	if (!gfs_workq_push(h->q, it, len))
+		abort();
 }
 
 static int
@@ -433,13 +415,9 @@ hashers_start(struct verify *v, int n)
 	for (int i = 0; i < n; i++) {
 		struct hasher *h = &v->h[i];
 		h->v = v;
-		pthread_mutex_init(&h->mu, NULL);
-		pthread_cond_init(&h->can_take, NULL);
-		pthread_cond_init(&h->can_put, NULL);
+		h->q = gfs_workq_new(QUEUE_ITEMS, QUEUE_BYTES);
 		if (pthread_create(&h->thread, NULL, hasher_main, h) != 0) {
-			pthread_mutex_destroy(&h->mu);
-			pthread_cond_destroy(&h->can_take);
-			pthread_cond_destroy(&h->can_put);
+			gfs_workq_free(h->q, NULL);
 			v->nh = i;
 			return false;
 		}
@@ -453,14 +431,9 @@ hashers_stop(struct verify *v)
 {
 	for (int i = 0; i < v->nh; i++) {
 		struct hasher *h = &v->h[i];
-		pthread_mutex_lock(&h->mu);
-		h->closing = true;
-		pthread_cond_signal(&h->can_take);
-		pthread_mutex_unlock(&h->mu);
+		gfs_workq_close(h->q);
 		pthread_join(h->thread, NULL);
-		pthread_mutex_destroy(&h->mu);
-		pthread_cond_destroy(&h->can_take);
-		pthread_cond_destroy(&h->can_put);
+		gfs_workq_free(h->q, item_free);
 	}
 	free(v->h);
 	v->h = NULL;

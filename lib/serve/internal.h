@@ -37,6 +37,7 @@
 #include "../names.h"
 #include "../strmap.h"
 #include "../util.h"
+#include "../workq.h"
 #include "acceptor.h"
 #include "disktier.h"
 #include "httpparse.h"
@@ -98,7 +99,6 @@ struct job {
 	unsigned status;
 	http_cache_entry *entry;
 	bool fresh;              /* entry was read from the backend just now: fill the disk tier */
-	struct job *next;
 };
 
 struct sbuf {
@@ -146,10 +146,8 @@ struct httpserve {
 	unsigned seen_window;        /* clear it after this many: the open set's size */
 	atomic_ullong open_bypassed; /* requests that passed the open set by: open_gate_pass() */
 
-	pthread_mutex_t jobs_mu;
-	pthread_cond_t jobs_cv;
-	struct job *qhead, *qtail;
-	unsigned queued;
+	pthread_mutex_t jobs_mu;     /* the in-flight map and each job's waiters */
+	gfs_workq *jobs;             /* jobs for the workers, at most queue_max; closed when stopping */
 	strmap *inflight;
 	atomic_bool stopping;
 	pthread_t *workers;

@@ -26,23 +26,11 @@ job_free(struct job *j)
 	free(j);
 }
 
-/* Called with jobs_mu held. */
-static void
-enqueue(struct httpserve *srv, struct job *j)
-{
-	if (srv->qtail)
-		srv->qtail->next = j;
-	else
-		srv->qhead = j;
-	srv->qtail = j;
-	srv->queued++;
-	pthread_cond_signal(&srv->jobs_cv);
-}
-
 /*
  * Attaches r to the job for key, starting one when none is in flight, and
  * suspends the connection. Suspension happens under jobs_mu so that the
- * worker's resume can only come after it.
+ * worker's resume can only come after it: a worker may take the job at
+ * once, but hands it back only through resume_waiters.
  */
 enum MHD_Result
 wait_for_job(struct req *r, struct job *proto)
@@ -50,7 +38,8 @@ wait_for_job(struct req *r, struct job *proto)
 	struct httpserve *srv = r->srv;
 	pthread_mutex_lock(&srv->jobs_mu);
 	struct job *j = proto->key ? strmap_get(srv->inflight, proto->key) : NULL;
-	if (!j && (srv->stopping || srv->queued >= srv->cfg.queue_max)) {
+	/* stop_threads sets stopping under jobs_mu, then closes: an offer here meets an open queue. */
+	if (!j && (srv->stopping || !gfs_workq_offer(srv->jobs, proto, 0))) {
 		bool stopping = srv->stopping;
 		pthread_mutex_unlock(&srv->jobs_mu);
 		job_free(proto);
@@ -63,7 +52,6 @@ wait_for_job(struct req *r, struct job *proto)
 		j = proto;
 		if (j->key)
 			strmap_put(srv->inflight, j->key, j);
-		enqueue(srv, j);
 	}
 	r->next_waiter = j->waiters;
 	j->waiters = r;
@@ -361,23 +349,10 @@ worker_main(void *arg)
 {
 	struct httpserve *srv = arg;
 	gfs_session *ses = gfs_session_pop(srv->conn);
-	for (;;) {
-		pthread_mutex_lock(&srv->jobs_mu);
-		while (!srv->qhead && !srv->stopping)
-			pthread_cond_wait(&srv->jobs_cv, &srv->jobs_mu);
-		struct job *j = srv->qhead;
-		if (!j) {
-			pthread_mutex_unlock(&srv->jobs_mu);
-			break;
-		}
-		srv->qhead = j->next;
-		if (!srv->qhead)
-			srv->qtail = NULL;
-		srv->queued--;
-		bool stopping = srv->stopping;
-		pthread_mutex_unlock(&srv->jobs_mu);
-		run_job(srv, ses, j, stopping);
-	}
+	struct job *j;
+	/* Once stopping, what is still queued is answered 503, then the closed queue ends the loop. */
+	while ((j = gfs_workq_pop(srv->jobs)) != NULL)
+		run_job(srv, ses, j, atomic_load(&srv->stopping));
 	gfs_session_push(ses);
 	return NULL;
 }

@@ -177,6 +177,8 @@ free_server(struct httpserve *srv)
 		http_cache_free(srv->open);
 	http_cache_free(srv->cache);
 	name_index_free(srv->index);
+	/* Empty: the workers answered every job before they ended, and none came without them. */
+	gfs_workq_free(srv->jobs, NULL);
 	strmap_free(srv->inflight);
 	strmap_free(srv->per_ip);
 	free(srv->workers);
@@ -189,8 +191,8 @@ stop_threads(struct httpserve *srv)
 {
 	pthread_mutex_lock(&srv->jobs_mu);
 	srv->stopping = true;
-	pthread_cond_broadcast(&srv->jobs_cv);
 	pthread_mutex_unlock(&srv->jobs_mu);
+	gfs_workq_close(srv->jobs);
 	for (unsigned i = 0; i < srv->nworkers; i++)
 		pthread_join(srv->workers[i], NULL);
 	srv->nworkers = 0;
@@ -317,7 +319,7 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	if (srv->cfg.stream_threshold > cfg->cache_size / 8)
 		srv->cfg.stream_threshold = cfg->cache_size / 8;
 	pthread_mutex_init(&srv->jobs_mu, NULL);
-	pthread_cond_init(&srv->jobs_cv, NULL);
+	srv->jobs = gfs_workq_new(cfg->queue_max, 0);
 	pthread_mutex_init(&srv->poll_mu, NULL);
 	pthread_cond_init(&srv->poll_cv, NULL);
 	pthread_mutex_init(&srv->active_mu, NULL);

@@ -179,8 +179,8 @@ serve_metrics(struct req *r)
 	metrics_backend_latency(srv, &b);
 	struct rlimit rl;
 	getrlimit(RLIMIT_NOFILE, &rl);
+	unsigned queued = (unsigned)gfs_workq_count(srv->jobs);
 	pthread_mutex_lock(&srv->jobs_mu);
-	unsigned queued = srv->queued;
 	size_t inflight = strmap_count(srv->inflight);
 	pthread_mutex_unlock(&srv->jobs_mu);
 	gfs_buf_printf(&b, "# TYPE " P "open_connections gauge\n" P "open_connections %ld\n"

@@ -24,6 +24,13 @@ struct file {
 	gfs_error err;
 };
 
+/*
+ * Not a gfs_workq (lib/workq.h): the consumer takes documents in the order
+ * of ids, not as they come, so each file has a queue of its own, bounded in
+ * bytes, and workers start a file only within a window of the one the
+ * consumer is on. One lock and one condition cover the files and the
+ * window together, since a worker waits on both.
+ */
 struct gfs_fetch {
 	gfs_conn *conn;
 	const bson_value_t *const *ids;

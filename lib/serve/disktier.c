@@ -44,7 +44,14 @@ struct dentry {
 
 enum proof { PROOF_UNKNOWN, PROOF_OK, PROOF_WRONG };
 
-/* A body waiting for the writer thread; done(ctx) releases it. */
+/*
+ * A body waiting for the writer thread; done(ctx) releases it. The queue is
+ * not a gfs_workq (lib/workq.h): a fill is dropped rather than waited for,
+ * and only when it fits under QUEUE_MAX_BYTES (an empty queue included);
+ * its bytes count until the writer has written it, since the body is held
+ * until then; and an idle writer proves the entries found at start, which
+ * a pop that only waits for items could not let it do.
+ */
 struct pending {
 	struct pending *next;
 	char name[DISKTIER_NAME_MAX];

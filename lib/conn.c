@@ -1,5 +1,4 @@
 /* Connections: a client pool per process, a session per thread. */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +109,18 @@ const char *
 gfs_conn_bucket(const gfs_conn *c)
 {
 	return c->bucket;
+}
+
+bool
+gfs_conn_indexes_checked(const gfs_conn *c)
+{
+	return atomic_load(&c->indexes_checked);
+}
+
+void
+gfs_conn_set_indexes_checked(gfs_conn *c)
+{
+	atomic_store(&c->indexes_checked, true);
 }
 
 /* Chooses the server of s's reads (for_write: the primary); false with err set when none answers. */
@@ -242,6 +253,17 @@ gfs_session_to_primary(gfs_session *s, gfs_error *err)
 	return pin(s, true, err);
 }
 
+bool
+gfs_cursor_done(mongoc_cursor_t *cur, const char *what, gfs_error *err)
+{
+	bson_error_t berr;
+	bool ok = !mongoc_cursor_error(cur, &berr);
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	mongoc_cursor_destroy(cur);
+	return ok;
+}
+
 mongoc_collection_t *
 gfs_session_bucket_collection(gfs_session *s, const char *suffix)
 {
@@ -275,253 +297,5 @@ gfs_conn_ping(gfs_conn *c, gfs_error *err)
 	bson_destroy(&cmd);
 	bson_destroy(&reply);
 	gfs_session_push(s);
-	return ok;
-}
-
-const char *
-gfs_uri_password(const char *authority, size_t len, size_t *pwlen)
-{
-	const char *at = NULL;
-	for (const char *p = authority; p < authority + len; p++)
-		if (*p == '@')
-			at = p;
-	if (!at)
-		return NULL;
-	const char *colon = memchr(authority, ':', (size_t)(at - authority));
-	if (!colon)
-		return NULL;
-	*pwlen = (size_t)(at - colon - 1);
-	return colon + 1;
-}
-
-/* ---- secrets kept out of messages ------------------------------------ */
-
-#define MAX_SECRETS 32
-
-static pthread_mutex_t secrets_mu = PTHREAD_MUTEX_INITIALIZER;
-static char *secrets[MAX_SECRETS];   /* longest first, so a whole password goes before its pieces */
-static size_t nsecrets;
-
-static void
-secret_add(const char *s, size_t n)
-{
-	if (n == 0)
-		return;
-	pthread_mutex_lock(&secrets_mu);
-	size_t i = 0;
-	while (i < nsecrets && !(strlen(secrets[i]) == n && memcmp(secrets[i], s, n) == 0))
-		i++;
-	if (i == nsecrets && nsecrets < MAX_SECRETS) {
-		char *copy = gfs_xstrndup(s, n);
-		for (i = nsecrets++; i > 0 && strlen(secrets[i - 1]) < n; i--)
-			secrets[i] = secrets[i - 1];
-		secrets[i] = copy;
-	}
-	pthread_mutex_unlock(&secrets_mu);
-}
-
-/* The password and every run of it between '@'s (or its ends): each may be printed alone. */
-static void
-secret_add_pieces(const char *pw, size_t n)
-{
-	for (size_t from = 0; from <= n; from++) {
-		if (from > 0 && pw[from - 1] != '@')
-			continue;
-		for (size_t to = from + 1; to <= n; to++)
-			if (to == n || pw[to] == '@')
-				secret_add(pw + from, to - from);
-	}
-}
-
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = (char)(c | 0x20);
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-void
-gfs_secrets_from_uri(const char *uri)
-{
-	if (!uri)
-		return;
-	const char *scheme = strstr(uri, "://");
-	const char *start = scheme ? scheme + 3 : uri;
-	size_t n;
-	/* As --uri scrubbing does: the userinfo ends at the last '@' before the options. */
-	const char *pw = gfs_uri_password(start, strcspn(start, "?"), &n);
-	if (!pw || n == 0)
-		return;
-	secret_add_pieces(pw, n);
-	char *plain = gfs_xmalloc(n + 1);
-	size_t o = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (pw[i] == '%' && i + 2 < n && hex_value(pw[i + 1]) >= 0 && hex_value(pw[i + 2]) >= 0) {
-			plain[o++] = (char)(hex_value(pw[i + 1]) * 16 + hex_value(pw[i + 2]));
-			i += 2;
-		} else {
-			plain[o++] = pw[i];
-		}
-	}
-	secret_add_pieces(plain, o);
-	free(plain);
-}
-
-/* Replaces the occurrences of one secret; out has room for size bytes. */
-static void
-redact_one(char *msg, size_t size, const char *secret)
-{
-	size_t sl = strlen(secret);
-	char *hit = strstr(msg, secret);
-	if (!hit)
-		return;
-	char *out = gfs_xmalloc(size);
-	size_t o = 0;
-	const char *p = msg;
-	while (hit && o + 1 < size) {
-		size_t keep = (size_t)(hit - p);
-		o += (size_t)snprintf(out + o, size - o, "%.*s***", (int)keep, p);
-		o = o < size ? o : size - 1;
-		p = hit + sl;
-		hit = strstr(p, secret);
-	}
-	if (o + 1 < size)
-		snprintf(out + o, size - o, "%s", p);
-	memcpy(msg, out, size);
-	msg[size - 1] = '\0';
-	free(out);
-}
-
-void
-gfs_redact(char *msg, size_t size)
-{
-	if (!msg || size == 0)
-		return;
-	pthread_mutex_lock(&secrets_mu);
-	for (size_t i = 0; i < nsecrets; i++)
-		redact_one(msg, size, secrets[i]);
-	pthread_mutex_unlock(&secrets_mu);
-}
-
-char *
-gfs_uri_redact(const char *uri)
-{
-	const char *scheme = strstr(uri, "://");
-	const char *start = scheme ? scheme + 3 : uri;
-	size_t n;
-	const char *pw = gfs_uri_password(start, strcspn(start, "/"), &n);
-	if (!pw)
-		return strdup(uri);
-	return bson_strdup_printf("%.*s***%s", (int)(pw - uri), uri, pw + n);
-}
-
-/* ---- indexes --------------------------------------------------------- */
-
-bool
-gfs_index_keys_equal(const bson_t *a, const bson_t *b)
-{
-	bson_iter_t ia, ib;
-	if (!bson_iter_init(&ia, a) || !bson_iter_init(&ib, b))
-		return false;
-	for (;;) {
-		bool na = bson_iter_next(&ia), nb = bson_iter_next(&ib);
-		if (!na || !nb)
-			return na == nb;
-		if (strcmp(bson_iter_key(&ia), bson_iter_key(&ib)) != 0)
-			return false;
-		/* The spec: 1 and 1.0 (and int64 1) name the same index direction. */
-		if (!BSON_ITER_HOLDS_NUMBER(&ia) || !BSON_ITER_HOLDS_NUMBER(&ib) ||
-		    bson_iter_as_double(&ia) != bson_iter_as_double(&ib))
-			return false;
-	}
-}
-
-static bool
-has_index(mongoc_collection_t *coll, const bson_t *keys, bool *found, gfs_error *err)
-{
-	*found = false;
-	mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(coll, NULL);
-	const bson_t *doc;
-	while (!*found && mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it;
-		uint32_t len;
-		const uint8_t *data;
-		if (!bson_iter_init_find(&it, doc, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it))
-			continue;
-		bson_iter_document(&it, &len, &data);
-		bson_t key;
-		if (bson_init_static(&key, data, len) && gfs_index_keys_equal(&key, keys))
-			*found = true;
-	}
-	return gfs_cursor_done(cur, "listIndexes", err);
-}
-
-static bool
-create_index(gfs_session *s, mongoc_collection_t *coll, const bson_t *keys, const char *name,
-             bool unique, gfs_error *err)
-{
-	bool found;
-	if (!has_index(coll, keys, &found, err))
-		return false;
-	if (found)
-		return true;
-	bson_t cmd = BSON_INITIALIZER, indexes, index, reply;
-	BSON_APPEND_UTF8(&cmd, "createIndexes", mongoc_collection_get_name(coll));
-	BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &indexes);
-	BSON_APPEND_DOCUMENT_BEGIN(&indexes, "0", &index);
-	BSON_APPEND_DOCUMENT(&index, "key", keys);
-	BSON_APPEND_UTF8(&index, "name", name);
-	if (unique)
-		BSON_APPEND_BOOL(&index, "unique", true);
-	bson_append_document_end(&indexes, &index);
-	bson_append_array_end(&cmd, &indexes);
-	mongoc_database_t *db = mongoc_client_get_database(s->client, s->conn->db);
-	bson_error_t berr;
-	bool ok = mongoc_database_write_command_with_opts(db, &cmd, NULL, &reply, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "createIndexes");
-	mongoc_database_destroy(db);
-	bson_destroy(&cmd);
-	bson_destroy(&reply);
-	return ok;
-}
-
-bool
-gfs_ensure_indexes(gfs_session *s, gfs_error *err)
-{
-	if (atomic_load(&s->conn->indexes_checked))
-		return true;
-
-	/* The spec: only when the files collection is empty, read from the primary. */
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
-	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
-	BSON_APPEND_INT32(&proj, "_id", 1);
-	bson_append_document_end(&opts, &proj);
-	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_read_prefs_t *primary = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, primary);
-	const bson_t *doc;
-	bool empty = !mongoc_cursor_next(cur, &doc);
-	bool ok = gfs_cursor_done(cur, "cannot read the files collection", err);
-	mongoc_read_prefs_destroy(primary);
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	if (!ok)
-		return false;
-	if (empty) {
-		bson_t files_keys = BSON_INITIALIZER, chunk_keys = BSON_INITIALIZER;
-		BSON_APPEND_INT32(&files_keys, "filename", 1);
-		BSON_APPEND_INT32(&files_keys, "uploadDate", 1);
-		BSON_APPEND_INT32(&chunk_keys, "files_id", 1);
-		BSON_APPEND_INT32(&chunk_keys, "n", 1);
-		ok = create_index(s, s->files, &files_keys, "filename_1_uploadDate_1", false, err) &&
-		     create_index(s, s->chunks, &chunk_keys, "files_id_1_n_1", true, err);
-		bson_destroy(&files_keys);
-		bson_destroy(&chunk_keys);
-	}
-	if (ok)
-		atomic_store(&s->conn->indexes_checked, true);
 	return ok;
 }

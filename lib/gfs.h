@@ -14,6 +14,7 @@
 #include <mongoc/mongoc.h>
 
 #include "error.h"
+#include "redact.h"
 #include "util.h"
 
 #define GFS_DEFAULT_CHUNK_SIZE (255 * 1024)
@@ -45,24 +46,9 @@ void gfs_conn_close(gfs_conn *conn);
 bool gfs_conn_ping(gfs_conn *conn, gfs_error *err);
 const char *gfs_conn_db(const gfs_conn *conn);
 const char *gfs_conn_bucket(const gfs_conn *conn);
-/* The URI with any password removed, safe to print or log. */
-char *gfs_uri_redact(const char *uri);
-/*
- * The password in a URL's authority[0..len) (what follows "scheme://"):
- * after the first ':' before the last '@'. NULL when there is none; else
- * its start, and its length (maybe 0) in pwlen.
- */
-const char *gfs_uri_password(const char *authority, size_t len, size_t *pwlen);
-/*
- * Remembers the password of uri for gfs_redact(): as written, percent-decoded,
- * and every run of the pieces an unescaped '@' cuts it into, since the driver
- * splits the authority at another '@' than we do and prints the rest as a
- * host name.
- * gfs_conn_open() calls it; safe from any thread.
- */
-void gfs_secrets_from_uri(const char *uri);
-/* Replaces every remembered secret in msg[0..size) (NUL-terminated) with "***". */
-void gfs_redact(char *msg, size_t size);
+/* Whether gfs_ensure_indexes() found or made the indexes on conn (lib/indexes.c); then, that it did. */
+bool gfs_conn_indexes_checked(const gfs_conn *conn);
+void gfs_conn_set_indexes_checked(gfs_conn *conn);
 
 /*
  * A client and the two bucket collections, for one thread at a time.
@@ -112,6 +98,14 @@ bool gfs_session_on_secondary(gfs_session *s);
 bool gfs_session_to_primary(gfs_session *s, gfs_error *err);
 /* The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's client. */
 mongoc_collection_t *gfs_session_bucket_collection(gfs_session *s, const char *suffix);
+/*
+ * Ends a read through cur, wherever its loop stopped, and destroys it:
+ * false with err (may be NULL) set, prefixed by what, when the cursor
+ * failed. A loop that stopped on its own leaves no cursor error.
+ */
+bool gfs_cursor_done(mongoc_cursor_t *cur, const char *what, gfs_error *err);
+
+/* ---- indexes (lib/indexes.c) ----------------------------------------- */
 
 /* Whether two index key patterns are the same index (1, 1.0 and int64 1 alike). */
 bool gfs_index_keys_equal(const bson_t *a, const bson_t *b);
@@ -337,13 +331,6 @@ bool gfs_chunk_data(const bson_t *doc, int64_t length, int32_t chunk_size, int64
  */
 int gfs_chunk_by_n(gfs_session *s, const bson_value_t *files_id, int64_t n, const char *name,
                    bson_t **doc, gfs_error *err);
-
-/*
- * Ends a read through cur, wherever its loop stopped, and destroys it:
- * false with err (may be NULL) set, prefixed by what, when the cursor
- * failed. A loop that stopped on its own leaves no cursor error.
- */
-bool gfs_cursor_done(mongoc_cursor_t *cur, const char *what, gfs_error *err);
 
 /* ---- writing --------------------------------------------------------- */
 

@@ -16,17 +16,6 @@ gfs_chunk_batch_size(int32_t chunk_size)
 	return n < 1 ? 1 : n > 1000 ? 1000 : n;
 }
 
-bool
-gfs_cursor_done(mongoc_cursor_t *cur, const char *what, gfs_error *err)
-{
-	bson_error_t berr;
-	bool ok = !mongoc_cursor_error(cur, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, what);
-	mongoc_cursor_destroy(cur);
-	return ok;
-}
-
 enum gfs_n_place
 gfs_chunk_n_place(const bson_t *doc, int64_t *n)
 {

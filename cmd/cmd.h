@@ -43,7 +43,7 @@ extern const char *cmdname;    /* the subcommand being run, for messages */
  * cmd/VERB.c exports cmd_VERB_entry, and its option rows are the one place
  * an option is written down. The getopt tables, --help, the usage line and
  * what _options and _complete tell the shell completions are all derived
- * from them (cmd/options.c, cmd/complete.c), so they cannot disagree.
+ * from them (cmd/rows.c, cmd/complete.c), so they cannot disagree.
  *
  * A row is an option (name set), a group of rows shared by several verbs
  * (group set: CMD_OPT_GROUP), a heading in --help (only help set), a
@@ -110,12 +110,16 @@ bool cmd_opt_listed(const struct cmd_opt *o);
  */
 int cmd_opt_resolve(const struct cmd_opt *rows, int id);
 
-/* Every command, NULL-terminated (cmd/main.c). */
+/* Every command, NULL-terminated (cmd/commands.c). */
 extern const struct cmd_entry *const commands[];
 /* The command called name, or NULL. */
 const struct cmd_entry *find_command(const char *name);
-/* The global options (cmd/options.c), and those with --version, taken only before a command. */
+/* The global options (cmd/globals.c), and those with --version, taken only before a command. */
 extern const struct cmd_opt global_opts[], leading_opts[];
+/* Their ids (what cmd/options.c's parser switches on): above every verb's own. */
+enum { OPT_URI = 0x1000, OPT_DB, OPT_BUCKET, OPT_QUIET, OPT_NO_PROGRESS, OPT_PROGRESS, OPT_STATS,
+       OPT_HELP, OPT_VERSION };
+
 /*
  * Derived from the rows (cmd/rows.c): the options part of --help, and a
  * command's whole --help; the getopt tables, for the command's rows and
@@ -201,17 +205,17 @@ int parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_op
  * global option, -1 after a usage error.
  */
 int global_option(int argc, char **argv);
-/* Fills in G from $GRIDFSCTL_URI and the config file where argv left it unset. */
+/* Fills in G from $GRIDFSCTL_URI and the config file where argv left it unset (cmd/settings.c). */
 int load_settings(void);
 
-/* err(3)-style messages prefixed "gridfsctl CMD: ". */
+/* err(3)-style messages prefixed "gridfsctl CMD: " (cmd/messages.c). */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void warn_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* appends strerror(errno) */
 void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The last message those printed, unescaped, for the "error" of a JSON summary; "" if none. */
 const char *last_message(void);
 
-/* Maps a library error to an exit code. */
+/* Maps a library error to an exit code (cmd/messages.c: the one map). */
 int exit_code_for(const gfs_error *err);
 /* Prints err as one line and returns its exit code. */
 int fail(const gfs_error *err);
@@ -230,7 +234,7 @@ gfs_conn *connect_or_warn(void);
 /* connect_or_warn() for a verb that decides writes from what it reads: its reads go to the primary. */
 gfs_conn *connect_for_writes(void);
 
-/* Prints a bson document as one JSON line, its strings made valid UTF-8 first. */
+/* Prints a bson document as one JSON line, its strings made valid UTF-8 first (cmd/json.c). */
 void print_json(FILE *out, const bson_t *doc);
 
 /*
@@ -261,7 +265,7 @@ void json_summary_begin(struct json_summary *s, const char *verb, bool dry_run);
 void json_summary_end(FILE *out, struct json_summary *s, double seconds, const char *error);
 
 /*
- * s[0..len) for human eyes, the one escaping rule of gridfsctl(1): C0 and
+ * s[0..len) for human eyes (cmd/human.c), the one escaping rule of gridfsctl(1): C0 and
  * C1 controls, DEL and bytes that are not UTF-8 become \xNN. Caller frees.
  */
 char *printable(const char *s, size_t len);

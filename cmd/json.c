@@ -236,3 +236,81 @@ json_summary_end(FILE *out, struct json_summary *s, double seconds, const char *
 	print_json(out, &s->doc);
 	bson_destroy(&s->doc);
 }
+
+/* text as valid UTF-8 without NUL: any other byte is written as %XX, as names are stored. */
+static char *
+utf8_or_escaped(const char *text, size_t len)
+{
+	bool escaped;
+	return gfs_name_from_bytes(text, len, &escaped);
+}
+
+static void sanitize_value(bson_iter_t *it, const char *key, bson_t *out);
+
+/* Copies the elements under it into out, keys and strings made valid. */
+static void
+sanitize_elements(bson_iter_t *it, bson_t *out)
+{
+	while (bson_iter_next(it)) {
+		char *k = utf8_or_escaped(bson_iter_key(it), bson_iter_key_len(it));
+		sanitize_value(it, k, out);
+		free(k);
+	}
+}
+
+static void
+sanitize_value(bson_iter_t *it, const char *key, bson_t *out)
+{
+	bson_iter_t sub;
+	bson_t child;
+	uint32_t len;
+	switch (bson_iter_type(it)) {
+	case BSON_TYPE_UTF8: {
+		const char *v = bson_iter_utf8(it, &len);
+		char *clean = utf8_or_escaped(v, len);
+		BSON_APPEND_UTF8(out, key, clean);
+		free(clean);
+		return;
+	}
+	case BSON_TYPE_DOCUMENT:
+		if (!bson_iter_recurse(it, &sub))
+			return;
+		BSON_APPEND_DOCUMENT_BEGIN(out, key, &child);
+		sanitize_elements(&sub, &child);
+		bson_append_document_end(out, &child);
+		return;
+	case BSON_TYPE_ARRAY:
+		if (!bson_iter_recurse(it, &sub))
+			return;
+		BSON_APPEND_ARRAY_BEGIN(out, key, &child);
+		sanitize_elements(&sub, &child);
+		bson_append_array_end(out, &child);
+		return;
+	default:
+		BSON_APPEND_VALUE(out, key, bson_iter_value(it));
+		return;
+	}
+}
+
+/*
+ * File names and paths need not be UTF-8 (another client may have stored
+ * raw bytes, and put --json prints the local path), but libbson gives up on
+ * a whole document with one bad string. Escape such bytes first.
+ */
+static void
+sanitize_doc(const bson_t *in, bson_t *out)
+{
+	bson_iter_t it;
+	if (bson_iter_init(&it, in))
+		sanitize_elements(&it, out);
+}
+
+void
+print_json(FILE *out, const bson_t *doc)
+{
+	bson_t clean = BSON_INITIALIZER;
+	sanitize_doc(doc, &clean);
+	if (!json_write(out, &clean))
+		warnx_("a document could not be written as JSON");
+	bson_destroy(&clean);
+}

@@ -1,4 +1,4 @@
-/* gridfsctl: entry point and the table of subcommands. */
+/* gridfsctl: the entry point (the verbs are listed in cmd/commands.c). */
 #include <locale.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,13 +6,6 @@
 
 #include "../lib/lock.h"
 #include "cmd.h"
-
-/* Every command describes itself in its own file (cmd/cmd.h: struct cmd_entry). */
-const struct cmd_entry *const commands[] = {
-	&cmd_ls_entry, &cmd_get_entry, &cmd_put_entry, &cmd_rm_entry, &cmd_mv_entry, &cmd_stat_entry,
-	&cmd_import_entry, &cmd_verify_entry, &cmd_mirror_entry, &cmd_watch_entry,
-	&cmd_serve_entry, &cmd_supervise_entry, &cmd_doctor_entry, NULL,
-};
 
 static void
 print_usage(FILE *out)
@@ -23,15 +16,6 @@ print_usage(FILE *out)
 	fputs("\nglobal options (before or after COMMAND):\n", out);
 	print_opt_rows(out, leading_opts);
 	fprintf(out, "\nRun '%s COMMAND --help' for a command's options; see gridfsctl(1).\n", progname);
-}
-
-const struct cmd_entry *
-find_command(const char *name)
-{
-	for (const struct cmd_entry *const *c = commands; *c; c++)
-		if (strcmp((*c)->name, name) == 0)
-			return *c;
-	return NULL;
 }
 
 /* mongofiles' verbs, answered with the command that does the same here: users type them. */

@@ -352,14 +352,9 @@ void catch_interrupts(int flags, void (*hook)(int sig));
 /* Back to the default action of SIGINT and SIGTERM. */
 void release_interrupts(void);
 /*
- * For a verb whose engine can sit in one wait on the backend for seconds
- * (the driver cannot be interrupted there): runs fn(arg) on a thread of
- * its own, polling stop_signal meanwhile. True when fn returned; false
- * when a stop was asked and fn had not returned grace_ms later. fn is then
- * still running: the caller says what was not done and leaves with
- * _exit(), touching nothing fn uses.
+ * A verb whose engine may not answer a stop in time hands it to
+ * gfs_run_stoppable() (lib/stoppable.h) with &stop_signal.
  */
-bool run_stoppable(void (*fn)(void *), void *arg, int grace_ms);
 /*
  * For an event loop: blocks SIGINT, SIGTERM and extra (0: none) in the
  * calling thread, before any other thread exists, and returns a non-blocking

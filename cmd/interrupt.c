@@ -16,11 +16,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
 #include <sys/signalfd.h>
 
 #include "cmd.h"
-#include "../lib/util.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler needs a lock-free atomic_int");
 
@@ -55,71 +53,6 @@ release_interrupts(void)
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	stop_hook = NULL;
-}
-
-/* A job on a thread of its own, and whether it has returned. */
-struct stoppable {
-	void (*fn)(void *);
-	void *arg;
-	pthread_mutex_t mu;
-	pthread_cond_t cond;
-	bool done;
-};
-
-static void *
-stoppable_main(void *p)
-{
-	struct stoppable *j = p;
-	j->fn(j->arg);
-	pthread_mutex_lock(&j->mu);
-	j->done = true;
-	pthread_cond_signal(&j->cond);
-	pthread_mutex_unlock(&j->mu);
-	return NULL;
-}
-
-enum { POLL_MS = 50 };
-
-bool
-run_stoppable(void (*fn)(void *), void *arg, int grace_ms)
-{
-	/* Left to the thread when abandoned: it may still signal it. */
-	struct stoppable *j = gfs_xcalloc(1, sizeof *j);
-	*j = (struct stoppable){.fn = fn, .arg = arg};
-	pthread_mutex_init(&j->mu, NULL);
-	pthread_cond_init(&j->cond, NULL);
-	pthread_t t;
-	bool threaded = pthread_create(&t, NULL, stoppable_main, j) == 0;
-	if (!threaded) {
-		fn(arg);
-		j->done = true;
-	}
-	double stop_at = 0;
-	pthread_mutex_lock(&j->mu);
-	while (!j->done) {
-		if (atomic_load(&stop_signal) && stop_at == 0)
-			stop_at = gfs_mono_seconds() + grace_ms / 1000.0;
-		if (stop_at != 0 && gfs_mono_seconds() >= stop_at)
-			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += POLL_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&j->cond, &j->mu, &ts);
-	}
-	bool done = j->done;
-	pthread_mutex_unlock(&j->mu);
-	if (!done)
-		return false;
-	if (threaded)
-		pthread_join(t, NULL);
-	pthread_mutex_destroy(&j->mu);
-	pthread_cond_destroy(&j->cond);
-	free(j);
-	return true;
 }
 
 int

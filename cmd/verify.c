@@ -17,6 +17,7 @@
 #include "../lib/import.h"
 #include "../lib/lock.h"
 #include "../lib/names.h"
+#include "../lib/stoppable.h"
 #include "../lib/verify.h"
 #include "../lib/verify_disk.h"
 #include "cmd.h"
@@ -105,7 +106,7 @@ struct run {
 	size_t nseals, capseals;
 	char *folder;             /* the first folder of every stored name, while they share one */
 	bool folders;             /* stored names in more than one folder, or at the top */
-	/* What the pass has done so far, for a summary while it still runs (run_stoppable). */
+	/* What the pass has done so far, for a summary while it still runs (gfs_run_stoppable). */
 	atomic_uint_fast64_t seen_files, seen_bytes, total_files, shown_problems;
 };
 
@@ -743,7 +744,7 @@ run_verify(struct vopts *o)
 	catch_interrupts(0, NULL);
 	double t0 = gfs_mono_seconds();
 	struct check_job job = {.r = &r, .conn = conn, .own_lock = lock != NULL};
-	if (!run_stoppable(run_check, &job, STOP_GRACE_MS))
+	if (!gfs_run_stoppable(run_check, &job, &stop_signal, STOP_GRACE_MS))
 		abandon(&r, lock, gfs_mono_seconds() - t0);
 	int rc = conclude(&r, job.rc, gfs_mono_seconds() - t0);
 	if (lock)

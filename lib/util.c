@@ -151,6 +151,16 @@ gfs_buf_printf(struct gfs_buf *b, const char *fmt, ...)
 }
 
 void
+gfs_vlog_to(void (*log)(const char *msg), const char *fmt, va_list ap)
+{
+	if (!log)
+		return;
+	char buf[1024];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	log(buf);
+}
+
+void
 gfs_deadline_in(struct timespec *ts, int64_t ms)
 {
 	clock_gettime(CLOCK_REALTIME, ts);

@@ -2,6 +2,7 @@
 #ifndef GFS_UTIL_H
 #define GFS_UTIL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +63,12 @@ struct gfs_buf {
 };
 /* Appends the formatted text to b, growing it as GFS_GROW does; aborts when it cannot format. */
 void gfs_buf_printf(struct gfs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Formats one message (cut at 1023 bytes) and hands it to log, a
+ * library's log callback; nothing when log is NULL.
+ */
+void gfs_vlog_to(void (*log)(const char *msg), const char *fmt, va_list ap);
 
 /* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
 void gfs_deadline_in(struct timespec *ts, int64_t ms);

@@ -107,14 +107,10 @@ logf_(disktier *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void
 logf_(disktier *t, const char *fmt, ...)
 {
-	if (!t->log)
-		return;
-	char buf[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
+	gfs_vlog_to(t->log, fmt, ap);
 	va_end(ap);
-	t->log(buf);
 }
 
 /*

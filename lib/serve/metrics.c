@@ -18,14 +18,10 @@ static const double latency_bounds[NBUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 
 void
 serve_logf(struct httpserve *srv, const char *fmt, ...)
 {
-	if (!srv->cfg.log)
-		return;
-	char buf[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
+	gfs_vlog_to(srv->cfg.log, fmt, ap);
 	va_end(ap);
-	srv->cfg.log(buf);
 }
 
 int64_t

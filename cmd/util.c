@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "../lib/markers.h"
 #include "../lib/maxdelete.h"
 #include "../lib/names.h"
 #include "../lib/sdnotify.h"

@@ -374,6 +374,51 @@ find_one(gfs_session *s, const bson_t *filter, const bson_t *opts, gfs_file *out
 	return rc;
 }
 
+/*
+ * One equality statement per value, not one {field: {$in: values}}: a
+ * server that cannot serve $in from an index (FerretDB) reads the whole
+ * collection for it, every chunk of the bucket for a removal of one file,
+ * while an equality is an index seek on every server. Ordered, so that the
+ * first failure stops the rest; the driver sends the statements in as few
+ * delete commands as the server's batch limits allow.
+ */
+bool
+gfs_delete_each(mongoc_collection_t *coll, const bson_t *also, const char *field,
+                const bson_value_t *values, size_t n, int64_t *deleted, const char *what,
+                gfs_error *err)
+{
+	if (deleted)
+		*deleted = 0;
+	if (n == 0)
+		return true;
+	bson_t opts = BSON_INITIALIZER, reply;
+	BSON_APPEND_BOOL(&opts, "ordered", true);
+	mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
+	bson_destroy(&opts);
+	bson_error_t berr;
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
+		bson_t filter = BSON_INITIALIZER;
+		if (also)
+			bson_concat(&filter, also);
+		gfs_id_filter(&filter, field, &values[i]);
+		ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &filter, NULL, &berr);
+		bson_destroy(&filter);
+	}
+	if (ok) {
+		/* Sets reply whatever happens; what was removed before a failure is counted too. */
+		ok = mongoc_bulk_operation_execute(bulk, &reply, &berr) != 0;
+		bson_iter_t it;
+		if (deleted && bson_iter_init_find(&it, &reply, "nRemoved"))
+			*deleted = bson_iter_as_int64(&it);
+		bson_destroy(&reply);
+	}
+	if (!ok)
+		gfs_error_from_bson(err, &berr, what);
+	mongoc_bulk_operation_destroy(bulk);
+	return ok;
+}
+
 int
 gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err)
 {
@@ -596,5 +641,93 @@ gfs_list(gfs_session *s, const char *prefix, gfs_file_fn fn, gfs_bad_file_fn bad
 	bool ok = gfs_cursor_done(cur, "list files", err);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
+	return ok;
+}
+
+void
+gfs_idlist_add(struct gfs_idlist *l, const bson_value_t *v)
+{
+	GFS_GROW(l->v, l->n + 1, l->cap, 64);
+	bson_value_copy(v, &l->v[l->n++]);
+}
+
+void
+gfs_idlist_free(struct gfs_idlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		bson_value_destroy(&l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+/*
+ * Which revisions go, newest first: ranks alone cannot be trusted, since
+ * another writer's clock may be ahead of ours or tie to the millisecond.
+ * So keep_id is never among them, counts as one of the keep, and what
+ * sorts before it (a later write, or a later date) is not ours to remove.
+ * A trim (keep > 0) passes over malformed revisions: they are problems to
+ * report (ls, verify), neither kept as a revision nor removed unseen.
+ */
+bool
+gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
+                       bson_value_t **out, size_t *nout, gfs_error *err)
+{
+	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, proj;
+	BSON_APPEND_UTF8(&filter, "filename", name);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+	BSON_APPEND_INT32(&sort, "uploadDate", -1);
+	BSON_APPEND_INT32(&sort, "_id", -1);
+	bson_append_document_end(&opts, &sort);
+	BSON_APPEND_DOCUMENT_BEGIN(&opts, "projection", &proj);
+	BSON_APPEND_INT32(&proj, "_id", 1);
+	BSON_APPEND_INT32(&proj, "length", 1);
+	BSON_APPEND_INT32(&proj, "chunkSize", 1);
+	bson_append_document_end(&opts, &proj);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	bson_destroy(&filter);
+	bson_destroy(&opts);
+
+	bson_value_t *ids = NULL;
+	size_t count = 0, cap = 0;
+	int kept = 0;
+	bool passed = keep_id == NULL;
+	const bson_t *doc;
+	while (mongoc_cursor_next(cur, &doc)) {
+		bson_iter_t it;
+		gfs_error why;
+		if (!bson_iter_init_find(&it, doc, "_id") || (keep > 0 && gfs_doc_malformed(doc, &why)))
+			continue;
+		if (keep_id && gfs_id_equal(bson_iter_value(&it), keep_id)) {
+			passed = true;
+			kept++;
+			continue;
+		}
+		if (!passed)
+			continue;
+		if (kept < keep) {
+			kept++;
+			continue;
+		}
+		GFS_GROW(ids, count + 1, cap, 8);
+		bson_value_copy(bson_iter_value(&it), &ids[count++]);
+	}
+	bool ok = gfs_cursor_done(cur, "find old revisions", err);
+	*out = ids;
+	*nout = count;
+	return ok;
+}
+
+bool
+gfs_find_old_revisions_into(gfs_session *s, const char *name, int keep,
+                            const bson_value_t *keep_id, struct gfs_idlist *l, gfs_error *err)
+{
+	bson_value_t *ids = NULL;
+	size_t count = 0;
+	bool ok = gfs_find_old_revisions(s, name, keep, keep_id, &ids, &count, err);
+	for (size_t i = 0; i < count; i++) {
+		gfs_idlist_add(l, &ids[i]);
+		bson_value_destroy(&ids[i]);
+	}
+	free(ids);
 	return ok;
 }

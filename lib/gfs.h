@@ -46,7 +46,7 @@ void gfs_conn_close(gfs_conn *conn);
 bool gfs_conn_ping(gfs_conn *conn, gfs_error *err);
 const char *gfs_conn_db(const gfs_conn *conn);
 const char *gfs_conn_bucket(const gfs_conn *conn);
-/* Whether gfs_ensure_indexes() found or made the indexes on conn (lib/indexes.c); then, that it did. */
+/* Whether gfs_ensure_indexes() (lib/indexes.c) has the indexes of conn; then, that it has. */
 bool gfs_conn_indexes_checked(const gfs_conn *conn);
 void gfs_conn_set_indexes_checked(gfs_conn *conn);
 
@@ -213,6 +213,13 @@ void gfs_in_filter(bson_t *filter, const char *field, const bson_value_t *values
 bool gfs_delete_each(mongoc_collection_t *coll, const bson_t *also, const char *field,
                      const bson_value_t *values, size_t n, int64_t *deleted, const char *what,
                      gfs_error *err);
+/* A growing list of copied ids: gfs_idlist_add() copies v in, gfs_idlist_free() ends it. */
+struct gfs_idlist {
+	bson_value_t *v;
+	size_t n, cap;
+};
+void gfs_idlist_add(struct gfs_idlist *l, const bson_value_t *v);
+void gfs_idlist_free(struct gfs_idlist *l);
 /*
  * 1 when coll has a document whose field equals id (as the server matches),
  * 0 when none, -1 on error (err set, may be NULL). One equality query.
@@ -362,20 +369,6 @@ bool gfs_put(gfs_session *s, const gfs_put_opts *opts, gfs_source_fn src, void *
              gfs_file *out, gfs_error *err);
 /* Removes the upload marker a gfs_put() with keep_revisions left, once the caller has trimmed. */
 bool gfs_put_trimmed(gfs_session *s, const bson_value_t *id, gfs_error *err);
-/*
- * Removes what puts killed mid-upload left (their chunks when no files
- * document was written), skipping puts still running; *removed counts the
- * uploads newly recovered. A recovered upload's marker stays, flagged, until
- * a later call finds no chunk of it (one the dead put had in flight can land
- * late): call it again once the command's own work is done.
- */
-bool gfs_put_recover(gfs_session *s, size_t *removed, gfs_error *err);
-/*
- * Remembers ids as uploads recovered, whose markers go: for some minutes,
- * every gfs_put_recover() removes whatever of them lands late (a files
- * document first, then chunks) that their dead writer had in flight.
- */
-bool gfs_recovered_add(gfs_session *s, const bson_value_t *ids, size_t n, gfs_error *err);
 /* gfs_source_fn over a file descriptor. ctx is an int *. */
 ssize_t gfs_source_fd(uint8_t *buf, size_t len, void *ctx);
 
@@ -406,7 +399,7 @@ void gfs_files_doc(bson_t *doc, const bson_value_t *id, const char *filename, in
                    int32_t chunk_size, int64_t upload_date_ms, const char *content_type,
                    const char *sha256_hex, const bson_t *metadata);
 
-/* ---- deleting, renaming ---------------------------------------------- */
+/* ---- deleting (lib/markers.c: a removal writes a deletion marker first), renaming */
 
 /*
  * Removes the files ids[0..n): files documents first, then chunks, as the
@@ -421,32 +414,6 @@ bool gfs_delete_many(gfs_session *s, const bson_value_t *ids, size_t n, const ch
 /* gfs_delete_many() of one id; GFS_ENOTFOUND when it had no files document. */
 bool gfs_delete(gfs_session *s, const bson_value_t *id, gfs_error *err);
 /*
- * Completes the removals that writers cut short recorded: those whose
- * writer ran on this host and is gone, or started more than a lock's ttl
- * ago, and those covered by the lock held (NULL: none), which the caller
- * holds. *files counts the ids finished.
- */
-bool gfs_finish_deletions(gfs_session *s, const char *held, size_t *files, gfs_error *err);
-/*
- * What a killed writer's marker says, for reports (doctor, verify): the
- * marker in BUCKET.gridfsctl_uploads of files_id fid, an upload's (by _id)
- * or else a removal's (naming fid in "deleting"). 1 found (*out set), 0
- * none, -1 error.
- */
-int gfs_marker_find(gfs_session *s, const bson_value_t *fid, bson_t *out, gfs_error *err);
-/*
- * Whether the writer of marker may still be at work: 1 yes, 0 no (its work
- * is left for the next run that finishes it), -1 error. held: a lock the
- * caller holds (NULL: none), whose markers' writers are gone. The rule is
- * the one the finishing runs apply (gfs_put_recover, gfs_finish_deletions,
- * import's recovery), so what is called left over is what they take.
- */
-int gfs_marker_live(gfs_session *s, const bson_t *marker, const char *held, gfs_error *err);
-/* "left by an interrupted VERB (the next ... removes them)" for a marker whose writer is gone. */
-void gfs_marker_left_by(const bson_t *marker, char *buf, size_t len);
-/* The verb a marker's writer ran ("put", "rm", "import", ...), from its "verb" or its shape. */
-const char *gfs_marker_verb(const bson_t *marker);
-/*
  * Removes the revisions of name older than keep_id (the one just written)
  * beyond keep - 1 of them: keep counts keep_id, which is never removed,
  * and revisions sorting before it by uploadDate stay too. keep_id NULL:
@@ -455,12 +422,15 @@ const char *gfs_marker_verb(const bson_t *marker);
 bool gfs_delete_old_revisions(gfs_session *s, const char *name, int keep,
                               const bson_value_t *keep_id, gfs_error *err);
 /*
- * The ids gfs_delete_old_revisions() would remove, into *out (*nout of
+ * (lib/file.c) The ids gfs_delete_old_revisions() would remove, into *out (*nout of
  * them; the caller destroys each and frees *out): one query by filename
  * equality. keep 0 with keep_id NULL: every revision of name.
  */
 bool gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
                             bson_value_t **out, size_t *nout, gfs_error *err);
+/* Adds to l the ids gfs_find_old_revisions() finds (keep 0, keep_id NULL: every revision). */
+bool gfs_find_old_revisions_into(gfs_session *s, const char *name, int keep,
+                                 const bson_value_t *keep_id, struct gfs_idlist *l, gfs_error *err);
 /*
  * The spec's rename of one file by _id; metadata.rawName (the bytes of the
  * old name) goes with the old name. GFS_ENOTFOUND when there is no such file.

@@ -16,6 +16,7 @@
 #include "import.h"
 #include "lock.h"
 #include "magic.h"
+#include "markers.h"
 #include "names.h"
 #include "strmap.h"
 #include "workq.h"
@@ -262,279 +263,7 @@ gfs_import_free(gfs_import *imp)
 	free(imp);
 }
 
-/* ---- bulk helpers ---------------------------------------------------- */
-
-struct idlist {
-	bson_value_t *v;
-	size_t n, cap;
-};
-
-static void
-idlist_add(struct idlist *l, const bson_value_t *v)
-{
-	GFS_GROW(l->v, l->n + 1, l->cap, 64);
-	bson_value_copy(v, &l->v[l->n++]);
-}
-
-static void
-idlist_free(struct idlist *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		bson_value_destroy(&l->v[i]);
-	free(l->v);
-	memset(l, 0, sizeof *l);
-}
-
-/*
- * A new revision that is complete: the revisions of its name older than it,
- * beyond keep - 1 of them, are to go. The one just written, and any newer
- * one, is never among them.
- */
-struct newrev {
-	const char *name;
-	bson_oid_t id;
-	int keep;
-};
-
-/* Adds to l the ids gfs_find_old_revisions() finds (keep 0, keep_id NULL: every revision). */
-static bool
-revisions_into(gfs_session *s, const char *name, int keep, const bson_value_t *keep_id,
-               struct idlist *l, gfs_error *err)
-{
-	bson_value_t *ids = NULL;
-	size_t count = 0;
-	bool ok = gfs_find_old_revisions(s, name, keep, keep_id, &ids, &count, err);
-	for (size_t i = 0; i < count; i++) {
-		idlist_add(l, &ids[i]);
-		bson_value_destroy(&ids[i]);
-	}
-	free(ids);
-	return ok;
-}
-
-/*
- * One query by filename equality per name, not one {filename: {$in:
- * names}}: a server that cannot serve $in from an index (FerretDB) reads
- * every files document for it, once per batch, while an equality is an
- * index seek on every server (rule 2 of docs/design.md).
- */
-static bool
-trim_revisions(gfs_session *s, const char *lock, struct newrev *revs, size_t n, gfs_error *err)
-{
-	struct idlist old = {0};
-	bool ok = true;
-	for (size_t i = 0; ok && i < n; i++) {
-		bson_value_t id = {.value_type = BSON_TYPE_OID};
-		bson_oid_copy(&revs[i].id, &id.value.v_oid);
-		ok = revisions_into(s, revs[i].name, revs[i].keep, &id, &old, err);
-	}
-	ok = ok && gfs_delete_many(s, old.v, old.n, lock, NULL, err);
-	idlist_free(&old);
-	return ok;
-}
-
-/* ---- recovery of an interrupted run ---------------------------------- */
-
-struct marker {
-	bson_value_t id;
-	char *name;
-	int keep;
-	bool flagged;   /* recovered before: its chunks were removed once */
-};
-
-/*
- * Whether the marker's writer may be at work: an import of a prefix ours
- * does not overlap, whose lock is held. Asks the lock once per scope in a
- * row (markers of one writer come together).
- */
-static int
-marker_busy(gfs_import *imp, gfs_session *s, const bson_t *doc, char **last, int *last_rc,
-            gfs_error *err)
-{
-	bson_iter_t it;
-	if (!bson_iter_init_find(&it, doc, GFS_SCOPE_FIELD) || !BSON_ITER_HOLDS_UTF8(&it))
-		return 0;
-	const char *scope = bson_iter_utf8(&it, NULL);
-	if (*last && strcmp(*last, scope) == 0)
-		return *last_rc;
-	free(*last);
-	*last = gfs_xstrdup(scope);
-	return *last_rc = gfs_marker_live(s, doc, imp->lock_name, err);
-}
-
-/*
- * Upload markers of import (only_flagged: those recovered before) whose
- * writers are gone, into *out.
- */
-static bool
-load_markers(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, bool only_flagged,
-             struct marker **out, size_t *count, gfs_error *err)
-{
-	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, exists, put;
-	if (only_flagged)
-		BSON_APPEND_BOOL(&filter, GFS_RECOVERED_FIELD, true);
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "deleting", &exists);
-	BSON_APPEND_BOOL(&exists, "$exists", false);
-	bson_append_document_end(&filter, &exists);
-	/* A put's marker, which gfs_put_recover() settles: that put may be running still. */
-	BSON_APPEND_DOCUMENT_BEGIN(&filter, "lock", &put);
-	BSON_APPEND_BOOL(&put, "$exists", false);
-	bson_append_document_end(&filter, &put);
-	BSON_APPEND_INT32(&opts, "batchSize", 1000);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(uploads, &filter, &opts, NULL);
-	struct marker *m = NULL;
-	size_t n = 0, cap = 0;
-	const bson_t *doc;
-	char *last = NULL;
-	int last_rc = 0, busy = 0;
-	while (busy >= 0 && mongoc_cursor_next(cur, &doc)) {
-		bson_iter_t it;
-		if (!bson_iter_init_find(&it, doc, "_id"))
-			continue;
-		if ((busy = marker_busy(imp, s, doc, &last, &last_rc, err)) != 0)
-			continue;
-		GFS_GROW(m, n + 1, cap, 64);
-		bson_value_copy(bson_iter_value(&it), &m[n].id);
-		m[n].name = NULL;
-		m[n].keep = 1;   /* markers without keep: trim as the default would */
-		if (bson_iter_init_find(&it, doc, "filename") && BSON_ITER_HOLDS_UTF8(&it))
-			m[n].name = gfs_xstrdup(bson_iter_utf8(&it, NULL));
-		if (bson_iter_init_find(&it, doc, "keep") && BSON_ITER_HOLDS_NUMBER(&it))
-			m[n].keep = (int)bson_iter_as_int64(&it);
-		m[n].flagged = bson_iter_init_find(&it, doc, GFS_RECOVERED_FIELD) && bson_iter_as_bool(&it);
-		n++;
-	}
-	free(last);
-	bool ok = gfs_cursor_done(cur, "read upload markers", err) && busy >= 0;
-	bson_destroy(&filter);
-	bson_destroy(&opts);
-	*out = m;
-	*count = n;
-	return ok;
-}
-
-/*
- * Which of the markers' uploads have a files document: complete[i] set for
- * those. One lookup by _id equality each, not one $in: a server that cannot
- * serve $in from an index reads every files document for it.
- */
-static bool
-find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, gfs_error *err)
-{
-	for (size_t i = 0; i < n; i++) {
-		int has = gfs_exists(s->files, "_id", &m[i].id, err);
-		if (has < 0)
-			return false;
-		complete[i] = has > 0;
-	}
-	return true;
-}
-
-/*
- * Flags the markers of ids recovered, so that a later pass removes them once
- * it finds no chunk. One $in: the uploads collection holds only the markers
- * of uploads in flight or interrupted, so even a server that reads all of it
- * for the $in reads little.
- */
-static bool
-flag_recovered(mongoc_collection_t *uploads, const struct idlist *ids, gfs_error *err)
-{
-	if (ids->n == 0)
-		return true;
-	bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
-	gfs_in_filter(&filter, "_id", ids->v, ids->n);
-	BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-	BSON_APPEND_BOOL(&set, GFS_RECOVERED_FIELD, true);
-	bson_append_document_end(&update, &set);
-	bson_error_t berr;
-	bool ok = mongoc_collection_update_many(uploads, &filter, &update, NULL, NULL, &berr);
-	if (!ok)
-		gfs_error_from_bson(err, &berr, "flag upload markers recovered");
-	bson_destroy(&filter);
-	bson_destroy(&update);
-	return ok;
-}
-
-/*
- * Completed uploads get their old revisions trimmed and lose their markers.
- * Unfinished ones lose their chunks; their markers are flagged, not removed,
- * since a chunk the dead process had in flight may land still: a flagged
- * marker goes once a later pass over the batch finds no chunk to remove.
- * *late counts chunks that pass found (landed after the first removal).
- */
-static bool
-recover_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, struct marker *m,
-              size_t n, int64_t *late, gfs_error *err)
-{
-	bool *complete = gfs_xcalloc(n, sizeof *complete);
-	struct newrev *revs = gfs_xcalloc(n, sizeof *revs);
-	struct idlist orphans = {0}, done = {0}, flagged = {0}, fresh = {0}, latedocs = {0};
-	bool ok = find_complete(s, m, n, complete, err);
-	size_t nrevs = 0;
-	for (size_t i = 0; ok && i < n; i++) {
-		/* Recovered before: a files document now was written over chunks that are gone. */
-		if (m[i].flagged && complete[i])
-			idlist_add(&latedocs, &m[i].id);
-		if (!complete[i] || m[i].flagged) {
-			idlist_add(&orphans, &m[i].id);
-			idlist_add(m[i].flagged ? &flagged : &fresh, &m[i].id);
-			continue;
-		}
-		idlist_add(&done, &m[i].id);
-		if (m[i].name && m[i].keep > 0 && m[i].id.value_type == BSON_TYPE_OID) {
-			revs[nrevs].name = m[i].name;
-			bson_oid_copy(&m[i].id.value.v_oid, &revs[nrevs].id);
-			revs[nrevs++].keep = m[i].keep;
-		}
-	}
-	int64_t removed = 0, docs = 0;
-	ok = ok && gfs_delete_each(s->files, NULL, "_id", latedocs.v, latedocs.n, &docs,
-	                           "remove late files documents", err) &&
-	     gfs_delete_each(s->chunks, NULL, "files_id", orphans.v, orphans.n, &removed,
-	                     "remove orphan chunks", err) &&
-	     trim_revisions(s, imp->lock_name, revs, nrevs, err) && flag_recovered(uploads, &fresh, err) &&
-	     gfs_delete_each(uploads, NULL, "_id", done.v, done.n, NULL, "remove upload markers", err);
-	/*
-	 * A chunk found means writes of the dead may be landing still: the next
-	 * pass looks again. Else the markers go, and the uploads are remembered
-	 * as recovered for what lands even later (lib/write.c).
-	 */
-	if (ok && removed + docs == 0)
-		ok = gfs_recovered_add(s, flagged.v, flagged.n, err) &&
-		     gfs_delete_each(uploads, NULL, "_id", flagged.v, flagged.n, NULL, "remove upload markers",
-		                     err);
-	if (ok) {
-		imp->st.recovered += fresh.n;
-		if (fresh.n == 0)
-			*late += removed;
-	}
-	idlist_free(&orphans);
-	idlist_free(&done);
-	idlist_free(&flagged);
-	idlist_free(&fresh);
-	idlist_free(&latedocs);
-	free(complete);
-	free(revs);
-	return ok;
-}
-
-/* Recovers the markers loaded (only_flagged: those recovered before); *late as recover_batch(). */
-static bool
-recover_markers(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, bool only_flagged,
-                int64_t *late, gfs_error *err)
-{
-	struct marker *m = NULL;
-	size_t n = 0;
-	bool ok = load_markers(imp, s, uploads, only_flagged, &m, &n, err);
-	for (size_t i = 0; ok && i < n; i += IN_BATCH)
-		ok = recover_batch(imp, s, uploads, m + i, n - i < IN_BATCH ? n - i : IN_BATCH, late, err);
-	for (size_t i = 0; i < n; i++) {
-		bson_value_destroy(&m[i].id);
-		free(m[i].name);
-	}
-	free(m);
-	return ok;
-}
+/* ---- recovery of an interrupted run (the markers: lib/markers.h) ----- */
 
 /*
  * Finishes what an interrupted import left: we hold the import lock of our
@@ -556,7 +285,9 @@ recover(gfs_import *imp, gfs_session *s, bool settle, gfs_error *err)
 	size_t files = 0;
 	/* Deletions first: their chunks have no files document to be found by. */
 	bool ok = (settle || gfs_finish_deletions(s, imp->lock_name, &files, err)) &&
-	          gfs_put_recover(s, &puts, err) && recover_markers(imp, s, uploads, settle, &late, err);
+	          gfs_put_recover(s, &puts, err) &&
+	          gfs_import_markers_recover(s, uploads, imp->lock_name, settle, &imp->st.recovered, &late,
+	                                     err);
 	imp->st.recovered += puts;
 	if (files)
 		notice(imp, "finished deleting %zu file%s an interrupted import or put had begun to delete",
@@ -782,17 +513,8 @@ insert_markers(struct worker *w, gfs_error *err)
 		struct upload *u = w->pending[i];
 		if (u->marked)
 			continue;
-		bson_t *d = bson_new();
-		BSON_APPEND_VALUE(d, "_id", &u->id);
-		BSON_APPEND_UTF8(d, "filename", u->job->name);
-		BSON_APPEND_INT32(d, "keep", imp->o.keep_revisions);
-		BSON_APPEND_UTF8(d, "owner", imp->owner);
-		if (imp->prefix[0])
-			BSON_APPEND_UTF8(d, GFS_SCOPE_FIELD, imp->lock_name);
-		if (gfs_owner_verb())
-			BSON_APPEND_UTF8(d, "verb", gfs_owner_verb());
-		BSON_APPEND_DATE_TIME(d, "started", now);
-		docs[n++] = d;
+		docs[n++] = gfs_import_marker_new(&u->id, u->job->name, imp->o.keep_revisions, imp->owner,
+		                                  imp->prefix[0] ? imp->lock_name : NULL, now);
 	}
 	bool ok = true;
 	if (n) {
@@ -866,29 +588,29 @@ static bool
 finish_pending(struct worker *w, gfs_error *err)
 {
 	gfs_import *imp = w->imp;
-	struct newrev *revs = gfs_xcalloc(w->npending + 1, sizeof *revs);
-	struct idlist failed = {0}, finished = {0};
+	struct gfs_newrev *revs = gfs_xcalloc(w->npending + 1, sizeof *revs);
+	struct gfs_idlist failed = {0}, finished = {0};
 	size_t nrevs = 0;
 	for (size_t i = 0; i < w->npending; i++) {
 		struct upload *u = w->pending[i];
 		if (u->state == UP_READING)
 			continue;
-		idlist_add(&finished, &u->id);
+		gfs_idlist_add(&finished, &u->id);
 		if (u->state == UP_FAILED) {
-			idlist_add(&failed, &u->id);
+			gfs_idlist_add(&failed, &u->id);
 		} else if (u->job->replacing && imp->o.keep_revisions > 0) {
 			revs[nrevs].name = u->job->name;
 			bson_oid_copy(&u->id.value.v_oid, &revs[nrevs].id);
 			revs[nrevs++].keep = imp->o.keep_revisions;
 		}
 	}
-	bool ok = trim_revisions(w->s, imp->lock_name, revs, nrevs, err) &&
+	bool ok = gfs_trim_revisions(w->s, imp->lock_name, revs, nrevs, err) &&
 	          gfs_delete_each(w->s->chunks, NULL, "files_id", failed.v, failed.n, NULL,
 	                          "remove chunks of failed files", err) &&
 	          gfs_delete_each(w->uploads, NULL, "_id", finished.v, finished.n, NULL,
 	                          "remove upload markers", err);
-	idlist_free(&failed);
-	idlist_free(&finished);
+	gfs_idlist_free(&failed);
+	gfs_idlist_free(&finished);
 	free(revs);
 	return ok;
 }
@@ -1466,13 +1188,13 @@ delete_batch(gfs_import *imp, gfs_session *s, mongoc_collection_t *uploads, cons
 	if (!imp->o.dry_run) {
 		if (!lock_held(imp, err))
 			return false;
-		/* By filename equality, name by name: see trim_revisions(). */
-		struct idlist ids = {0};
+		/* By filename equality, name by name: see gfs_trim_revisions(). */
+		struct gfs_idlist ids = {0};
 		bool ok = true;
 		for (size_t i = 0; ok && i < n; i++)
-			ok = revisions_into(s, names[i], 0, NULL, &ids, err);
+			ok = gfs_find_old_revisions_into(s, names[i], 0, NULL, &ids, err);
 		ok = ok && gfs_delete_many(s, ids.v, ids.n, imp->lock_name, NULL, err);
-		idlist_free(&ids);
+		gfs_idlist_free(&ids);
 		if (!ok)
 			return false;
 	}

@@ -41,17 +41,11 @@
 #include "gfs.h"
 #include "knownnames.h"
 #include "maxdelete.h"
+#include "markers.h"
 #include "walk.h"
 
-#define GFS_UPLOADS_SUFFIX "gridfsctl_uploads"
-/* Uploads recovered in the last minutes, whose late writes recovery still removes (lib/write.c). */
-#define GFS_RECOVERED_SUFFIX "gridfsctl_recovered"
-/* Set on the marker of a dead upload whose chunks recovery removed once. */
-#define GFS_RECOVERED_FIELD "recovered"
 /* The import lock over the whole bucket; over a prefix, gfs_lock_scoped_name(GFS_IMPORT_LOCK, prefix). */
 #define GFS_IMPORT_LOCK "import"
-/* On an upload marker of an import of a prefix: the lock it holds (gfs_marker_live asks it). */
-#define GFS_SCOPE_FIELD "scope"
 /* The longest stored name, in bytes: the index key limit of MongoDB before 4.2. */
 #define GFS_IMPORT_MAX_NAME 1024
 #define GFS_IMPORT_DEFAULT_BATCH (8u * 1024 * 1024)

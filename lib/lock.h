@@ -44,7 +44,7 @@
 #define GFS_LOCKS_SUFFIX "gridfsctl_locks"
 #define GFS_LOCK_DEFAULT_TTL 60
 #define GFS_LOCK_TAKEN_SUFFIX ".taken"
-/* A put's own lock, "put-" and its files_id (lib/write.c). */
+/* A put's own lock, "put-" and its files_id (lib/markers.c). */
 #define GFS_PUT_LOCK_PREFIX "put-"
 
 typedef struct gfs_lock gfs_lock;

@@ -481,7 +481,7 @@ recover_batch(gfs_session *s, const char *held, mongoc_collection_t *uploads, st
 	/*
 	 * A chunk found means writes of the dead may be landing still: the next
 	 * pass looks again. Else the markers go, and the uploads are remembered
-	 * as recovered for what lands even later (lib/write.c).
+	 * as recovered for what lands even later (gfs_recovered_add).
 	 */
 	if (ok && removed + docs == 0)
 		ok = gfs_recovered_add(s, flagged.v, flagged.n, err) &&

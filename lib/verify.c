@@ -725,7 +725,7 @@ live_writer(const bson_t *marker)
  * GFS_VK_IN_PROGRESS) or orphans, with why in p->detail's tail. The marker
  * is looked for before the files document, and whether the chunks are still
  * there last: see verify.h. Whether a marker's writer is alive, and who
- * finishes its work when it is not, are lib/write.c's (gfs_marker_live), as
+ * finishes its work when it is not, are lib/markers.c's (gfs_marker_live), as
  * the runs that finish it judge; --repair holds the import lock, so import's
  * markers are left over then.
  */

@@ -279,7 +279,7 @@ def plant_bogus(db, bucket="fs"):
 
 def plant_put_in_flight(db, bucket="fs", live=True):
     """What a running put (or watch, or verify --repair's re-upload) has
-    written at some instant, as lib/write.c writes it: its own lock
+    written at some instant, as gfs_put writes it (lib/markers.h): its own lock
     "put-ID" (held by a host elsewhere unless live is False), an upload
     marker naming that lock, and two chunks but no files document yet.
     Returns the files_id."""

@@ -23,9 +23,9 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DGRIDFSCTL_VERSION='"$(VERSION)"' $(WARN) $(CFLAGS) $(PKG_CFLAGS)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-LIB_SRC := $(sort $(wildcard lib/*.c lib/supervise/*.c lib/serve/*.c))
+LIB_SRC := $(sort $(wildcard lib/*.c lib/mirror/*.c lib/supervise/*.c lib/serve/*.c))
 CMD_SRC := $(sort $(wildcard cmd/*.c))
-HDRS    := $(wildcard lib/*.h lib/supervise/*.h lib/serve/*.h cmd/*.h)
+HDRS    := $(wildcard lib/*.h lib/mirror/*.h lib/supervise/*.h lib/serve/*.h cmd/*.h)
 # Each object depends on the headers it includes (the compiler lists them in
 # a .d file beside it) and on this Makefile, whose flags it was built with.
 DEPFLAGS = -MMD -MP

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
-#include "../lib/mirror.h"
+#include "../lib/mirror/mirror.h"
 #include "../lib/names.h"
 #include "../lib/safepath.h"
 #include "../lib/select.h"

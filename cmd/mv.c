@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "../lib/mirror.h"
+#include "../lib/mirror/mirror.h"
 #include "../lib/mv.h"
 
 enum { OPT_JSON = 1, OPT_UNSAFE };

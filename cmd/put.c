@@ -10,7 +10,7 @@
 #include "cmd.h"
 #include "../lib/magic.h"
 #include "../lib/markers.h"
-#include "../lib/mirror.h"
+#include "../lib/mirror/mirror.h"
 #include "../lib/names.h"
 #include "../lib/select.h"
 

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/mirror.h"
+#include "../../lib/mirror/mirror.h"
 #include "../../lib/safepath.h"
 
 static bool

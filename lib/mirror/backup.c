@@ -1,3 +1,10 @@
+/*
+ * Mirror's backup directory (--backup-dir; the design is in backup.h):
+ * where B may be, and keeping one entry there by rename, hard link or
+ * copy. A link or copy is made under a mirror temporary name
+ * (localpath.c) and renamed over B/rel, so that B/rel is always a whole
+ * file, and what a crash leaves has a name that says what it is.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -7,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../safepath.h"
+#include "../util.h"
 #include "backup.h"
 #include "mirror.h"
-#include "safepath.h"
-#include "util.h"
 
 /* Whether the directory `inner` is `outer` or beneath it, by walking up from inner through "..". */
 static int

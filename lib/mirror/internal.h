@@ -1,21 +1,30 @@
 /*
- * Mirror: writing a bucket back to a directory tree.
+ * Mirror's private header: the plan every part reads, and the calls
+ * between the parts. Nothing outside lib/mirror/ includes it. Each part is
+ * one file, its design in its opening comment:
  *
- * Planning lists the newest revision of every name under a prefix and works
- * out the local path of each (prefix stripped, metadata.rawName restored,
- * every name checked by safepath). Each planned file is then compared with
- * what is on disk (size and mtime, or sha256) and, when it differs, written
- * to a temporary file beside its target, fsync'd, given its mode and mtime
- * and renamed into place: a reader sees the old file or the new one, never
- * a part. A sweep of the tree afterwards removes temporary files that an
- * interrupted run left behind and, when asked, local files the bucket does
- * not have.
+ *   run.c        the run (gfs_mirror_run): DIR, its lock and --backup-dir,
+ *                the worker threads and their phases, the counts and events
+ *   scan.c       one pass over all chunks in natural order, for when most
+ *                of the bucket is to be written
+ *   finish.c     finisher threads: fsync and rename off the readers
+ *   onefile.c    one file: compared with the disk, written to a temporary
+ *                file and renamed into place, what is in its way cleared;
+ *                each thread's open directory
+ *   sweep.c      the walk of DIR afterwards: temporary files, and with
+ *                --delete what the bucket does not have
+ *   backup.c     --backup-dir: what would be destroyed is kept (backup.h)
+ *   plan.c       the listing: newest revision of each name, its local path,
+ *                names refused or held, local paths that collide
+ *   localpath.c  a stored name's local path and the rules it must meet;
+ *                the temporary files' names
  *
- * The per-file calls are safe to run from several threads at once, each
- * with its own gfs_session and gfs_mirror_dir.
+ * Calls between parts are gfs_mirror_*; what a part keeps to itself is
+ * static. A part calls only parts listed after it (run.c all of them), so
+ * that no two files call each other, directly or round a loop.
  */
-#ifndef GFS_MIRROR_H
-#define GFS_MIRROR_H
+#ifndef GFS_MIRROR_INTERNAL_H
+#define GFS_MIRROR_INTERNAL_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -23,14 +32,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "gfs.h"
-#include "readplan.h"
+#include "mirror.h"
 
 struct gfs_backup;
 
-/* Temporary files: ".gridfsctl-mirror-" 16 hex digits ".tmp". */
-#define GFS_MIRROR_TMP_PREFIX ".gridfsctl-mirror-"
-#define GFS_MIRROR_TMP_SUFFIX ".tmp"
+/* ---- plan.c ----------------------------------------------------------- */
 
 struct gfs_mirror_item {
 	gfs_file file;          /* the fields gfs_read uses; doc is NULL */
@@ -77,38 +83,16 @@ void gfs_mirror_plan_free(gfs_mirror_plan *plan);
 /* Leaves in plan only the items keep(rel, rel_len, ctx) is true of (--include, --exclude, ...). */
 void gfs_mirror_plan_filter(gfs_mirror_plan *plan,
                             bool (*keep)(const char *rel, size_t len, void *ctx), void *ctx);
+/* Whether rel[0..len) is a planned (or held) file. */
+bool gfs_mirror_plan_has_file(const gfs_mirror_plan *p, const char *rel, size_t len);
+/* Whether some planned (or held) file lies beneath the directory rel[0..len); rel[len] is writable. */
+bool gfs_mirror_plan_has_dir(const gfs_mirror_plan *p, char *rel, size_t len);
+/* The stored name of an item, for messages. */
+const char *gfs_mirror_item_name(const struct gfs_mirror_item *it);
+/* The item's file name within rel, and the length of the folder part before it. */
+const char *gfs_mirror_leaf(const struct gfs_mirror_item *it, size_t *dirlen);
 
-/*
- * The sweep holds one descriptor per level it is inside, so it goes at most
- * this many folders deep, well below the usual limit of 1024 open files;
- * names deeper than that are refused, so that a tree mirror wrote is always
- * one it can sweep.
- */
-#define GFS_MIRROR_DEPTH_MAX 512
-
-/*
- * The rules a stored name (below the mirror prefix; raw bytes when it has a
- * rawName) must meet to become a local path: gfs_safepath_check(), and a
- * last segment that is not a temporary-file name, and at most
- * GFS_MIRROR_DEPTH_MAX folders. Writers check names with
- * it too, so nothing is stored that mirror would refuse on every run.
- */
-bool gfs_mirror_name_check(const char *rel, size_t len, gfs_error *err);
-
-/*
- * The local path for a stored filename under the normalized prefix: the
- * name with the prefix stripped or, when raw (metadata.rawName) is given,
- * those bytes in place of the matching trailing segments. Checked with
- * gfs_safepath_check(); temporary-file names and paths more than
- * GFS_MIRROR_DEPTH_MAX folders deep are refused too. Caller frees *out.
- */
-bool gfs_mirror_local_path(const char *filename, const char *nprefix, const char *raw,
-                           size_t raw_len, char **out, size_t *out_len, gfs_error *err);
-
-/* True when base (one path segment) has the form of a mirror temporary file. */
-bool gfs_mirror_is_temp_name(const char *base, size_t len);
-/* Writes a fresh temporary name into buf. */
-void gfs_mirror_temp_name(char buf[64]);
+/* ---- onefile.c -------------------------------------------------------- */
 
 /* What a file needs. */
 enum gfs_mirror_action {
@@ -154,11 +138,23 @@ struct gfs_mirror_opts {
  * open for the next file in the same folder, and fsync'd once when the
  * thread moves on, rather than once per file.
  */
-typedef struct gfs_mirror_dir gfs_mirror_dir;
+typedef struct gfs_mirror_dir {
+	int rootfd;
+	const struct gfs_mirror_opts *opts;
+	char *rel;          /* the open directory, relative to rootfd */
+	size_t len;
+	int fd;             /* -1: none open */
+	bool dirty;         /* a rename happened in it since the last fsync */
+	bool sync_failed;   /* a directory left behind failed its fsync: */
+	gfs_error sync_err; /* the first such, reported at close */
+} gfs_mirror_dir;
+
 /* rootfd < 0: DIR does not exist (a dry run); every file is to be written. */
 gfs_mirror_dir *gfs_mirror_dir_new(int rootfd, const struct gfs_mirror_opts *opts);
 /* Syncs what is pending and closes; false with err when any directory fsync of d failed. */
 bool gfs_mirror_dir_close(gfs_mirror_dir *d, gfs_error *err);
+/* The directory rel[0..len) beneath DIR, opened (made, with create) or the one open; -1 with err. */
+int gfs_mirror_dir_get(gfs_mirror_dir *d, const char *rel, size_t len, bool create, gfs_error *err);
 
 /*
  * Compares one planned file with the disk. Reads the local file (and, with
@@ -175,20 +171,67 @@ bool gfs_mirror_decide(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirro
 bool gfs_mirror_apply(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
                       enum gfs_mirror_action action, gfs_error *err);
 
+/* A temporary file beside the target, ready for the content. */
+struct gfs_mirror_temp {
+	int pfd;            /* the target's directory (owned by the gfs_mirror_dir) */
+	int fd;
+	char name[64];
+};
+/* Creates t beside its target (its folders made, with clear what is in the way removed). */
+bool gfs_mirror_temp_open(gfs_mirror_dir *d, const struct gfs_mirror_item *it,
+                          struct gfs_mirror_temp *t, gfs_error *err);
+/* Streams the stored file into t, checked chunk by chunk and by its hash. */
+bool gfs_mirror_temp_fill(gfs_mirror_dir *d, gfs_session *s, const struct gfs_mirror_item *it,
+                          struct gfs_mirror_temp *t, gfs_error *err);
 /*
- * Reading many files at once (readplan.h has what each way costs): each
- * file's chunks by a query of its own (gfs_mirror_apply, on several
- * threads); or from one pass over all chunks in natural order, when most
- * of the bucket is to be written (gfs_mirror_scan).
- * gfs_mirror_choose_read() picks one for nwrite files on a server with
- * these caps; it counts the bucket's files only when nwrite is above
- * GFS_READ_FEW.
+ * With ok, gives t its mode and mtime, syncs it and renames it over the
+ * target; otherwise (or when any of that fails) removes it.
  */
-enum gfs_read_strategy gfs_mirror_choose_read(gfs_session *s, const gfs_read_caps *caps,
-                                              size_t nwrite);
+bool gfs_mirror_temp_finish(gfs_mirror_dir *d, const struct gfs_mirror_item *it,
+                            struct gfs_mirror_temp *t, bool ok, gfs_error *err);
+/* Sets mode and mtime on an open file; an item without a mode gets create_mode. */
+bool gfs_mirror_set_attrs(int fd, const struct gfs_mirror_item *it, mode_t create_mode,
+                          gfs_error *err);
+/* Writes all of data to fd; false (errno in *error) when it cannot, or stop is set. */
+bool gfs_mirror_write_all(int fd, const uint8_t *data, size_t len, const atomic_int *stop,
+                          int *error);
+/* Sets err (GFS_ELOCAL) to "NAME: what: strerror(e)"; returns false. */
+bool gfs_mirror_local_error(gfs_error *err, const struct gfs_mirror_item *it, const char *what,
+                            int e);
+/* Puts the item's name in front of err's message. */
+void gfs_mirror_prefix_name(gfs_error *err, const struct gfs_mirror_item *it);
 
-/* Told about each file the scan finished: err is NULL when it was written. */
+/* ---- finish.c --------------------------------------------------------- */
+
+/* Told about each file finished: err is NULL when it was written. */
 typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
+
+/*
+ * Finisher threads: they fsync complete temporary files, rename them into
+ * place and fsync each directory once when they move on, so that readers
+ * never wait on the disk. done is called from them. NULL when threads <= 0
+ * or none could start: write synchronously then.
+ */
+typedef struct gfs_mirror_finisher gfs_mirror_finisher;
+gfs_mirror_finisher *gfs_mirror_finisher_start(const gfs_mirror_plan *plan, int threads,
+                                               gfs_mirror_done_fn done, void *ctx);
+/* Finishes what is queued and stops; false with err when a directory fsync failed. f may be NULL. */
+bool gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err);
+/*
+ * Sets mode and mtime on the complete temporary file t of plan item idx
+ * and queues it for fsync and rename. On failure t is still the caller's.
+ */
+bool gfs_mirror_finisher_take(gfs_mirror_finisher *f, gfs_mirror_dir *d, size_t idx,
+                              struct gfs_mirror_temp *t, gfs_error *err);
+/*
+ * Like gfs_mirror_apply() with GFS_MIRROR_WRITE for plan item idx, but the
+ * complete file goes to f, which reports it through done. False (nothing
+ * queued, nothing left behind) when reading or writing failed first.
+ */
+bool gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
+                             gfs_mirror_finisher *f, gfs_error *err);
+
+/* ---- scan.c ----------------------------------------------------------- */
 
 /*
  * Writes the plan items idx[0..n) from one pass over all chunks in natural
@@ -210,25 +253,7 @@ bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *p
                      const size_t *idx, size_t n, size_t hold_bytes, int finishers,
                      gfs_mirror_done_fn done, void *ctx, gfs_error *err);
 
-/*
- * Finisher threads: they fsync complete temporary files, rename them into
- * place and fsync each directory once when they move on, so that readers
- * never wait on the disk. done is called from them. NULL when threads <= 0
- * or none could start: write synchronously then.
- */
-typedef struct gfs_mirror_finisher gfs_mirror_finisher;
-gfs_mirror_finisher *gfs_mirror_finisher_start(const gfs_mirror_plan *plan, int threads,
-                                               gfs_mirror_done_fn done, void *ctx);
-/* Finishes what is queued and stops; false with err when a directory fsync failed. */
-bool gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err);
-
-/*
- * Like gfs_mirror_apply() with GFS_MIRROR_WRITE for plan item idx, but the
- * complete file goes to f, which reports it through done. False (nothing
- * queued, nothing left behind) when reading or writing failed first.
- */
-bool gfs_mirror_write_queued(gfs_mirror_dir *d, gfs_session *s, size_t idx,
-                             gfs_mirror_finisher *f, gfs_error *err);
+/* ---- sweep.c ---------------------------------------------------------- */
 
 /*
  * Walks the tree beneath rootfd without following symlinks, without going
@@ -251,5 +276,13 @@ bool gfs_mirror_sweep(int rootfd, const gfs_mirror_plan *plan, bool del, bool dr
  */
 bool gfs_mirror_count_deletes(int rootfd, const gfs_mirror_plan *plan, uint64_t *deletes,
                               uint64_t *kept);
+
+/*
+ * Removes the directory leaf beneath pfd (rel[0..len) beneath DIR) with
+ * everything in it, as the sweep with --delete would (opts: the plan, where
+ * removals are told, the backup); true when it is gone.
+ */
+bool gfs_mirror_remove_tree(const struct gfs_mirror_opts *opts, int rootfd, int pfd,
+                            const char *leaf, const char *rel, size_t len);
 
 #endif

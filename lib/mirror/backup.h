@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "error.h"
+#include "../error.h"
 
 typedef struct gfs_backup {
 	int fd;                  /* B, open O_DIRECTORY */

@@ -14,7 +14,8 @@ enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OP
 static const struct cmd_opt mirror_opts[] = {
 	PREFIX_OPT("mirror the files under folder P (DIR/x for P/x)"),
 	CMD_OPT_GROUP(filter_opts),
-	CMD_OPT(0, "delete", NULL, "remove local files the bucket does not have (never after an error)",
+	CMD_OPT(0, "delete", NULL, "remove local files the bucket does not have (never after an error; "
+	        "never files the filters leave out)",
 	        .id = OPT_DELETE),
 	CMD_OPT(0, "allow-empty", NULL, "let --delete empty DIR when nothing is stored under the prefix",
 	        .id = OPT_ALLOW_EMPTY),
@@ -250,12 +251,6 @@ usable(struct mirror *m, int nargs, char **args)
 	}
 	if (m->o.size_only && m->o.checksum) {
 		usage_error("--size-only and --checksum contradict each other");
-		return false;
-	}
-	/* The sweep would take a local file the filters leave out for one the bucket lacks. */
-	if (m->o.delete_missing && filter_active(&m->filter)) {
-		usage_error("--delete does not go with --include, --exclude or --files-from yet: "
-		            "it would remove the local files they leave out");
 		return false;
 	}
 	return true;

@@ -641,6 +641,75 @@ def test_without_delete_extras_stay(gfs, bucket, tmp_path):
     assert sorted(os.listdir(dst)) == ["a", "mine"]
 
 
+def local_files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+
+
+def test_delete_with_filters_keeps_what_they_leave_out(gfs, bucket, tmp_path):
+    """rsync's rule: --delete removes only local files the filters take and the bucket lacks."""
+    for name in ("f/a.jpg", "f/b.txt", "f/sub/c.jpg"):
+        store(bucket, name, name.encode())
+    dst = tmp_path / "d"
+    for rel in ("a.jpg", "old.jpg", "notes.txt", "sub/gone.jpg", "sub/keep.txt", "cache/z.jpg",
+                "emptied/y.jpg"):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dst / rel).write_bytes(b"local " + rel.encode())
+    (dst / "cache/empty").mkdir()
+    filters = ["-x", "*.txt", "-x", "cache"]
+    before = snapshot(dst)
+
+    r = gfs.run("mirror", dst, "--prefix", "f", "--delete", "--dry-run", *filters)
+    assert r.rc == 0, r
+    assert set(r.text.splitlines()) == {f"{a} (DRY RUN)" for a in (
+        "write a.jpg", "write sub/c.jpg", "delete old.jpg", "delete sub/gone.jpg",
+        "delete emptied/y.jpg", "rmdir emptied")}, r.text
+    assert snapshot(dst) == before
+
+    r = gfs.run("mirror", dst, "--prefix", "f", "--delete", "--max-delete", "2", *filters)
+    assert r.rc == 7, r  # three to delete: nothing changes
+    assert snapshot(dst) == before
+
+    r = gfs.run("mirror", dst, "--prefix", "f", "--delete", "--json", *filters)
+    assert r.rc == 0, r
+    s = summary(r)
+    assert (s["files"], s["written"], s["deleted"], s["removedDirs"]) == (2, 2, 3, 1), s
+    assert local_files(dst) == ["a.jpg", "cache/z.jpg", "notes.txt", "sub/c.jpg", "sub/keep.txt"]
+    assert (dst / "cache/empty").is_dir()  # an empty folder the filters leave out stays too
+    assert (dst / "a.jpg").read_bytes() == b"f/a.jpg"
+    assert (dst / "notes.txt").read_bytes() == b"local notes.txt"
+
+    # --files-from: only the paths listed are the run's, to write or to delete.
+    listed = tmp_path / "listed"
+    listed.write_text("a.jpg\ngone.jpg\n")
+    (dst / "gone.jpg").write_bytes(b"x")
+    (dst / "other.jpg").write_bytes(b"x")
+    r = gfs.run("mirror", dst, "--prefix", "f", "--delete", "-v", "--files-from", listed)
+    assert r.rc == 0 and r.text.splitlines() == ["delete gone.jpg"], r
+    assert (dst / "other.jpg").exists() and (dst / "sub/c.jpg").exists()
+
+
+def test_delete_with_filters_guards(gfs, bucket, tmp_path):
+    """An empty selection deletes nothing unasked; a file the filters leave out is never cleared away."""
+    store(bucket, "g/a.jpg", b"a")
+    store(bucket, "g/in/way.jpg", b"w")
+    dst = tmp_path / "d"
+    dst.mkdir()
+    (dst / "in").write_bytes(b"a file where a folder must go")
+    (dst / "x.png").write_bytes(b"mine")
+    # The filters take no stored file and nothing local: nothing to delete, no refusal.
+    r = gfs.run("mirror", dst, "--prefix", "g", "--delete", "--include", "*.gif")
+    assert r.rc == 0 and r.err == "", r
+    # They take no stored file but a local one: the mistyped-prefix refusal.
+    r = gfs.run("mirror", dst, "--prefix", "g", "--delete", "--include", "*.png")
+    assert r.rc == 1 and "the filters take no file under 'g'" in r.err and "--allow-empty" in r.err, r
+    assert (dst / "x.png").read_bytes() == b"mine"
+    # "in" is in the way of in/way.jpg, but --include '*.jpg' leaves it out: kept, the file fails.
+    r = gfs.run("mirror", dst, "--prefix", "g", "--delete", "--include", "*.jpg")
+    assert r.rc == 1 and "'in' is in the way, and the filters leave it out" in r.err, r
+    assert (dst / "in").read_bytes() == b"a file where a folder must go"
+    assert (dst / "a.jpg").read_bytes() == b"a" and (dst / "x.png").exists()
+
+
 def test_dry_run_into_missing_dir_creates_nothing(gfs, bucket, tmp_path):
     store(bucket, "v/a", b"a")
     r = gfs.run("mirror", tmp_path / "nope", "--dry-run", "--prefix", "v")

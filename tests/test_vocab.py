@@ -117,8 +117,9 @@ def test_filters_on_mirror_verify_and_import(gfs, bucket, db, tmp_path):
     r = gfs.run("mirror", out2, "--prefix", "p", "--files-from", listed, "-x", "keep")
     assert r.rc == 0 and sorted(str(f.relative_to(out2)) for f in out2.rglob("*") if f.is_file()) == \
         ["a.jpg"], r
-    r = gfs.run("mirror", out, "--prefix", "p", "-x", "*.txt", "--delete")
-    assert r.rc == 2 and "--delete" in r.err, r  # it would delete what the filters leave out
+    (out2 / "mine.txt").write_bytes(b"local")
+    r = gfs.run("mirror", out2, "--prefix", "p", "-x", "*.txt", "--delete")
+    assert r.rc == 0 and (out2 / "mine.txt").read_bytes() == b"local", r  # left out, so kept
     # verify: a damaged file the filters leave out is not checked
     bad = db["fs.files"].find_one({"filename": "p/b.txt"})["_id"]
     db["fs.chunks"].delete_many({"files_id": bad})

@@ -62,6 +62,12 @@ typedef struct gfs_mirror_plan {
 		size_t len;
 	} *held;
 	size_t nheld, capheld;
+	/*
+	 * The filters the plan went through (gfs_mirror_plan_filter), or NULL:
+	 * a local path they leave out is neither deleted nor cleared away.
+	 */
+	gfs_mirror_select_fn select;
+	void *select_ctx;
 } gfs_mirror_plan;
 
 /* Told about each stored name that cannot be mirrored, and why. */
@@ -80,9 +86,13 @@ bool gfs_mirror_plan_load(gfs_session *s, const char *prefix, gfs_mirror_plan *p
                           gfs_mirror_refuse_fn refuse, void *ctx, size_t *refused,
                           gfs_error *err);
 void gfs_mirror_plan_free(gfs_mirror_plan *plan);
-/* Leaves in plan only the items keep(rel, rel_len, ctx) is true of (--include, --exclude, ...). */
-void gfs_mirror_plan_filter(gfs_mirror_plan *plan,
-                            bool (*keep)(const char *rel, size_t len, void *ctx), void *ctx);
+/*
+ * Leaves in plan only the items keep(rel, rel_len, ctx) is true of
+ * (--include, --exclude, ...), and keeps keep for gfs_mirror_plan_takes.
+ */
+void gfs_mirror_plan_filter(gfs_mirror_plan *plan, gfs_mirror_select_fn keep, void *ctx);
+/* Whether the plan's filters take the local path rel[0..len) (rel[len] is NUL); true without any. */
+bool gfs_mirror_plan_takes(const gfs_mirror_plan *p, const char *rel, size_t len);
 /* Whether rel[0..len) is a planned (or held) file. */
 bool gfs_mirror_plan_has_file(const gfs_mirror_plan *p, const char *rel, size_t len);
 /* Whether some planned (or held) file lies beneath the directory rel[0..len); rel[len] is writable. */
@@ -259,8 +269,9 @@ bool gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *p
  * Walks the tree beneath rootfd without following symlinks, without going
  * into other file systems mounted beneath it, and at most 512 levels deep
  * (one descriptor a level; deeper directories are reported). Always removes
- * temporary files; with del, also what the plan does not have, and
- * directories that end up empty and hold nothing planned. With dry_run,
+ * temporary files; with del, also what the plan does not have but its
+ * filters take, and directories that end up empty and hold nothing planned
+ * (with filters: that they take, or that the sweep emptied). With dry_run,
  * only reports. With backup, what del removes is moved into it instead
  * (lib/backup.h), and a file that could not be is left in place. False
  * when the walk itself failed somewhere (also reported).

@@ -68,6 +68,9 @@ void gfs_mirror_temp_name(char buf[64]);
 
 /* ---- a run ------------------------------------------------------------ */
 
+/* Whether a run takes the local path rel[0..len) (rel[len] is NUL). */
+typedef bool (*gfs_mirror_select_fn)(const char *rel, size_t len, void *ctx);
+
 /* What a run has counted (a snapshot: events carry one, gfs_mirror_run fills one). */
 typedef struct gfs_mirror_stats {
 	uint64_t files;        /* planned: newest revisions the run takes */
@@ -118,8 +121,12 @@ typedef void (*gfs_mirror_event_fn)(const gfs_mirror_event *ev, void *ctx);
 typedef struct gfs_mirror_run_opts {
 	const char *dir;            /* DIR: made (mkdir -p) when missing, unless a dry run */
 	const char *prefix;         /* the folder mirrored; NULL or "": the whole bucket */
-	/* NULL, or which local paths the run takes (--include, --exclude, ...) */
-	bool (*select)(const char *rel, size_t len, void *ctx);
+	/*
+	 * NULL, or which local paths the run takes (--include, --exclude, ...):
+	 * stored names it leaves out are not written, local files it leaves out
+	 * are never deleted.
+	 */
+	gfs_mirror_select_fn select;
 	void *select_ctx;
 	bool delete_missing;        /* remove local files the bucket lacks (never after a failure) */
 	bool allow_empty;           /* ... even when nothing is planned */

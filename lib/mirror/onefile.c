@@ -379,6 +379,35 @@ report_removed(const struct gfs_mirror_opts *opts, enum gfs_mirror_sweep_kind ki
 }
 
 /*
+ * Removes the non-directory seg of dirfd, rel[0..end) of it, which is in
+ * its way, or keeps it in the backup directory. One the filters leave out
+ * is not the run's to remove: the file fails instead.
+ */
+static bool
+clear_entry(gfs_mirror_dir *d, const struct gfs_mirror_item *it, int dirfd, const char *seg,
+            size_t end, gfs_error *err)
+{
+	char path[GFS_SAFEPATH_MAX + 1];
+	memcpy(path, it->rel, end);
+	path[end] = '\0';
+	if (d->opts->plan && !gfs_mirror_plan_takes(d->opts->plan, path, end)) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: '%s' is in the way, and the filters leave it out",
+		              gfs_mirror_item_name(it), path);
+		return false;
+	}
+	if (d->opts->backup) {
+		if (!gfs_backup_entry(d->opts->backup, dirfd, seg, it->rel, end, false, err))
+			return false;
+	} else if (unlinkat(dirfd, seg, 0) < 0) {
+		if (errno != ENOENT && errno != EISDIR)
+			return gfs_mirror_local_error(err, it, "remove what is in the way", errno);
+		return true;
+	}
+	report_removed(d->opts, GFS_MIRROR_DELETE, it->rel, end);
+	return true;
+}
+
+/*
  * Removes the first non-directory on the folder path rel[0..dl) of it. The
  * planning refused names whose folders are planned files, so what is there
  * is not planned. unlinkat without AT_REMOVEDIR never takes a directory,
@@ -404,15 +433,7 @@ clear_path(gfs_mirror_dir *d, const struct gfs_mirror_item *it, size_t dl, gfs_e
 			break; /* missing: the walk that creates folders makes it */
 		}
 		if (!S_ISDIR(st.st_mode)) {
-			if (d->opts->backup) {
-				ok = gfs_backup_entry(d->opts->backup, fd, seg, it->rel, end, false, err);
-				if (ok)
-					report_removed(d->opts, GFS_MIRROR_DELETE, it->rel, end);
-			} else if (unlinkat(fd, seg, 0) == 0) {
-				report_removed(d->opts, GFS_MIRROR_DELETE, it->rel, end);
-			} else if (errno != ENOENT && errno != EISDIR) {
-				ok = gfs_mirror_local_error(err, it, "remove what is in the way", errno);
-			}
+			ok = clear_entry(d, it, fd, seg, end, err);
 			break;
 		}
 		int next = openat(fd, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -286,10 +286,11 @@ gfs_mirror_plan_free(gfs_mirror_plan *plan)
 }
 
 void
-gfs_mirror_plan_filter(gfs_mirror_plan *plan,
-                       bool (*keep)(const char *rel, size_t len, void *ctx), void *ctx)
+gfs_mirror_plan_filter(gfs_mirror_plan *plan, gfs_mirror_select_fn keep, void *ctx)
 {
 	size_t n = 0;
+	plan->select = keep;
+	plan->select_ctx = ctx;
 	plan->total_bytes = 0;
 	for (size_t i = 0; i < plan->count; i++) {
 		struct gfs_mirror_item *it = &plan->items[i];
@@ -302,6 +303,12 @@ gfs_mirror_plan_filter(gfs_mirror_plan *plan,
 	}
 	plan->count = n;
 	sort_by_rel(plan);
+}
+
+bool
+gfs_mirror_plan_takes(const gfs_mirror_plan *p, const char *rel, size_t len)
+{
+	return !p->select || p->select(rel, len, p->select_ctx);
 }
 
 /* Index of the first item whose rel is not less than key. */

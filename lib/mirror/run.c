@@ -634,6 +634,16 @@ holds_files(int rootfd)
 	return found;
 }
 
+/* Whether a sweep with --delete would delete anything (without filters: DIR is not empty). */
+static bool
+would_delete(struct run *r)
+{
+	if (!r->plan.select)
+		return holds_files(r->rootfd);
+	uint64_t deletes, kept;
+	return !gfs_mirror_count_deletes(r->rootfd, &r->plan, &deletes, &kept) || deletes > 0;
+}
+
 /*
  * An empty plan with --delete would remove everything in DIR, and that is
  * what a mistyped --prefix or the wrong bucket look like: refused unless
@@ -643,9 +653,16 @@ static bool
 refuse_empty_delete(struct run *r)
 {
 	const gfs_mirror_run_opts *o = r->o;
-	if (r->plan.count > 0 || o->allow_empty || !holds_files(r->rootfd))
+	if (r->plan.count > 0 || o->allow_empty || !would_delete(r))
 		return false;
-	if (o->prefix && o->prefix[0])
+	bool prefixed = o->prefix && o->prefix[0];
+	if (r->plan.select && prefixed)
+		problemf(r, "not deleting anything: the filters take no file under '%s' in the bucket, "
+		         "and %s holds files they take; --allow-empty to delete them", o->prefix, o->dir);
+	else if (r->plan.select)
+		problemf(r, "not deleting anything: the filters take no file of the bucket, and %s "
+		         "holds files they take; --allow-empty to delete them", o->dir);
+	else if (prefixed)
 		problemf(r, "not deleting anything: no files under '%s' in the bucket, and %s is not "
 		         "empty; --allow-empty to delete all of it", o->prefix, o->dir);
 	else

@@ -74,6 +74,7 @@ struct sweep {
 	struct mount_id root;   /* DIR's mount: other mounts beneath are left alone */
 	gfs_backup *backup;     /* where deleted files go, or NULL */
 	uint64_t files_kept;    /* non-directories left in place, for --max-delete */
+	uint64_t gone;          /* entries removed (or, dry, to be) so far */
 	int depth;
 	char path[GFS_SAFEPATH_MAX + GFS_SAFEPATH_SEG_MAX + 8];
 };
@@ -104,6 +105,7 @@ sweep_unlink(struct sweep *sw, int dirfd, const char *name, size_t len,
 		sweep_fail(sw, kind, len, "cannot remove", errno);
 		return false;
 	}
+	sw->gone++;
 	sw->fn(kind, sw->path, len, NULL, sw->ctx);
 	return true;
 }
@@ -153,10 +155,14 @@ sweep_subdir(struct sweep *sw, int dirfd, const char *name, size_t len)
 	int sub = sweep_open(sw, dirfd, name, len);
 	if (sub < 0)
 		return false;
+	uint64_t gone = sw->gone;
 	sw->depth++;
 	size_t kept = sweep_dir(sw, sub, len);
 	sw->depth--;
 	if (!sw->del || kept > 0 || gfs_mirror_plan_has_dir(sw->plan, sw->path, len))
+		return false;
+	/* An empty directory the filters leave out is theirs, unless the sweep emptied it. */
+	if (sw->gone == gone && !gfs_mirror_plan_takes(sw->plan, sw->path, len))
 		return false;
 	if (!sw->dry_run && unlinkat(dirfd, name, AT_REMOVEDIR) < 0) {
 		if (errno == ENOTEMPTY || errno == EEXIST)
@@ -164,6 +170,7 @@ sweep_subdir(struct sweep *sw, int dirfd, const char *name, size_t len)
 		sweep_fail(sw, GFS_MIRROR_RMDIR, len, "cannot remove", errno);
 		return false;
 	}
+	sw->gone++;
 	sw->fn(GFS_MIRROR_RMDIR, sw->path, len, NULL, sw->ctx);
 	return true;
 }
@@ -182,7 +189,8 @@ sweep_entry(struct sweep *sw, int dirfd, const struct dirent *de, size_t len)
 		return sweep_subdir(sw, dirfd, name, len);
 	if (gfs_mirror_is_temp_name(name, nl))
 		return sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_CLEAN);
-	if (sw->del && !gfs_mirror_plan_has_file(sw->plan, sw->path, len))
+	if (sw->del && !gfs_mirror_plan_has_file(sw->plan, sw->path, len) &&
+	    gfs_mirror_plan_takes(sw->plan, sw->path, len))
 		return sweep_unlink(sw, dirfd, name, len, GFS_MIRROR_DELETE);
 	sw->files_kept++;
 	return false;

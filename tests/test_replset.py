@@ -105,3 +105,31 @@ def test_mirror_writes_what_the_primary_has(gfs, lagging, tmp_path):
     assert res.rc == 0, res
     assert (dest / "posters/old.jpg").read_bytes() == OLD
     assert (dest / "posters/new.jpg").read_bytes() == NEW
+
+
+def test_mirror_scan_rechecks_on_the_primary(gfs, lagging, tmp_path):
+    """The one pass over all chunks reads the secondary, where a file still replicating lacks its
+    last chunk: it is read again, from the primary, and written, not reported."""
+    rs, db, sdb, ids = lagging
+    big = os.urandom(3 * 255 * 1024 + 100)
+    fid = bson.ObjectId()
+    for d in (db, sdb):
+        gridfs.GridFSBucket(d).upload_from_stream_with_id(fid, "posters/big.jpg", big)
+    sdb.fs.chunks.delete_one({"files_id": fid, "n": 3})
+    dest = tmp_path / "mirror"
+    res = run(gfs, rs, "mirror", dest, "--read", "scan")
+    check_sanitizers(res)
+    assert res.rc == 0, res
+    assert res.err == "", res
+    assert sha256((dest / "posters/big.jpg").read_bytes()) == sha256(big)
+    assert (dest / "posters/new.jpg").read_bytes() == NEW
+    # The pass ran on the secondary; the file's chunks were read again on the primary.
+    assert ("find", "fs.chunks", "majority") in rs.served("secondary"), rs.served("secondary")
+    assert [c for c in rs.served("primary") if c[:2] == ("find", "fs.chunks")], rs.served("primary")
+    # Damage the primary has too is reported, once, and the file is not written.
+    db.fs.chunks.delete_one({"files_id": fid, "n": 3})
+    dest2 = tmp_path / "mirror2"
+    res = run(gfs, rs, "mirror", dest2, "--read", "scan")
+    assert res.rc == 1, res
+    assert res.err.count("posters/big.jpg") == 1 and "missing chunk" in res.err, res
+    assert not (dest2 / "posters/big.jpg").exists()

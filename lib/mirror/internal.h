@@ -91,11 +91,11 @@ void gfs_mirror_plan_free(gfs_mirror_plan *plan);
  * (--include, --exclude, ...), and keeps keep for gfs_mirror_plan_takes.
  */
 void gfs_mirror_plan_filter(gfs_mirror_plan *plan, gfs_mirror_select_fn keep, void *ctx);
-/* Whether the plan's filters take the local path rel[0..len) (rel[len] is NUL); true without any. */
+/* Whether the plan's filters take the local path rel[0..len) (rel[len] is NUL); true without. */
 bool gfs_mirror_plan_takes(const gfs_mirror_plan *p, const char *rel, size_t len);
 /* Whether rel[0..len) is a planned (or held) file. */
 bool gfs_mirror_plan_has_file(const gfs_mirror_plan *p, const char *rel, size_t len);
-/* Whether some planned (or held) file lies beneath the directory rel[0..len); rel[len] is writable. */
+/* Whether a planned (or held) file lies beneath the directory rel[0..len); rel[len] is writable. */
 bool gfs_mirror_plan_has_dir(const gfs_mirror_plan *p, char *rel, size_t len);
 /* The stored name of an item, for messages. */
 const char *gfs_mirror_item_name(const struct gfs_mirror_item *it);
@@ -163,7 +163,7 @@ typedef struct gfs_mirror_dir {
 gfs_mirror_dir *gfs_mirror_dir_new(int rootfd, const struct gfs_mirror_opts *opts);
 /* Syncs what is pending and closes; false with err when any directory fsync of d failed. */
 bool gfs_mirror_dir_close(gfs_mirror_dir *d, gfs_error *err);
-/* The directory rel[0..len) beneath DIR, opened (made, with create) or the one open; -1 with err. */
+/* The directory rel[0..len) beneath DIR, opened (made, with create) or already open; -1, err. */
 int gfs_mirror_dir_get(gfs_mirror_dir *d, const char *rel, size_t len, bool create, gfs_error *err);
 
 /*
@@ -225,7 +225,7 @@ typedef void (*gfs_mirror_done_fn)(size_t idx, const gfs_error *err, void *ctx);
 typedef struct gfs_mirror_finisher gfs_mirror_finisher;
 gfs_mirror_finisher *gfs_mirror_finisher_start(const gfs_mirror_plan *plan, int threads,
                                                gfs_mirror_done_fn done, void *ctx);
-/* Finishes what is queued and stops; false with err when a directory fsync failed. f may be NULL. */
+/* Finishes what is queued and stops (f may be NULL); false with err when a dir fsync failed. */
 bool gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err);
 /*
  * Sets mode and mtime on the complete temporary file t of plan item idx

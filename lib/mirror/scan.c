@@ -15,7 +15,9 @@
  * the whole by its hash. A duplicate or a chunk past the last can come at
  * any time, so a complete file is renamed into place only once the pass is
  * over; a file still open then lacks a chunk. After a stop, a complete
- * file goes into place only once its chunks are counted by files_id.
+ * file goes into place only once its chunks are counted by files_id. A
+ * pass read from a secondary reports no damage itself: the file is read
+ * again by the per-file write, which asks the primary before it reports.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +62,7 @@ struct scan {
 	size_t hold, held_bytes;     /* bytes of chunks held before their turn, and the bound */
 	size_t open;                 /* temporary files open */
 	gfs_mirror_finisher *fin;    /* NULL: finish each file on the scan thread */
+	bool secondary;              /* the pass reads from a secondary, which may be behind */
 };
 
 /* A map key for an _id of any type: the type, then its text; equal numbers share one. */
@@ -114,6 +117,18 @@ scan_fail(struct scan *sc, struct scan_entry *e, const gfs_error *err)
 		sc->done(e->idx, err, sc->ctx);
 }
 
+/*
+ * Damage in what the pass read. Read from a secondary, the file may only
+ * be behind (its chunks still replicating): it is left to the per-file
+ * write, which reads it again and, still damaged, from the primary, whose
+ * word goes (issue 31). Otherwise it is reported here.
+ */
+static void
+scan_damaged(struct scan *sc, struct scan_entry *e, const gfs_error *err)
+{
+	scan_fail(sc, e, sc->secondary ? NULL : err);
+}
+
 /* The first chunk of a file in its turn: its temporary file. */
 static bool
 scan_open(struct scan *sc, struct scan_entry *e)
@@ -146,9 +161,9 @@ scan_write(struct scan *sc, struct scan_entry *e, const bson_t *doc)
 	const uint8_t *data;
 	uint32_t len;
 	gfs_error err;
-	if (!gfs_chunk_data(doc, it->file.length, it->file.chunk_size, e->next, gfs_mirror_item_name(it), &data,
-	                    &len, &err)) {
-		scan_fail(sc, e, &err);
+	if (!gfs_chunk_data(doc, it->file.length, it->file.chunk_size, e->next,
+	                    gfs_mirror_item_name(it), &data, &len, &err)) {
+		scan_damaged(sc, e, &err);
 		return false;
 	}
 	e->next++;
@@ -170,7 +185,7 @@ scan_complete(struct scan *sc, struct scan_entry *e)
 	bool intact = gfs_digest_check(e->h, &entry_item(sc, e)->file, NULL, &err);
 	e->h = NULL;
 	if (!intact) {
-		scan_fail(sc, e, &err);
+		scan_damaged(sc, e, &err);
 		return;
 	}
 	close(e->fd);
@@ -197,14 +212,14 @@ scan_chunk(struct scan *sc, const bson_t *doc)
 	gfs_error err;
 	if (gfs_chunk_n_place(doc, &n) != GFS_N_NUMBER) {
 		gfs_error_set(&err, GFS_EBADDOC, "%s: chunk without a valid n", name);
-		scan_fail(sc, e, &err);
+		scan_damaged(sc, e, &err);
 		return;
 	}
 	/* A chunk after the last, or a second copy: damage, whenever it comes. */
 	if (e->state == SE_COMPLETE || n < e->next || n >= expected || gfs_held_has(e->held, n)) {
 		gfs_error_set(&err, GFS_EEXTRACHUNK, "%s: extra chunk n=%lld (expected %lld chunks)",
 		              name, (long long)n, (long long)expected);
-		scan_fail(sc, e, &err);
+		scan_damaged(sc, e, &err);
 		return;
 	}
 	if (n > e->next) {
@@ -259,9 +274,9 @@ scan_end(struct scan *sc, gfs_session *s, bool complete, bool canceled)
 			if (whole != 1)
 				scan_fail(sc, e, NULL);
 		} else if (e->state == SE_OPEN && complete) {
-			gfs_error_set(&err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld", gfs_mirror_item_name(it),
-			              (long long)e->next);
-			scan_fail(sc, e, &err);
+			gfs_error_set(&err, GFS_EMISSINGCHUNK, "%s: missing chunk n=%lld",
+			              gfs_mirror_item_name(it), (long long)e->next);
+			scan_damaged(sc, e, &err);
 		} else if (e->state == SE_OPEN) {
 			scan_fail(sc, e, NULL); /* unfinished: its temporary file goes, no verdict */
 		}
@@ -271,7 +286,8 @@ scan_end(struct scan *sc, gfs_session *s, bool complete, bool canceled)
 		e->state = SE_DONE;
 		size_t dl;
 		gfs_mirror_leaf(it, &dl);
-		struct gfs_mirror_temp t = {.pfd = gfs_mirror_dir_get(sc->d, it->rel, dl, false, &err), .fd = -1};
+		struct gfs_mirror_temp t = {.pfd = gfs_mirror_dir_get(sc->d, it->rel, dl, false, &err),
+		                            .fd = -1};
 		memcpy(t.name, e->tmp, sizeof t.name);
 		if (t.pfd >= 0)
 			t.fd = openat(t.pfd, t.name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -333,6 +349,7 @@ gfs_mirror_scan(gfs_mirror_dir *d, gfs_session *s, const gfs_mirror_plan *plan,
 	struct scan sc = {.d = d, .plan = plan, .map = strmap_new(n), .n = n, .done = done,
 	                  .ctx = ctx, .hold = hold_bytes ? hold_bytes : GFS_READ_HOLD_DEFAULT};
 	sc.entries = gfs_xcalloc(n ? n : 1, sizeof *sc.entries);
+	sc.secondary = gfs_session_on_secondary(s);
 	if (finishers > 0 && d->opts->fsync)
 		sc.fin = gfs_mirror_finisher_start(plan, finishers, done, ctx);
 	for (size_t i = 0; i < n; i++) {

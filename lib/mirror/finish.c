@@ -4,9 +4,9 @@
  * Finishing a file (fsync, rename) costs a disk flush each; the one scan
  * thread, or the per-file writers, hand complete files to a few finisher
  * threads so that flushes overlap with each other and with reading. A
- * complete file is queued with its mode and mtime set and a descriptor of
- * its directory of its own; the queue is bounded (four jobs a thread), so
- * a reader waits rather than open files without end. Each finisher fsyncs
+ * complete file is queued (a gfs_workq) with its mode and mtime set and a
+ * descriptor of its directory of its own; the queue is bounded (four jobs
+ * a thread), so a reader waits rather than open files without end. Each finisher fsyncs
  * a directory once when it moves on to another, as gfs_mirror_dir does; a
  * directory fsync that fails is kept and reported when the finishers stop.
  */
@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../workq.h"
 #include "internal.h"
 
 struct finish_job {
@@ -28,48 +29,16 @@ struct finish_job {
 };
 
 struct gfs_mirror_finisher {
-	pthread_mutex_t lock;
-	pthread_cond_t more, room;
-	struct finish_job *q;   /* a ring of cap jobs */
-	size_t cap, head, count;
-	bool closing;
+	gfs_workq *q;           /* of struct finish_job, four a thread */
 	const gfs_mirror_plan *plan;
 	gfs_mirror_done_fn done;
 	void *ctx;
 	pthread_t *tids;
 	int n;
+	pthread_mutex_t lock;   /* dir_err, dir_failed */
 	gfs_error dir_err;      /* the first directory fsync that failed */
 	bool dir_failed;
 };
-
-static bool
-fin_pop(struct gfs_mirror_finisher *f, struct finish_job *job)
-{
-	pthread_mutex_lock(&f->lock);
-	while (f->count == 0 && !f->closing)
-		pthread_cond_wait(&f->more, &f->lock);
-	bool got = f->count > 0;
-	if (got) {
-		*job = f->q[f->head];
-		f->head = (f->head + 1) % f->cap;
-		f->count--;
-		pthread_cond_signal(&f->room);
-	}
-	pthread_mutex_unlock(&f->lock);
-	return got;
-}
-
-static void
-fin_push(struct gfs_mirror_finisher *f, const struct finish_job *job)
-{
-	pthread_mutex_lock(&f->lock);
-	while (f->count == f->cap)
-		pthread_cond_wait(&f->room, &f->lock);
-	f->q[(f->head + f->count) % f->cap] = *job;
-	f->count++;
-	pthread_cond_signal(&f->more);
-	pthread_mutex_unlock(&f->lock);
-}
 
 struct fin_dir {
 	int fd;
@@ -120,23 +89,24 @@ fin_thread(void *arg)
 {
 	struct gfs_mirror_finisher *f = arg;
 	struct fin_dir cur = {.fd = -1};
-	struct finish_job job;
-	while (fin_pop(f, &job)) {
-		const struct gfs_mirror_item *it = &f->plan->items[job.idx];
+	struct finish_job *job;
+	while ((job = gfs_workq_pop(f->q)) != NULL) {
+		const struct gfs_mirror_item *it = &f->plan->items[job->idx];
 		size_t dl;
 		const char *leaf = gfs_mirror_leaf(it, &dl);
 		gfs_error err;
 		bool ok = true;
-		if (fsync(job.fd) < 0)
+		if (fsync(job->fd) < 0)
 			ok = gfs_mirror_local_error(&err, it, "fsync", errno);
-		if (close(job.fd) < 0 && ok)
+		if (close(job->fd) < 0 && ok)
 			ok = gfs_mirror_local_error(&err, it, "close", errno);
-		if (ok && renameat(job.dirfd, job.tmp, job.dirfd, leaf) < 0)
+		if (ok && renameat(job->dirfd, job->tmp, job->dirfd, leaf) < 0)
 			ok = gfs_mirror_local_error(&err, it, "rename into place", errno);
 		if (!ok)
-			unlinkat(job.dirfd, job.tmp, 0);
-		fin_dir_note(f, &cur, job.dirfd, ok);
-		f->done(job.idx, ok ? NULL : &err, f->ctx);
+			unlinkat(job->dirfd, job->tmp, 0);
+		fin_dir_note(f, &cur, job->dirfd, ok);
+		f->done(job->idx, ok ? NULL : &err, f->ctx);
+		free(job);
 	}
 	fin_dir_sync(f, &cur);
 	return NULL;
@@ -146,11 +116,9 @@ fin_thread(void *arg)
 static void
 fin_free(struct gfs_mirror_finisher *f)
 {
-	free(f->q);
+	gfs_workq_free(f->q, NULL); /* the threads emptied it, or none ever pushed */
 	free(f->tids);
 	pthread_mutex_destroy(&f->lock);
-	pthread_cond_destroy(&f->more);
-	pthread_cond_destroy(&f->room);
 	free(f);
 }
 
@@ -162,10 +130,7 @@ gfs_mirror_finisher_start(const gfs_mirror_plan *plan, int n, gfs_mirror_done_fn
 		return NULL;
 	struct gfs_mirror_finisher *f = gfs_xcalloc(1, sizeof *f);
 	pthread_mutex_init(&f->lock, NULL);
-	pthread_cond_init(&f->more, NULL);
-	pthread_cond_init(&f->room, NULL);
-	f->cap = (size_t)n * 4;
-	f->q = gfs_xcalloc(f->cap, sizeof *f->q);
+	f->q = gfs_workq_new((size_t)n * 4, 0);
 	f->tids = gfs_xcalloc((size_t)n, sizeof *f->tids);
 	f->plan = plan;
 	f->done = done;
@@ -187,10 +152,7 @@ gfs_mirror_finisher_stop(gfs_mirror_finisher *f, gfs_error *err)
 {
 	if (!f)
 		return true;
-	pthread_mutex_lock(&f->lock);
-	f->closing = true;
-	pthread_cond_broadcast(&f->more);
-	pthread_mutex_unlock(&f->lock);
+	gfs_workq_close(f->q);
 	for (int i = 0; i < f->n; i++)
 		pthread_join(f->tids[i], NULL);
 	bool ok = !f->dir_failed;
@@ -205,15 +167,21 @@ gfs_mirror_finisher_take(gfs_mirror_finisher *f, gfs_mirror_dir *d, size_t idx,
                          struct gfs_mirror_temp *t, gfs_error *err)
 {
 	const struct gfs_mirror_item *it = &f->plan->items[idx];
-	struct finish_job job = {.idx = idx, .fd = t->fd};
-	memcpy(job.tmp, t->name, sizeof job.tmp);
 	if (!gfs_mirror_set_attrs(t->fd, it, d->opts->create_mode, err))
 		return false;
-	job.dirfd = fcntl(t->pfd, F_DUPFD_CLOEXEC, 0);
-	if (job.dirfd < 0)
+	int dirfd = fcntl(t->pfd, F_DUPFD_CLOEXEC, 0);
+	if (dirfd < 0)
 		return gfs_mirror_local_error(err, it, "duplicate a descriptor", errno);
+	struct finish_job *job = gfs_xmalloc(sizeof *job);
+	*job = (struct finish_job){.idx = idx, .fd = t->fd, .dirfd = dirfd};
+	memcpy(job->tmp, t->name, sizeof job->tmp);
+	if (!gfs_workq_push(f->q, job, 0)) {
+		/* Closed only once every writer is done, so never: but said if it happens. */
+		close(dirfd);
+		free(job);
+		return gfs_mirror_local_error(err, it, "hand over to be finished", ECANCELED);
+	}
 	t->fd = -1; /* the finisher owns it now */
-	fin_push(f, &job);
 	return true;
 }
 

@@ -46,6 +46,10 @@ enum { RES_PENDING, RES_SKIP, RES_TODO, RES_WRITE, RES_ATTRS, RES_FAILED };
 /*
  * The phases: compare every file with the disk, then write what differs,
  * either from one pass over all chunks (on one thread) or file by file.
+ * A phase's workers take plan items by one atomic index (next), not from
+ * a gfs_workq: every item is known before they start, so there is no
+ * producer to wait for and nothing to bound. The finishers, which complete
+ * files come to as they are read, are fed through one (finish.c).
  */
 enum phase { PHASE_DECIDE, PHASE_WRITE, PHASE_SCAN };
 

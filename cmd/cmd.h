@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "../lib/gfs.h"
-#include "../lib/readplan.h"
+#include "../lib/read_strategy.h"
 
 /* Exit codes, documented in gridfsctl(1). */
 enum {

@@ -12,7 +12,7 @@
 
 #include "cmd.h"
 #include "../lib/mirror/mirror.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/safepath.h"
 #include "../lib/select.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 
 const char *
 shown_name(char buf[GFS_NAME_SHOWN_MAX], const char *name)

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "../lib/import.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/safepath.h"
 #include "cmd.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/util.h"
 
 static void put_element(bson_string_t *b, const bson_iter_t *it);

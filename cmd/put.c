@@ -11,7 +11,7 @@
 #include "../lib/magic.h"
 #include "../lib/markers.h"
 #include "../lib/mirror/mirror.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/select.h"
 
 enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE, OPT_ID, OPT_META, OPT_NAMEPREFIX };

@@ -4,7 +4,7 @@
 
 #include "cmd.h"
 #include "../lib/maxdelete.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/select.h"
 
 enum { OPT_ID = 1, OPT_JSON, OPT_MAXDEL };

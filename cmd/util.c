@@ -6,7 +6,7 @@
 #include "cmd.h"
 #include "../lib/markers.h"
 #include "../lib/maxdelete.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/sdnotify.h"
 #include "../lib/select.h"
 

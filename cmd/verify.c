@@ -16,7 +16,7 @@
 
 #include "../lib/import.h"
 #include "../lib/lock.h"
-#include "../lib/names.h"
+#include "../lib/filename.h"
 #include "../lib/stoppable.h"
 #include "../lib/verify.h"
 #include "../lib/verify_disk.h"

@@ -2,7 +2,7 @@
  * gridfsctl watch: keep a bucket in step with a directory through inotify.
  *
  * The loop, its table of changes waiting to settle, its retries and full
- * passes are lib/watchloop.c. This file parses options, prints what the
+ * passes are lib/watch_loop.c. This file parses options, prints what the
  * loop reports (human lines or JSON), speaks the sd_notify protocol and
  * takes the signals: SIGINT and SIGTERM stop watching, SIGUSR1 prints a
  * status line.
@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "../lib/sdnotify.h"
-#include "../lib/watchloop.h"
+#include "../lib/watch_loop.h"
 #include "cmd.h"
 
 enum {

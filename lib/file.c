@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "gfs.h"
-#include "names.h"
+#include "filename.h"
 
 static bool
 iter_int64(const bson_iter_t *it, int64_t *out)

@@ -17,7 +17,7 @@
 #include "lock.h"
 #include "magic.h"
 #include "markers.h"
-#include "names.h"
+#include "filename.h"
 #include "strmap.h"
 #include "workq.h"
 

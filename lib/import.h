@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "gfs.h"
-#include "knownnames.h"
+#include "watch_names.h"
 #include "maxdelete.h"
 #include "markers.h"
 #include "walk.h"
@@ -105,7 +105,7 @@ typedef struct gfs_import_opts {
 	int32_t chunk_size;          /* 0: the default */
 	int lock_ttl;                /* seconds; 0: the default */
 	/*
-	 * NULL, or the names a long-running writer knows stored (knownnames.h):
+	 * NULL, or the names a long-running writer knows stored (watch_names.h):
 	 * a full run fills it, gfs_import_paths asks the server only for names
 	 * it does not know absent, and both add what they store.
 	 */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "names.h"
+#include "filename.h"
 #include "select.h"
 
 /* ---- ids ------------------------------------------------------------- */

@@ -4,7 +4,7 @@
  * The calling thread reads: it loads the selected files documents into a
  * table keyed by _id, then streams chunk documents with no sort: one pass
  * over the whole chunks collection in natural order, or per-file queries
- * that lib/fetch.c runs on other connections and hands back file by file.
+ * that lib/read_each.c runs on other connections and hands back file by file.
  * A chunk is fed to its file's checker when it is the file's next (n), or
  * when its place does not matter to the checker (an extra, a duplicate, a
  * chunk after a fault); one that comes before its turn is held until the
@@ -34,9 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fetch.h"
+#include "read_each.h"
 #include "import.h"
-#include "names.h"
+#include "filename.h"
 #include "lock.h"
 #include "strmap.h"
 #include "verify.h"
@@ -1328,7 +1328,7 @@ read_files(struct verify *v, bool only_rereads, int32_t batch, gfs_error *err)
 /*
  * The whole bucket is read in one scan. A selection is read the way
  * gfs_read_choose() picks from the server's answer to explain: see
- * readplan.h and gridfsctl-verify(1).
+ * read_strategy.h and gridfsctl-verify(1).
  */
 static enum gfs_read_strategy
 choose(struct verify *v, bool partial)

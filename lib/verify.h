@@ -4,7 +4,7 @@
  *
  * The chunks are streamed with no sort, as the query rule of
  * docs/design.md wants: the whole bucket in one pass in natural order, a
- * selection by a query per file (readplan.h). A file's chunks may come in
+ * selection by a query per file (read_strategy.h). A file's chunks may come in
  * any order, interleaved with others': each is placed by its n, so that
  * the checks see what a pass sorted by {files_id: 1, n: 1} would show and
  * every way finds the same problems. Chunks that come before their turn
@@ -32,7 +32,7 @@
 #include <stdatomic.h>
 
 #include "gfs.h"
-#include "readplan.h"
+#include "read_strategy.h"
 
 enum gfs_verify_kind {
 	GFS_VK_MISSING_CHUNK,   /* a chunk 0..count-1 is absent */

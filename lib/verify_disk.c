@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "magic.h"
-#include "names.h"
+#include "filename.h"
 #include "util.h"
 #include "verify_disk.h"
 #include "walk.h"

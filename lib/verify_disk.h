@@ -48,7 +48,7 @@ typedef void (*gfs_verify_disk_event_fn)(const gfs_verify_disk_event *ev, void *
 
 typedef struct gfs_verify_disk_opts {
 	const char *dir;            /* the tree to compare with; NULL: none */
-	const char *prefix;         /* normalized (names.h); NULL or "": the top level */
+	const char *prefix;         /* normalized (filename.h); NULL or "": the top level */
 	bool (*select)(const char *rel, void *ctx);  /* NULL, or which files of dir to compare */
 	bool repair;
 	bool dry_run;               /* with repair: say what would be done, do nothing */

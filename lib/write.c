@@ -12,7 +12,7 @@
 #include "gfs.h"
 #include "lock.h"
 #include "markers.h"
-#include "names.h"
+#include "filename.h"
 
 /* Each bulk insert carries at most this much chunk data (one or two wire messages). */
 #define PUT_BATCH_BYTES (8 * 1024 * 1024)

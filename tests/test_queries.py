@@ -12,7 +12,7 @@ rule of docs/design.md:
 Each test runs one verb through tests/wireproxy.py's CommandRecorder, which
 decodes every OP_MSG (body and document sequences: each statement of a bulk
 delete is checked), and fails on any command that breaks the rule. explain
-is left out: it asks for a plan and runs nothing (lib/readplan.c's probe
+is left out: it asks for a plan and runs nothing (lib/read_strategy.c's probe
 explains the very queries the rule forbids, to learn what the server does),
 and so is a count without a query (estimatedDocumentCount, which MongoDB
 answers from the collection's metadata).

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../names.h"
+#include "../filename.h"
 #include "../safepath.h"
 #include "mirror.h"
 

@@ -28,7 +28,7 @@
 
 #include "../gfs.h"
 #include "../maxdelete.h"
-#include "../readplan.h"
+#include "../read_strategy.h"
 
 /* Temporary files: ".gridfsctl-mirror-" 16 hex digits ".tmp". */
 #define GFS_MIRROR_TMP_PREFIX ".gridfsctl-mirror-"
@@ -138,7 +138,7 @@ typedef struct gfs_mirror_run_opts {
 	bool ignore_existing;       /* a regular file there is left as it is */
 	bool fsync;                 /* fsync files and directories */
 	int jobs;                   /* worker threads, >= 1 */
-	enum gfs_read_strategy read;   /* how chunks are read (readplan.h) */
+	enum gfs_read_strategy read;   /* how chunks are read (read_strategy.h) */
 	size_t hold;                /* scan: bytes of chunks held for their turn; 0 the default */
 	const atomic_int *stop;     /* when set, the run stops after what is in flight */
 	gfs_mirror_event_fn on_event;

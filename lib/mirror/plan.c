@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../names.h"
+#include "../filename.h"
 #include "../safepath.h"
 #include "internal.h"
 

@@ -404,7 +404,7 @@ run_phase(struct run *r, enum phase phase, long n)
 }
 
 /*
- * Reading many files at once (readplan.h has what each way costs): each
+ * Reading many files at once (read_strategy.h has what each way costs): each
  * file's chunks by a query of its own, or one pass over all chunks when
  * most of the bucket is to be written. The bucket's files are counted only
  * for more than GFS_READ_FEW files to write.

@@ -1,7 +1,7 @@
 /*
  * Mirror's scan: the files to write from one pass over all chunks.
  *
- * When most of the bucket is to be written (readplan.c decides), one find
+ * When most of the bucket is to be written (read_strategy.c decides), one find
  * over fs.chunks in natural order (no filter, no sort, hint $natural: the
  * query rule of docs/design.md) reads every chunk once, sequentially,
  * rather than one query per file. Chunks come in any order and interleaved

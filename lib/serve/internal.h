@@ -34,7 +34,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../names.h"
+#include "../filename.h"
 #include "../strmap.h"
 #include "../util.h"
 #include "../workq.h"

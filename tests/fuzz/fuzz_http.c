@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "../../lib/serve/httpparse.h"
-#include "../../lib/names.h"
+#include "../../lib/filename.h"
 #include "../../lib/safepath.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

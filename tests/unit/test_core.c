@@ -11,7 +11,7 @@
 
 #include "../../lib/gfs.h"
 #include "../../lib/magic.h"
-#include "../../lib/names.h"
+#include "../../lib/filename.h"
 
 static void
 test_chunk_count(void **state)

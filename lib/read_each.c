@@ -1,9 +1,9 @@
-/* Per-file chunk reads on several connections: see fetch.h. */
+/* Per-file chunk reads on several connections: see read_each.h. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch.h"
+#include "read_each.h"
 
 /* Files a worker may start ahead of the one the consumer is on, per worker. */
 #define WINDOW_PER_JOB 2

@@ -1,4 +1,4 @@
-/* Unit tests for inotree: which directories stay watched, and what is reported, on a real tree. */
+/* Unit tests for inotify_tree: which directories stay watched, and what is reported, on a real tree. */
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/inotree.h"
+#include "../../lib/inotify_tree.h"
 
 struct fixture {
 	char top[64];     /* holds root and a place outside the tree */
@@ -104,7 +104,7 @@ setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof *f);
 	assert_non_null(f);
-	snprintf(f->top, sizeof f->top, "/tmp/test_inotree.XXXXXX");
+	snprintf(f->top, sizeof f->top, "/tmp/test_inotify_tree.XXXXXX");
 	assert_non_null(mkdtemp(f->top));
 	path(f->root, sizeof f->root, f->top, "root");
 	path(f->outside, sizeof f->outside, f->top, "outside");

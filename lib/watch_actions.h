@@ -1,6 +1,6 @@
 /*
  * watch: the per-file actions that keep a bucket in step with a directory
- * as inotify reports changes (lib/inotree.c). The first full pass and any
+ * as inotify reports changes (lib/inotify_tree.c). The first full pass and any
  * rescan after lost events are an import (lib/import.c). Every action is
  * idempotent, so that the caller can retry it after a failure: a retried
  * upload that finds its content stored only trims old revisions.

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "names.h"
-#include "watch.h"
+#include "filename.h"
+#include "watch_actions.h"
 
 const char *
 gfs_watch_action_name(enum gfs_watch_action a)

@@ -1,5 +1,5 @@
 /*
- * inotree: inotify over a whole directory tree. inotify watches one
+ * inotify_tree: inotify over a whole directory tree. inotify watches one
  * directory at a time, so new directories get watches as they appear, and
  * the files already inside them (created before the watch existed) are
  * reported as changed.

@@ -1,7 +1,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "names.h"
+#include "filename.h"
 
 char *
 gfs_prefix_normalize(const char *prefix)

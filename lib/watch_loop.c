@@ -1,5 +1,5 @@
 /*
- * The watch loop (watchloop.h): a table of changes waiting to settle, a
+ * The watch loop (watch_loop.h): a table of changes waiting to settle, a
  * queue of moves and the removals they must follow, outages of the
  * backend, retries, bounded waiting and full passes, around epoll sets of
  * inotify, a timer and the caller's descriptor, with one worker thread
@@ -20,13 +20,13 @@
 #include <unistd.h>
 
 #include "import.h"
-#include "inotree.h"
-#include "knownnames.h"
+#include "inotify_tree.h"
+#include "watch_names.h"
 #include "lock.h"
-#include "names.h"
+#include "filename.h"
 #include "strmap.h"
 #include "util.h"
-#include "watchloop.h"
+#include "watch_loop.h"
 
 /* A file found by listing must stay the same at least this long: nothing says it is complete. */
 #define FOUND_SETTLE_MS 200

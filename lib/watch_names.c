@@ -1,8 +1,8 @@
-/* The names a writer knows stored: see knownnames.h. */
+/* The names a writer knows stored: see watch_names.h. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "knownnames.h"
+#include "watch_names.h"
 #include "strmap.h"
 #include "util.h"
 

@@ -1,7 +1,7 @@
-/* Choosing a way to read chunks: see readplan.h. */
+/* Choosing a way to read chunks: see read_strategy.h. */
 #include <string.h>
 
-#include "readplan.h"
+#include "read_strategy.h"
 
 /* A selection of under 1/SELECTIVE of the bucket is read file by file. */
 #define SELECTIVE 4

@@ -1,4 +1,4 @@
-/* Unit tests: the names watch knows stored (lib/knownnames), and when it stops trusting them. */
+/* Unit tests: the names watch knows stored (lib/watch_names), and when it stops trusting them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "../../lib/knownnames.h"
+#include "../../lib/watch_names.h"
 
 /* Nothing is trusted before a full pass, nor after one whose lock take could not be counted. */
 static void

@@ -1,6 +1,6 @@
 /*
  * The watch loop: keeps a bucket in step with a directory through inotify
- * (inotree.h), acting through watch.h's per-file actions and import's
+ * (inotify_tree.h), acting through watch_actions.h's per-file actions and import's
  * engine.
  *
  * Changes wait in a table keyed by path (the latest event decides) until
@@ -42,7 +42,7 @@
 #include "gfs.h"
 #include "import.h"
 #include "maxdelete.h"
-#include "watch.h"
+#include "watch_actions.h"
 
 enum gfs_watcher_event_kind {
 	GFS_WEV_WARNING,       /* message: something the user should know */

@@ -198,8 +198,6 @@ guard_main(void *arg)
 	return NULL;
 }
 
-/* Stops a thread that waits on cv for *stop, if it was started. */
-
 void
 note_request(struct httpserve *srv, struct MHD_Connection *conn)
 {

@@ -2,26 +2,27 @@
  * serve's private header: the structures every part shares and the calls
  * between the parts. Nothing outside lib/serve/ includes it (cmd/serve.c
  * includes serve.h). Each part is one file, its design in its opening
- * comment:
+ * comment. The parts form layers, lowest first, one line each: a file
+ * calls only files on the lines above its own (files on one line call
+ * none of each other's), so each can be read knowing only what is above
+ * it; tests/test_structure.py fails on a loop between them.
  *
- *   loop.c       start and stop: the event threads (libmicrohttpd daemons),
- *                the accepting thread (acceptor.c), the other threads, drain
- *   response.c   requests and responses: routing, conditional and range
- *                requests, the canned statuses, the tier's open entries
- *   jobs.c       the job queue and the workers: fetches and lookups, with
- *                the waiting requests resumed when a job ends
- *   stream.c     a large file chunk by chunk, checked as it goes (the tee)
- *   guard.c      the slow-client guard: header deadlines, per-address limit
- *   metrics.c    the metrics page, the latency histogram, the access log
- *   preload.c    the name index's upkeep (the poller) and --preload
+ *   httpparse.c revledger.c   pure: the HTTP parsers (fuzzed), the revisions the poll saw
+ *   nameindex.c               names -> metadata, polled and reloaded
+ *   memcache.c disktier.c acceptor.c  bodies in memory, bodies on disk, accept(2) with back-off
+ *   counters.c                the clock, the latency histogram, the drain's wake-up, serve_logf
+ *   reply.c                   the responses every part sends: statuses, file headers, queueing
+ *   guard.c                   slow clients: header deadlines, per-address limit
+ *   stream.c                  a large file chunk by chunk, checked as it goes (the tee)
+ *   jobs.c                    the job queue and the workers: fetches, lookups, streams
+ *   preload.c                 the name index's upkeep (the poller) and --preload
+ *   metrics.c                 the /_metrics page and the access log
+ *   requests.c                a request from its URI to its answer: routing, conditions, ranges
+ *   loop.c                    start, quiesce, drain, stop: the event threads and the others
  *
- * and the helpers that only serve uses, each with its own header:
- * nameindex.c (the names and their metadata; revledger.c, the revisions the
- * poll saw), memcache.c (bodies in memory), disktier.c (bodies on disk),
- * acceptor.c (accept(2) with back-off), httpparse.c (the pure HTTP
- * parsers, fuzzed by tests/fuzz). What a part keeps to itself is static.
- * An event thread never waits on MongoDB: whatever needs the backend is a
- * job, run on a worker while its connection is suspended.
+ * The first three lines have headers of their own. What a part keeps to
+ * itself is static. An event thread never waits on MongoDB: whatever needs
+ * the backend is a job, run on a worker while its connection is suspended.
  */
 #ifndef GFS_SERVE_INTERNAL_H
 #define GFS_SERVE_INTERNAL_H
@@ -235,13 +236,26 @@ struct tee {
 	size_t held_len;
 };
 
-/* An open tier entry's body (see response.c's open_kept). */
+/* An open tier entry's body (see requests.c's open_kept). */
 struct kept {
 	int fd;                         /* the response's; -1 for an empty file */
 	char name[DISKTIER_NAME_MAX];
 };
 
-/* response.c: requests and responses */
+/* counters.c: the clock, the latency histogram, the drain's wake-up, messages */
+
+/* The upper bounds, in seconds, of the latency histogram's buckets but the last (+Inf). */
+extern const double latency_bounds[NBUCKETS - 1];
+/* Monotonic microseconds. */
+int64_t mono_us(void);
+/* Counts a backend read that took us microseconds in the latency histogram. */
+void observe_latency(struct httpserve *srv, int64_t us);
+/* Formats a message to cfg.log; nothing when there is none. */
+void serve_logf(struct httpserve *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Wakes httpserve_drain to look at the counts again. */
+void wake_drain(struct httpserve *srv);
+
+/* reply.c: the responses every part sends */
 
 /* A copy of s, or of "" when s is NULL (a header libmicrohttpd did not give). */
 char *strdup_or_empty(const char *s);
@@ -253,6 +267,9 @@ void make_status_responses(struct httpserve *srv);
 void add_file_headers(struct httpserve *srv, struct MHD_Response *r, const gfs_meta *m, bool body);
 /* A 200 response over a cached body, which it holds until libmicrohttpd frees it. */
 struct MHD_Response *body_response(struct httpserve *srv, const gfs_meta *m, http_cache_body *b);
+/* Queues resp, which other requests share (ours stays), with status for r. */
+enum MHD_Result queue_shared(struct req *r, unsigned status, struct MHD_Response *resp,
+                             uint64_t body_bytes);
 /* Queues resp with status for r, then drops our reference to resp. */
 enum MHD_Result queue_once(struct req *r, unsigned status, struct MHD_Response *resp,
                            uint64_t body_bytes);
@@ -262,60 +279,6 @@ enum MHD_Result send_status(struct req *r, unsigned status);
 enum MHD_Result send_busy(struct req *r);
 /* Adds the Content-Range of r's range of m to resp. */
 void add_content_range(struct MHD_Response *resp, const struct req *r, const gfs_meta *m);
-/* libmicrohttpd's request handler: routes, and answers or hands the request to a job. */
-enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                           const char *method, const char *version, const char *upload_data,
-                           size_t *upload_data_size, void **req_cls);
-/* Wakes httpserve_drain to look at the counts again. */
-void wake_drain(struct httpserve *srv);
-/* libmicrohttpd's first call for a request: makes its struct req and counts it active. */
-void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn);
-/* libmicrohttpd's last call for a request: counts and logs it, frees its struct req. */
-void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-                  enum MHD_RequestTerminationCode toe);
-
-/* jobs.c: the job queue and the workers */
-
-/* Joins r to a job like proto in flight, or queues proto; suspends r (503 when full). */
-enum MHD_Result wait_for_job(struct req *r, struct job *proto);
-/* Reads m's body on a worker into the cache, r waiting suspended. */
-enum MHD_Result start_fetch(struct req *r, gfs_meta *m);
-/* Looks a name (rev) or an id (id_key) up on a worker, r waiting suspended. */
-enum MHD_Result start_lookup(struct req *r, const char *name, int rev, const char *id_key,
-                             const char *key);
-/* Puts b in the memory cache as m's body; the entry returned is referenced (or NULL). */
-http_cache_entry *memcache_insert(struct httpserve *srv, gfs_meta *m, http_cache_body *b);
-/* A worker thread (arg: srv): runs jobs on a backend session of its own until stopping. */
-void *worker_main(void *arg);
-
-/* stream.c: streaming a large file chunk by chunk */
-
-/* Drops a reference to s; the last frees it. */
-void stream_unref(struct stream *s);
-/* libmicrohttpd's free callback for a stream's response: cancels and unreferences it. */
-void stream_free_cb(void *cls);
-/* Starts streaming m (r's range of it) on a worker, r waiting for the first window. */
-enum MHD_Result start_stream(struct req *r, gfs_meta *m);
-/* Answers r with its stream, once its first window arrived (or the status it failed with). */
-enum MHD_Result send_stream(struct req *r);
-/* Marks s ended (ok: every byte pushed) and wakes its reader. */
-void stream_finish(struct stream *s, bool ok);
-/* Sets t up for s: a digest when s is all of m, a disk-tier fill when there is a tier. */
-void tee_begin(struct httpserve *srv, const gfs_meta *m, const struct stream *s, struct tee *t);
-/* After the last chunk: false (counted, err set) when a whole stream's digest fails. */
-bool tee_check(struct httpserve *srv, const struct job *j, struct tee *t, gfs_error *err);
-/* Pushes the held-back last bytes to s; false when s was cancelled. */
-bool tee_release(struct stream *s, struct tee *t);
-/* Ends t: commits the tier fill when the digest checked and ok, else aborts it. */
-void tee_end(struct tee *t, bool ok);
-/* Pushes chunks w0..w1 of m to s (*next: the one reached); false and err on failure. */
-bool stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, struct tee *tee,
-                   int64_t w0, int64_t w1, int64_t *next, gfs_error *err);
-/* When m's revision is gone, says in err that its stream was cut off after sent bytes. */
-void explain_cut_off(gfs_session *ses, const gfs_meta *m, int64_t sent, int64_t total,
-                     gfs_error *err);
-/* Cuts s off for failing the integrity rule after sent bytes, and says so in err. */
-void cut_damaged(struct stream *s, int64_t sent, gfs_error *err);
 
 /* guard.c: the slow-client guard */
 
@@ -338,18 +301,50 @@ void *guard_main(void *arg);
 /* conn has begun its first request: it no longer counts as unanswered. */
 void note_request(struct httpserve *srv, struct MHD_Connection *conn);
 
-/* metrics.c: metrics and the access log */
+/* stream.c: streaming a large file chunk by chunk */
 
-/* Formats a message to cfg.log; nothing when there is none. */
-void serve_logf(struct httpserve *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Monotonic microseconds. */
-int64_t mono_us(void);
-/* Counts a backend read that took us microseconds in the latency histogram. */
-void observe_latency(struct httpserve *srv, int64_t us);
-/* Writes r's line, answered status, to the access log (combined format). */
-void write_access_log(struct httpserve *srv, struct req *r, unsigned status);
-/* Answers r with the Prometheus text of srv's metrics. */
-enum MHD_Result serve_metrics(struct req *r);
+/* r's stream of m (r's range of it, else all of it), referenced twice: r's and its producer's. */
+struct stream *stream_new(struct req *r, const gfs_meta *m);
+/* Drops a reference to s; the last frees it. */
+void stream_unref(struct stream *s);
+/* libmicrohttpd's free callback for a stream's response: cancels and unreferences it. */
+void stream_free_cb(void *cls);
+/* Answers r with its stream, once its first window arrived (or the status it failed with). */
+enum MHD_Result send_stream(struct req *r);
+/* Marks s ended (ok: every byte pushed) and wakes its reader. */
+void stream_finish(struct stream *s, bool ok);
+/* Sets t up for s: a digest when s is all of m, a disk-tier fill when there is a tier. */
+void tee_begin(struct httpserve *srv, const gfs_meta *m, const struct stream *s, struct tee *t);
+/* After the last chunk: false (counted, err set) when a whole stream's digest fails. */
+bool tee_check(struct httpserve *srv, const struct job *j, struct tee *t, gfs_error *err);
+/* Pushes the held-back last bytes to s; false when s was cancelled. */
+bool tee_release(struct stream *s, struct tee *t);
+/* Ends t: commits the tier fill when the digest checked and ok, else aborts it. */
+void tee_end(struct tee *t, bool ok);
+/* Pushes chunks w0..w1 of m to s (*next: the one reached); false and err on failure. */
+bool stream_window(gfs_session *ses, const gfs_meta *m, struct stream *s, struct tee *tee,
+                   int64_t w0, int64_t w1, int64_t *next, gfs_error *err);
+/* When m's revision is gone, says in err that its stream was cut off after sent bytes. */
+void explain_cut_off(gfs_session *ses, const gfs_meta *m, int64_t sent, int64_t total,
+                     gfs_error *err);
+/* Cuts s off for failing the integrity rule after sent bytes, and says so in err. */
+void cut_damaged(struct stream *s, int64_t sent, gfs_error *err);
+
+/* jobs.c: the job queue and the workers */
+
+/* Joins r to a job like proto in flight, or queues proto; suspends r (503 when full). */
+enum MHD_Result wait_for_job(struct req *r, struct job *proto);
+/* Reads m's body on a worker into the cache, r waiting suspended. */
+enum MHD_Result start_fetch(struct req *r, gfs_meta *m);
+/* Looks a name (rev) or an id (id_key) up on a worker, r waiting suspended. */
+enum MHD_Result start_lookup(struct req *r, const char *name, int rev, const char *id_key,
+                             const char *key);
+/* Starts streaming m (r's range of it) on a worker, r waiting for the first window. */
+enum MHD_Result start_stream(struct req *r, gfs_meta *m);
+/* Puts b in the memory cache as m's body; the entry returned is referenced (or NULL). */
+http_cache_entry *memcache_insert(struct httpserve *srv, gfs_meta *m, http_cache_body *b);
+/* A worker thread (arg: srv): runs jobs on a backend session of its own until stopping. */
+void *worker_main(void *arg);
 
 /* preload.c: the name index's upkeep and --preload */
 
@@ -357,5 +352,24 @@ enum MHD_Result serve_metrics(struct req *r);
 void *poller_main(void *arg);
 /* The --preload thread (arg: srv): fills the memory cache in one pass over the chunks. */
 void *preload_main(void *arg);
+
+/* metrics.c: the metrics page and the access log */
+
+/* Writes r's line, answered status, to the access log (combined format). */
+void write_access_log(struct httpserve *srv, struct req *r, unsigned status);
+/* Answers r with the Prometheus text of srv's metrics. */
+enum MHD_Result serve_metrics(struct req *r);
+
+/* requests.c: a request from its URI to its answer */
+
+/* libmicrohttpd's request handler: routes, and answers or hands the request to a job. */
+enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                           const char *method, const char *version, const char *upload_data,
+                           size_t *upload_data_size, void **req_cls);
+/* libmicrohttpd's first call for a request: makes its struct req and counts it active. */
+void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn);
+/* libmicrohttpd's last call for a request: counts and logs it, frees its struct req. */
+void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                  enum MHD_RequestTerminationCode toe);
 
 #endif

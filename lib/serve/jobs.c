@@ -4,7 +4,9 @@
  * hold) or a stream (stream.c). Requests for the same key join the job in
  * flight (srv->inflight) instead of queueing another; beyond queue_max,
  * 503. Each worker has its own backend session; a finished job resumes
- * its waiting connections, whose on_request then answers them.
+ * its waiting connections, whose on_request then answers them. A
+ * stream's job is started here too (start_stream) and reads through
+ * stream.c, below this file.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -85,8 +87,25 @@ start_lookup(struct req *r, const char *name, int rev, const char *id_key, const
 	return wait_for_job(r, j);
 }
 
+/*
+ * The stream's producer runs on a worker while the connection waits, as a
+ * fetch's does: its status is sent only once the first window is read, so
+ * that a backend that cannot answer gets a 503, not a 200 cut off.
+ */
+enum MHD_Result
+start_stream(struct req *r, gfs_meta *m)
+{
+	struct job *j = gfs_xcalloc(1, sizeof *j);
+	j->kind = JOB_STREAM;
+	j->meta = gfs_meta_ref(m);
+	j->stream = stream_new(r, m);
+	j->request = gfs_xasprintf("%s %.*s", r->method, (int)r->target_len, (const char *)r->target);
+	return wait_for_job(r, j);
+}
+
 /* ---- worker side ----------------------------------------------------- */
 
+/* Maps a backend failure to a status, and remembers an unreachable backend. */
 static unsigned
 status_for(struct httpserve *srv, const gfs_error *err)
 {

@@ -386,22 +386,6 @@ httpserve_start(gfs_conn *conn, const struct httpserve_config *cfg, gfs_error *e
 	return srv;
 }
 
-enum httpserve_preload
-httpserve_preload_state(httpserve *srv)
-{
-	return (enum httpserve_preload)atomic_load(&srv->preload_state);
-}
-
-const char *
-httpserve_preload_word(enum httpserve_preload state)
-{
-	static const char *const words[] = {
-		[HTTPSERVE_PRELOAD_OFF] = NULL, [HTTPSERVE_PRELOAD_RUNNING] = "running",
-		[HTTPSERVE_PRELOAD_DONE] = "done", [HTTPSERVE_PRELOAD_FAILED] = "failed",
-	};
-	return words[state];
-}
-
 unsigned
 httpserve_port(httpserve *srv)
 {

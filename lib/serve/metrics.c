@@ -1,49 +1,18 @@
 /*
- * Metrics and the access log: the counters the other parts bump (struct
- * httpserve's metrics block), the backend latency histogram, the
- * Prometheus text of /metrics, and the access log in combined format.
- * serve_logf is the one way a part reports a message (cfg.log).
+ * What the server tells about itself: the Prometheus text of /_metrics,
+ * read from the counters the other parts bump (struct httpserve's metrics
+ * block, counters.c's latency histogram) and from the caches, the index
+ * and the job queue; and the access log, a line per request in combined
+ * format. A new counter is a field in the metrics block and its line here.
  */
 #include <dirent.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
 
 #include "internal.h"
 
-static const double latency_bounds[NBUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                    0.1, 0.25, 0.5, 1, 2.5, 5};
-
-void
-serve_logf(struct httpserve *srv, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	gfs_vlog_to(srv->cfg.log, fmt, ap);
-	va_end(ap);
-}
-
-int64_t
-mono_us(void)
-{
-	return (int64_t)(gfs_mono_seconds() * 1e6);
-}
-
-void
-observe_latency(struct httpserve *srv, int64_t us)
-{
-	double s = (double)us / 1e6;
-	int b = 0;
-	while (b < NBUCKETS - 1 && s > latency_bounds[b])
-		b++;
-	atomic_fetch_add(&srv->latency_bucket[b], 1);
-	atomic_fetch_add(&srv->latency_count, 1);
-	atomic_fetch_add(&srv->latency_sum_us, (uint64_t)us);
-}
-
-/* Maps a backend failure to a status, and remembers an unreachable backend. */
-
+/* Combined log format, as Apache and nginx write it. */
 void
 write_access_log(struct httpserve *srv, struct req *r, unsigned status)
 {

@@ -3,7 +3,9 @@
  * (nameindex.c) current: a poll of recent changes every poll interval, a
  * full reload now and then, both spaced out as the backend slows down.
  * --preload fills the memory cache in one pass over the chunks collection
- * in natural order, on a thread of its own while the server answers.
+ * in natural order, on a thread of its own while the server answers;
+ * where that pass is (httpserve_preload_state) is told from here too.
+ * It fills the cache as a fetch does (jobs.c's memcache_insert).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -278,4 +280,20 @@ preload_main(void *arg)
 	if (srv->cfg.preloaded)
 		srv->cfg.preloaded(ok, atomic_load(&srv->preloaded), (double)(mono_us() - t0) / 1e6);
 	return NULL;
+}
+
+enum httpserve_preload
+httpserve_preload_state(httpserve *srv)
+{
+	return (enum httpserve_preload)atomic_load(&srv->preload_state);
+}
+
+const char *
+httpserve_preload_word(enum httpserve_preload state)
+{
+	static const char *const words[] = {
+		[HTTPSERVE_PRELOAD_OFF] = NULL, [HTTPSERVE_PRELOAD_RUNNING] = "running",
+		[HTTPSERVE_PRELOAD_DONE] = "done", [HTTPSERVE_PRELOAD_FAILED] = "failed",
+	};
+	return words[state];
 }

@@ -5,7 +5,9 @@
  * them (stream_read), the connection suspended while the buffer is empty.
  * The tee checks a whole stream's digest as it goes and fills the disk
  * tier; a stream whose revision disappears or whose content fails the
- * integrity rule is cut off, never completed with wrong bytes.
+ * integrity rule is cut off, never completed with wrong bytes. The stream
+ * and its reading are here; the job that runs it on a worker is jobs.c's
+ * (start_stream, stream_chunks), which calls down into this file.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -90,13 +92,9 @@ stream_free_cb(void *cls)
 	stream_unref(s);
 }
 
-/*
- * The stream's producer runs on a worker while the connection waits, as a
- * fetch's does: its status is sent only once the first window is read, so
- * that a backend that cannot answer gets a 503, not a 200 cut off.
- */
-enum MHD_Result
-start_stream(struct req *r, gfs_meta *m)
+/* r's stream of m (its range, else all of m), referenced by r and by its producer. */
+struct stream *
+stream_new(struct req *r, const gfs_meta *m)
 {
 	struct stream *s = gfs_xcalloc(1, sizeof *s);
 	pthread_mutex_init(&s->mu, NULL);
@@ -107,13 +105,7 @@ start_stream(struct req *r, gfs_meta *m)
 	s->first = r->range ? r->first : 0;
 	s->last = r->range ? r->last : m->length - 1;
 	r->stream = s;
-
-	struct job *j = gfs_xcalloc(1, sizeof *j);
-	j->kind = JOB_STREAM;
-	j->meta = gfs_meta_ref(m);
-	j->stream = s;
-	j->request = gfs_xasprintf("%s %.*s", r->method, (int)r->target_len, (const char *)r->target);
-	return wait_for_job(r, j);
+	return s;
 }
 
 /* Called once the first window is in: the response takes the request's reference. */

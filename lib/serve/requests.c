@@ -1,12 +1,14 @@
 /*
- * Requests and responses. libmicrohttpd calls on_uri, then on_request
- * (perhaps again after a resume), then on_completed. on_request routes
- * (/health, /metrics, /id/<hex>, /<name>) and answers from the name index
- * and the caches on the event thread: conditional requests, ranges, HEAD,
- * the canned statuses. What needs the backend becomes a job (jobs.c) or a
- * stream (stream.c), and its answer is sent here once it resumes. A new
- * response header or rule goes here (add_file_headers for every file's
- * headers, serve_body/serve_meta for the rules of one request).
+ * Requests, from their URI to their answer. libmicrohttpd calls on_uri,
+ * then on_request (perhaps again after a resume), then on_completed.
+ * on_request routes (/_health, /_metrics, /id/<hex>, /<name>) and answers
+ * from the name index and the caches on the event thread: conditional
+ * requests, ranges, HEAD, the disk tier's descriptors and the entries kept
+ * open. What needs the backend becomes a job (jobs.c) or a stream
+ * (stream.c), and its answer is sent here once it resumes. A new rule for
+ * one request goes here (serve_meta, serve_body, on_request); the
+ * responses themselves are made in reply.c. The top of the request side:
+ * only loop.c, which hands these callbacks to libmicrohttpd, is above it.
  */
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -16,112 +18,7 @@
 
 #include "internal.h"
 
-char *
-strdup_or_empty(const char *s)
-{
-	return gfs_xstrdup(s ? s : "");
-}
-
 /* ---- responses ------------------------------------------------------- */
-
-/* libmicrohttpd makes no response only when memory runs out; give up then, as gfs_xcalloc does. */
-struct MHD_Response *
-made(struct MHD_Response *r)
-{
-	if (!r)
-		abort();
-	return r;
-}
-
-static struct MHD_Response *
-text_response(const char *body, unsigned status)
-{
-	struct MHD_Response *r =
-	    made(MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT));
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
-	if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-	if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-	return r;
-}
-
-void
-add_file_headers(struct httpserve *srv, struct MHD_Response *r, const gfs_meta *m, bool body)
-{
-	if (body)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, m->content_type);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, m->etag);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_LAST_MODIFIED, m->last_modified);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
-	if (srv->cfg.cache_control)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, srv->cfg.cache_control);
-}
-
-/* The whole-file 200 response a cache entry keeps; it holds a reference to body. */
-struct MHD_Response *
-body_response(struct httpserve *srv, const gfs_meta *m, http_cache_body *b)
-{
-	struct MHD_Response *r = made(MHD_create_response_from_buffer_with_free_callback_cls(
-	    b->len, b->data, http_cache_body_release_cb, http_cache_body_ref(b)));
-	add_file_headers(srv, r, m, true);
-	return r;
-}
-
-static enum MHD_Result
-queue(struct req *r, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
-{
-	r->status = status;
-	r->body_bytes = r->head ? 0 : body_bytes;
-	return MHD_queue_response(r->conn, status, resp);
-}
-
-/* Queues a response made for this request only, and drops our reference to it. */
-enum MHD_Result
-queue_once(struct req *r, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
-{
-	if (!resp)
-		return MHD_NO;
-	enum MHD_Result ret = queue(r, status, resp, body_bytes);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
-static const char body400[] = "400 Bad Request\n", body404[] = "404 Not Found\n",
-                  body405[] = "405 Method Not Allowed\n", body500[] = "500 Internal Server Error\n",
-                  body503[] = "503 Service Unavailable\n",
-                  body503busy[] = "503 Service Unavailable: too many fetches waiting\n";
-
-void
-make_status_responses(struct httpserve *srv)
-{
-	srv->r400 = text_response(body400, 400);
-	srv->r404 = text_response(body404, 404);
-	srv->r405 = text_response(body405, 405);
-	srv->r500 = text_response(body500, 500);
-	srv->r503 = text_response(body503, 503);
-	srv->r503busy = text_response(body503busy, 503);
-}
-
-enum MHD_Result
-send_status(struct req *r, unsigned status)
-{
-	struct httpserve *srv = r->srv;
-	switch (status) {
-	case 400: return queue(r, status, srv->r400, sizeof body400 - 1);
-	case 404: return queue(r, status, srv->r404, sizeof body404 - 1);
-	case 405: return queue(r, status, srv->r405, sizeof body405 - 1);
-	case 503: return queue(r, status, srv->r503, sizeof body503 - 1);
-	default: return queue(r, 500, srv->r500, sizeof body500 - 1);
-	}
-}
-
-enum MHD_Result
-send_busy(struct req *r)
-{
-	atomic_fetch_add(&r->srv->queue_full, 1);
-	return queue(r, 503, r->srv->r503busy, sizeof body503busy - 1);
-}
 
 static enum MHD_Result
 not_modified(struct req *r, const gfs_meta *m)
@@ -144,14 +41,6 @@ not_satisfiable(struct req *r, const gfs_meta *m)
 	return queue_once(r, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp, 0);
 }
 
-void
-add_content_range(struct MHD_Response *resp, const struct req *r, const gfs_meta *m)
-{
-	char cr[96];
-	snprintf(cr, sizeof cr, "bytes %lld-%lld/%lld", (long long)r->first, (long long)r->last,
-	         (long long)m->length);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
-}
 
 static enum MHD_Result
 send_entry(struct req *r)
@@ -159,7 +48,7 @@ send_entry(struct req *r)
 	http_cache_entry *e = r->entry;
 	gfs_meta *m = e->user;
 	if (!r->range)
-		return queue(r, MHD_HTTP_OK, e->resp, e->body->len);
+		return queue_shared(r, MHD_HTTP_OK, e->resp, e->body->len);
 	/* The range was checked against r->meta; the cache key ties both to one length. */
 	if (r->last >= (int64_t)e->body->len)
 		return send_status(r, 500);
@@ -336,7 +225,7 @@ send_kept(struct req *r, const gfs_meta *m)
 {
 	if (m->length > 0)
 		cork(r, true);
-	return queue(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
+	return queue_shared(r, MHD_HTTP_OK, r->open_entry->resp, (uint64_t)m->length);
 }
 
 /* Keeps fd, the tier's entry name, open as m's entry; NULL (fd closed) when no response can be made. */
@@ -622,15 +511,6 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	return serve_by_name(r, url + 1);
 }
 
-/* The lock only while draining, so that requests never contend for it otherwise. */
-void
-wake_drain(struct httpserve *srv)
-{
-	pthread_mutex_lock(&srv->active_mu);
-	pthread_cond_broadcast(&srv->active_cv);
-	pthread_mutex_unlock(&srv->active_mu);
-}
-
 /* libmicrohttpd calls this first for every request, with the raw URI. */
 void *
 on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
@@ -650,8 +530,6 @@ on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	note_request(srv, conn);
 	return r;
 }
-
-/* Combined log format, as Apache and nginx write it. */
 
 void
 on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,

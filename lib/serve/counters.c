@@ -48,3 +48,10 @@ wake_drain(struct httpserve *srv)
 	pthread_cond_broadcast(&srv->active_cv);
 	pthread_mutex_unlock(&srv->active_mu);
 }
+
+void
+connection_answered(struct httpserve *srv)
+{
+	if (atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
+		wake_drain(srv);
+}

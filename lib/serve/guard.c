@@ -205,6 +205,5 @@ note_request(struct httpserve *srv, struct MHD_Connection *conn)
 	if (!cs || cs->had_request)
 		return;
 	cs->had_request = true;
-	if (atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
-		wake_drain(srv);
+	connection_answered(srv);
 }

@@ -254,6 +254,8 @@ void observe_latency(struct httpserve *srv, int64_t us);
 void serve_logf(struct httpserve *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Wakes httpserve_drain to look at the counts again. */
 void wake_drain(struct httpserve *srv);
+/* One connection fewer waits for its first answer; a drain waiting for none is woken. */
+void connection_answered(struct httpserve *srv);
 
 /* reply.c: the responses every part sends */
 

@@ -50,9 +50,8 @@ on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
 	atomic_fetch_sub(&lp->conns, 1);
 	atomic_fetch_sub(&srv->open_connections, 1);
 	acceptor_resume(atomic_load(&srv->acceptor));
-	if (cs && !cs->had_request &&
-	    atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
-		wake_drain(srv);
+	if (cs && !cs->had_request)
+		connection_answered(srv);
 	free(cs);
 	*socket_ctx = NULL;
 }
@@ -135,8 +134,7 @@ on_accept(void *ctx, int fd, const struct sockaddr *addr, socklen_t len)
 		release_address(srv, key);
 		pthread_mutex_unlock(&srv->guard_mu);
 	}
-	if (atomic_fetch_sub(&srv->unanswered_connections, 1) == 1 && atomic_load(&srv->draining))
-		wake_drain(srv);
+	connection_answered(srv);
 }
 
 /* ---- start and stop -------------------------------------------------- */

@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../lib/gfs.h"
@@ -54,17 +56,58 @@ extern const char *cmdname;    /* the subcommand being run, for messages */
  * A deprecated spelling keeps an old letter or name working for one
  * release: it parses as the option it names, with a one-line warning on
  * stderr. --help lists it apart, and the completions do not offer it.
+ *
+ * An option row also says what its argument becomes, as git's OPT_INTEGER
+ * and lib/supervise/svconfig.c's keys[] do: a row with a kind (below) is
+ * taken by parse_options() itself (cmd/optvalue.c), and the verb's on_opt
+ * sees only the rows that are really its own (kind CMD_CALL). Such a row
+ * writes into the options struct the verb hands parse_options() as ctx, at
+ * .to = CMD_TO(that struct, field): a row of one verb names one struct,
+ * and a group shared by several verbs has CMD_CALL rows only. A number
+ * outside min..max, or malformed, is a usage error (exit 2) whose one line
+ * is .bad, a printf format given the argument (it may leave it out).
  */
+enum cmd_opt_kind {
+	CMD_CALL,      /* on_opt takes it (the default) */
+	CMD_SET,       /* a flag: the bool becomes true */
+	CMD_CLEAR,     /* a flag: the bool becomes false */
+	CMD_STRING,    /* the argument itself (argv lives as long as the run); min 1: not empty */
+	CMD_COUNT,     /* an integer in min..max (parse_int: max at most LONG_MAX) */
+	CMD_BYTES,     /* a size with an optional suffix, 64K, 1M (parse_size), in min..max */
+	CMD_MS,        /* a duration (500ms, 2s, 1m; bare: seconds), as ms in min..max */
+	CMD_WORD,      /* one of .values, as its index among them (0 for the first) */
+};
+/*
+ * The C type of the field a row writes: CMD_TO reads it off the field, so
+ * that no row writes a long into an int.
+ */
+enum cmd_opt_type {
+	CMD_T_BOOL = 1, CMD_T_STRING, CMD_T_INT, CMD_T_LONG, CMD_T_UINT, CMD_T_ULONG, CMD_T_ULLONG,
+};
+struct cmd_opt_to {
+	size_t off;
+	enum cmd_opt_type type;
+};
+#define CMD_TO(type, field) {offsetof(type, field), CMD_TYPE_OF(((type *)0)->field)}
+/* Not evaluated: only the field's type is looked at. Any other type does not compile. */
+#define CMD_TYPE_OF(x) _Generic((x), bool: CMD_T_BOOL, const char *: CMD_T_STRING, \
+	int: CMD_T_INT, long: CMD_T_LONG, unsigned: CMD_T_UINT, unsigned long: CMD_T_ULONG, \
+	unsigned long long: CMD_T_ULLONG)
+
 struct cmd_opt {
 	char shortopt;        /* 0: none */
 	const char *name;     /* the long option, without "--" */
 	const char *arg;      /* its argument as --help names it (N, DIR, FILE|-); NULL: a flag */
 	const char *help;     /* one paragraph; --help wraps it, completions shorten it */
-	int id;               /* what opt_fn receives; 0: shortopt */
+	int id;               /* what getopt and opt_fn receive; 0: shortopt */
 	const char *values;   /* the words an enumerated argument takes, space-separated */
 	const char *word;     /* a control word */
 	const struct cmd_opt *group;
 	const char *alias_of; /* the long name of the option this spelling is deprecated for */
+	enum cmd_opt_kind kind;
+	struct cmd_opt_to to; /* where a row with a kind writes, in the verb's options struct */
+	uint64_t min, max;    /* CMD_COUNT, CMD_BYTES, CMD_MS (in ms); CMD_STRING: min */
+	const char *bad;      /* the usage error for a value out of range or malformed */
 };
 /* A row: CMD_OPT('p', "prefix", "P", "help"), more fields designated: .id = ..., .values = ... */
 #define CMD_OPT(s, l, a, h, ...) {.shortopt = (s), .name = (l), .arg = (a), .help = (h), __VA_ARGS__}
@@ -82,6 +125,7 @@ struct cmd_exit {
 	const char *why;
 };
 
+/* Written with designated initialisers (.name = "ls", ...): an unset field is NULL. */
 struct cmd_entry {
 	const char *name;
 	const char *summary;  /* one line */
@@ -181,9 +225,10 @@ struct tree_select {
 extern const struct cmd_opt tree_opts[];
 /*
  * --prefix of the verbs that read a prefix rather than store under one
- * (mirror, verify): the same letter, name and argument, the verb's help.
+ * (mirror, verify): the same letter, name and argument, the verb's help,
+ * and more fields designated after it (.kind = ..., .to = ...).
  */
-#define PREFIX_OPT(help) CMD_OPT('p', "prefix", "P", help)
+#define PREFIX_OPT(help, ...) CMD_OPT('p', "prefix", "P", help, __VA_ARGS__)
 int tree_option(int id, const char *arg, struct tree_select *t);
 /* Copies the selection into walk options; the globs stay t's (free_tree_select). */
 struct gfs_walk_opts;
@@ -192,12 +237,19 @@ void free_tree_select(struct tree_select *t);
 
 /*
  * Parses argv for the command e: its own options plus the global ones,
- * which are accepted before or after the subcommand name. Calls on_opt for
- * each option that is the subcommand's own. Handles --help. Returns optind
- * (index of the first operand), or -1 after printing a usage error.
+ * which are accepted before or after the subcommand name. Stores each of
+ * the subcommand's own options whose row has a kind into ctx, and calls
+ * on_opt for the others (NULL: there are none). Handles --help. Returns
+ * optind (index of the first operand), or -1 after printing a usage error.
  */
 typedef int (*opt_fn)(int opt, const char *arg, void *ctx);
 int parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, void *ctx);
+/*
+ * One option of rows, id as getopt gave it (deprecated spellings resolved):
+ * a row with a kind stores arg into ctx, any other goes to on_opt. 0, or
+ * -1 after a usage error.
+ */
+int cmd_opt_take(const struct cmd_opt *rows, int id, const char *arg, opt_fn on_opt, void *ctx);
 
 /*
  * Handles one global option at argv[0] (with its argument in argv[1] or

@@ -8,36 +8,25 @@
 
 enum { OPT_SAMPLE = 1, OPT_JSON, OPT_ALLOW_EMPTY };
 
-static const struct cmd_opt doctor_opts[] = {
-	CMD_OPT(0, "sample", "N", "chunks to look at for the orphan estimate, the first in natural "
-	        "order (default 200; 0: skip it); a bucket of up to N chunks is counted exactly",
-	        .id = OPT_SAMPLE),
-	CMD_OPT(0, "allow-empty", NULL, "a bucket that does not exist yet (no BUCKET.files or "
-	        "BUCKET.chunks) is not a problem", .id = OPT_ALLOW_EMPTY),
-	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct doctor_opts {
 	long sample;
 	bool json, allow_empty;
 };
 
-static int
-on_opt(int opt, const char *arg, void *ctx)
-{
-	struct doctor_opts *o = ctx;
-	switch (opt) {
-	case OPT_JSON: o->json = true; return 0;
-	case OPT_ALLOW_EMPTY: o->allow_empty = true; return 0;
-	case OPT_SAMPLE:
-		if (parse_int(arg, 0, 100000, &o->sample))
-			return 0;
-		usage_error("--sample takes a number of chunks from 0 to 100000, not '%s'", arg);
-		return -1;
-	}
-	return -1;
-}
+#define TO(field) CMD_TO(struct doctor_opts, field)
+
+static const struct cmd_opt doctor_opts[] = {
+	CMD_OPT(0, "sample", "N", "chunks to look at for the orphan estimate, the first in natural "
+	        "order (default 200; 0: skip it); a bucket of up to N chunks is counted exactly",
+	        .id = OPT_SAMPLE, .kind = CMD_COUNT, .to = TO(sample), .max = 100000,
+	        .bad = "--sample takes a number of chunks from 0 to 100000, not '%s'"),
+	CMD_OPT(0, "allow-empty", NULL, "a bucket that does not exist yet (no BUCKET.files or "
+	        "BUCKET.chunks) is not a problem", .id = OPT_ALLOW_EMPTY, .kind = CMD_SET,
+	        .to = TO(allow_empty)),
+	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON, .kind = CMD_SET,
+	        .to = TO(json)),
+	CMD_OPT_END,
+};
 
 static void
 index_json(bson_t *doc, const char *key, enum gfs_doctor_index st)
@@ -226,7 +215,7 @@ cmd_doctor(int argc, char **argv)
 {
 	started = gfs_mono_seconds();
 	struct doctor_opts o = {.sample = GFS_DOCTOR_DEFAULT_SAMPLE};
-	int i = parse_options(argc, argv, &cmd_doctor_entry, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_doctor_entry, NULL, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (i < argc) {
@@ -269,6 +258,9 @@ static const struct cmd_exit doctor_exits[] = {
 };
 
 const struct cmd_entry cmd_doctor_entry = {
-	"doctor", "check the backend, the bucket's indexes, the import lock and orphan chunks", NULL,
-	doctor_opts, doctor_exits, cmd_doctor,
+	.name = "doctor",
+	.summary = "check the backend, the bucket's indexes, the import lock and orphan chunks",
+	.opts = doctor_opts,
+	.exits = doctor_exits,
+	.run = cmd_doctor,
 };

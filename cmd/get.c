@@ -18,29 +18,33 @@
 
 enum { OPT_ID = 1, OPT_REGEX, OPT_JSON };
 
-static const struct cmd_opt get_opts[] = {
-	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
-	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
-	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
-	        .id = 'R'),
-	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
-	PREFIX_OPT("every file under the folder P (newest revisions), into -o DIR, named as "
-	           "below P"),
-	CMD_OPT(0, "regex", "RE", "every file whose name the POSIX extended regular expression RE "
-	        "matches (newest revisions), into -o DIR", .id = OPT_REGEX),
-	CMD_OPT('o', "output", "F", "write to F ('-' for stdout); default: the stored name, under the "
-	        "current directory (parent directories are created). With several NAMEs, --prefix "
-	        "or --regex, the directory the files go into"),
-	CMD_OPT('f', "force", NULL, "replace an existing output file"),
-	CMD_OPT(0, "json", NULL, "one JSON event per file: {event: write, filename, path, bytes, "
-	        "error?}", .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct get_opts {
 	const char *id, *output, *prefix, *regex;
 	long rev;
 	bool force;
+};
+
+#define TO(field) CMD_TO(struct get_opts, field)
+
+static const struct cmd_opt get_opts[] = {
+	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
+	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID, .kind = CMD_STRING,
+	        .to = TO(id)),
+	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
+	        .id = 'R'),
+	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
+	PREFIX_OPT("every file under the folder P (newest revisions), into -o DIR, named as "
+	           "below P", .kind = CMD_STRING, .to = TO(prefix)),
+	CMD_OPT(0, "regex", "RE", "every file whose name the POSIX extended regular expression RE "
+	        "matches (newest revisions), into -o DIR", .id = OPT_REGEX, .kind = CMD_STRING,
+	        .to = TO(regex)),
+	CMD_OPT('o', "output", "F", "write to F ('-' for stdout); default: the stored name, under the "
+	        "current directory (parent directories are created). With several NAMEs, --prefix "
+	        "or --regex, the directory the files go into", .kind = CMD_STRING, .to = TO(output)),
+	CMD_OPT('f', "force", NULL, "replace an existing output file", .kind = CMD_SET, .to = TO(force)),
+	CMD_OPT(0, "json", NULL, "one JSON event per file: {event: write, filename, path, bytes, "
+	        "error?}", .id = OPT_JSON),
+	CMD_OPT_END,
 };
 
 static bool json;   /* --json: a "write" event for each file written, or not */
@@ -67,20 +71,16 @@ report(const char *name, const char *path, int64_t bytes, int rc)
 	bson_destroy(&doc);
 }
 
+/* --rev, and --json, which report() reads. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct get_opts *o = ctx;
-	switch (opt) {
-	case OPT_ID: o->id = arg; return 0;
-	case 'p': o->prefix = arg; return 0;
-	case OPT_REGEX: o->regex = arg; return 0;
-	case 'o': o->output = arg; return 0;
-	case 'f': o->force = true; return 0;
-	case OPT_JSON: json = true; return 0;
-	case 'R': return parse_rev_option(arg, &o->rev);
+	if (opt == OPT_JSON) {
+		json = true;
+		return 0;
 	}
-	return -1;
+	return opt == 'R' ? parse_rev_option(arg, &o->rev) : -1;
 }
 
 static bool
@@ -632,5 +632,10 @@ static const struct cmd_exit get_exits[] = {
 };
 
 const struct cmd_entry cmd_get_entry = {
-	"get", "write a stored file to disk or stdout", "NAME|--id ID", get_opts, get_exits, cmd_get,
+	.name = "get",
+	.summary = "write a stored file to disk or stdout",
+	.operands = "NAME|--id ID",
+	.opts = get_opts,
+	.exits = get_exits,
+	.run = cmd_get,
 };

@@ -11,30 +11,6 @@
 
 enum { OPT_DELETE = 1, OPT_ALLOW_EMPTY, OPT_UNSAFE, OPT_BATCH, OPT_CHUNK, OPT_JSON, OPT_MAX_DELETE };
 
-static const struct cmd_opt import_opts[] = {
-	CMD_OPT_GROUP(tree_opts),
-	CMD_OPT('L', "follow-symlinks", NULL, "follow symlinks (loops are detected and reported)"),
-	CMD_OPT('c', "checksum", NULL, "compare sha256 instead of size and mtime to find changes"),
-	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of a changed name "
-	        "(default 1; 0 keeps every revision)"),
-	CMD_OPT(0, "allow-unsafe-name", NULL, "take a --prefix that mirror and get would refuse as a "
-	        "path", .id = OPT_UNSAFE),
-	CMD_OPT(0, "delete", NULL, "remove stored files under the prefix that are gone from DIR",
-	        .id = OPT_DELETE),
-	CMD_OPT(0, "allow-empty", NULL, "let --delete remove everything when DIR has no file to import",
-	        .id = OPT_ALLOW_EMPTY),
-	CMD_OPT(0, "max-delete", "N|P%", "let --delete remove at most N files (P% of those stored "
-	        "under the prefix); above that delete nothing and exit 7", .id = OPT_MAX_DELETE),
-	CMD_OPT('n', "dry-run", NULL, "print what would be done; change nothing"),
-	CMD_OPT('j', "jobs", "N", "worker threads and connections (default 4)"),
-	CMD_OPT(0, "batch-size", "SIZE", "chunk data per bulk insert (default 8M)", .id = OPT_BATCH),
-	CMD_OPT(0, "chunk-size", "SIZE", "chunk size of new files (default 255K)", .id = OPT_CHUNK),
-	CMD_OPT('v', "verbose", NULL, "print each stored and deleted file"),
-	CMD_OPT(0, "json", NULL, "print a summary object (and, with -v or -n, one per file)",
-	        .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct import_cli {
 	gfs_import_opts o;
 	struct tree_select sel;
@@ -43,54 +19,51 @@ struct import_cli {
 	char *first_failure;   /* the first file's error line, for the JSON summary */
 };
 
+#define TO(field) CMD_TO(struct import_cli, field)
+
+static const struct cmd_opt import_opts[] = {
+	CMD_OPT_GROUP(tree_opts),
+	CMD_OPT('L', "follow-symlinks", NULL, "follow symlinks (loops are detected and reported)",
+	        .kind = CMD_SET, .to = TO(o.walk.follow_symlinks)),
+	CMD_OPT('c', "checksum", NULL, "compare sha256 instead of size and mtime to find changes",
+	        .kind = CMD_SET, .to = TO(o.checksum)),
+	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of a changed name "
+	        "(default 1; 0 keeps every revision)", .kind = CMD_COUNT, .to = TO(o.keep_revisions),
+	        .max = 1000000, .bad = "--keep-revisions takes a count, not '%s'"),
+	CMD_OPT(0, "allow-unsafe-name", NULL, "take a --prefix that mirror and get would refuse as a "
+	        "path", .id = OPT_UNSAFE, .kind = CMD_SET, .to = TO(allow_unsafe)),
+	CMD_OPT(0, "delete", NULL, "remove stored files under the prefix that are gone from DIR",
+	        .id = OPT_DELETE, .kind = CMD_SET, .to = TO(o.delete_missing)),
+	CMD_OPT(0, "allow-empty", NULL, "let --delete remove everything when DIR has no file to import",
+	        .id = OPT_ALLOW_EMPTY, .kind = CMD_SET, .to = TO(o.allow_empty)),
+	CMD_OPT(0, "max-delete", "N|P%", "let --delete remove at most N files (P% of those stored "
+	        "under the prefix); above that delete nothing and exit 7", .id = OPT_MAX_DELETE),
+	CMD_OPT('n', "dry-run", NULL, "print what would be done; change nothing",
+	        .kind = CMD_SET, .to = TO(o.dry_run)),
+	CMD_OPT('j', "jobs", "N", "worker threads and connections (default 4)", .kind = CMD_COUNT,
+	        .to = TO(o.jobs), .min = 1, .max = 64,
+	        .bad = "--jobs takes a number from 1 to 64, not '%s'"),
+	CMD_OPT(0, "batch-size", "SIZE", "chunk data per bulk insert (default 8M)", .id = OPT_BATCH,
+	        .kind = CMD_BYTES, .to = TO(o.batch_bytes), .min = 64 * 1024, .max = 256u << 20,
+	        .bad = "--batch-size takes a size from 64K to 256M, not '%s'"),
+	CMD_OPT(0, "chunk-size", "SIZE", "chunk size of new files (default 255K)", .id = OPT_CHUNK,
+	        .kind = CMD_BYTES, .to = TO(o.chunk_size), .min = 1, .max = 15u << 20,
+	        .bad = "--chunk-size takes a size from 1 byte to 15M, not '%s'"),
+	CMD_OPT('v', "verbose", NULL, "print each stored and deleted file",
+	        .kind = CMD_SET, .to = TO(verbose)),
+	CMD_OPT(0, "json", NULL, "print a summary object (and, with -v or -n, one per file)",
+	        .id = OPT_JSON, .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
+};
+
+/* The rows of the tree selection, and --max-delete. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct import_cli *c = ctx;
-	long v;
-	uint64_t size;
-	if (tree_option(opt, arg, &c->sel) == 0)
-		return 0;
-	switch (opt) {
-	case 'L': c->o.walk.follow_symlinks = true; return 0;
-	case 'c': c->o.checksum = true; return 0;
-	case OPT_DELETE: c->o.delete_missing = true; return 0;
-	case OPT_ALLOW_EMPTY: c->o.allow_empty = true; return 0;
-	case OPT_MAX_DELETE: return max_delete_option(arg, &c->o.max_delete);
-	case OPT_UNSAFE: c->allow_unsafe = true; return 0;
-	case 'n': c->o.dry_run = true; return 0;
-	case 'v': c->verbose = true; return 0;
-	case OPT_JSON: c->json = true; return 0;
-	case 'k':
-		if (parse_int(arg, 0, 1000000, &v)) {
-			c->o.keep_revisions = (int)v;
-			return 0;
-		}
-		usage_error("--keep-revisions takes a count, not '%s'", arg);
-		return -1;
-	case 'j':
-		if (parse_int(arg, 1, 64, &v)) {
-			c->o.jobs = (int)v;
-			return 0;
-		}
-		usage_error("--jobs takes a number from 1 to 64, not '%s'", arg);
-		return -1;
-	case OPT_BATCH:
-		if (parse_size(arg, &size) && size >= 64 * 1024 && size <= 256u << 20) {
-			c->o.batch_bytes = (size_t)size;
-			return 0;
-		}
-		usage_error("--batch-size takes a size from 64K to 256M, not '%s'", arg);
-		return -1;
-	case OPT_CHUNK:
-		if (parse_size(arg, &size) && size > 0 && size <= 15u << 20) {
-			c->o.chunk_size = (int32_t)size;
-			return 0;
-		}
-		usage_error("--chunk-size takes a size from 1 byte to 15M, not '%s'", arg);
-		return -1;
-	}
-	return -1;
+	if (opt == OPT_MAX_DELETE)
+		return max_delete_option(arg, &c->o.max_delete);
+	return tree_option(opt, arg, &c->sel) == 0 ? 0 : -1;
 }
 
 /* The path as the user would type it, with bytes that are not UTF-8 written as %XX. */
@@ -336,5 +309,10 @@ static const struct cmd_exit import_exits[] = {
 };
 
 const struct cmd_entry cmd_import_entry = {
-	"import", "bulk-load a directory tree", "DIR", import_opts, import_exits, cmd_import,
+	.name = "import",
+	.summary = "bulk-load a directory tree",
+	.operands = "DIR",
+	.opts = import_opts,
+	.exits = import_exits,
+	.run = cmd_import,
 };

@@ -7,16 +7,6 @@
 
 enum { OPT_JSON = 1, OPT_REGEX };
 
-static const struct cmd_opt ls_opts[] = {
-	CMD_OPT('l', "long", NULL, "size, upload date, content type and name"),
-	CMD_OPT('h', "human-readable", NULL, "with -l, sizes as 40.0 KiB, 1.5 MiB (powers of 1024)"),
-	CMD_OPT('a', "all-revisions", NULL, "every revision, not only the newest of each name"),
-	CMD_OPT(0, "regex", "RE", "only names the POSIX extended regular expression RE matches "
-	        "(anywhere, unless anchored with ^)", .id = OPT_REGEX),
-	CMD_OPT(0, "json", NULL, "one JSON object per file (JSON Lines)", .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct ls {
 	bool lng, all, json, human;
 	const char *regex;
@@ -30,19 +20,22 @@ struct ls {
 	uint64_t malformed;    /* names reported for a malformed document */
 };
 
-static int
-on_opt(int opt, const char *arg, void *ctx)
-{
-	struct ls *l = ctx;
-	switch (opt) {
-	case 'l': l->lng = true; return 0;
-	case 'h': l->human = true; return 0;
-	case 'a': l->all = true; return 0;
-	case OPT_JSON: l->json = true; return 0;
-	case OPT_REGEX: l->regex = arg; return 0;
-	}
-	return -1;
-}
+#define TO(field) CMD_TO(struct ls, field)
+
+static const struct cmd_opt ls_opts[] = {
+	CMD_OPT('l', "long", NULL, "size, upload date, content type and name", .kind = CMD_SET,
+	        .to = TO(lng)),
+	CMD_OPT('h', "human-readable", NULL, "with -l, sizes as 40.0 KiB, 1.5 MiB (powers of 1024)",
+	        .kind = CMD_SET, .to = TO(human)),
+	CMD_OPT('a', "all-revisions", NULL, "every revision, not only the newest of each name",
+	        .kind = CMD_SET, .to = TO(all)),
+	CMD_OPT(0, "regex", "RE", "only names the POSIX extended regular expression RE matches "
+	        "(anywhere, unless anchored with ^)", .id = OPT_REGEX, .kind = CMD_STRING,
+	        .to = TO(regex)),
+	CMD_OPT(0, "json", NULL, "one JSON object per file (JSON Lines)", .id = OPT_JSON,
+	        .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
+};
 
 static void
 print_file(struct ls *l, const gfs_file *f, int64_t revisions)
@@ -174,7 +167,7 @@ static int
 cmd_ls(int argc, char **argv)
 {
 	struct ls l = {0};
-	int i = parse_options(argc, argv, &cmd_ls_entry, on_opt, &l);
+	int i = parse_options(argc, argv, &cmd_ls_entry, NULL, &l);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (argc - i > 1) {
@@ -207,5 +200,10 @@ static const struct cmd_exit ls_exits[] = {
 };
 
 const struct cmd_entry cmd_ls_entry = {
-	"ls", "list files in the bucket", "[PREFIX|PATTERN]", ls_opts, ls_exits, cmd_ls,
+	.name = "ls",
+	.summary = "list files in the bucket",
+	.operands = "[PREFIX|PATTERN]",
+	.opts = ls_opts,
+	.exits = ls_exits,
+	.run = cmd_ls,
 };

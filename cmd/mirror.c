@@ -275,5 +275,10 @@ static const struct cmd_exit mirror_exits[] = {
 };
 
 const struct cmd_entry cmd_mirror_entry = {
-	"mirror", "write the bucket back to a disk tree", "DIR", mirror_opts, mirror_exits, cmd_mirror,
+	.name = "mirror",
+	.summary = "write the bucket back to a disk tree",
+	.operands = "DIR",
+	.opts = mirror_opts,
+	.exits = mirror_exits,
+	.run = cmd_mirror,
 };

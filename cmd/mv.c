@@ -8,34 +8,23 @@
 
 enum { OPT_JSON = 1, OPT_UNSAFE };
 
-static const struct cmd_opt mv_opts[] = {
-	CMD_OPT('f', "force", NULL, "when NEW exists, replace it: its revisions are removed once "
-	        "every revision of OLD carries NEW"),
-	CMD_OPT('n', "dry-run", NULL, "say what would be renamed and removed; change nothing"),
-	CMD_OPT(0, "allow-unsafe-name", NULL, "rename to a NEW that mirror and get would refuse as a "
-	        "path", .id = OPT_UNSAFE),
-	CMD_OPT(0, "json", NULL, "print one JSON event: {filename, from, moved, deleted}",
-	        .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct mv_opts {
 	bool force, dry_run, json, allow_unsafe;
 };
 
-static int
-on_opt(int opt, const char *arg, void *ctx)
-{
-	(void)arg;
-	struct mv_opts *o = ctx;
-	switch (opt) {
-	case 'f': o->force = true; return 0;
-	case 'n': o->dry_run = true; return 0;
-	case OPT_UNSAFE: o->allow_unsafe = true; return 0;
-	case OPT_JSON: o->json = true; return 0;
-	}
-	return -1;
-}
+#define TO(field) CMD_TO(struct mv_opts, field)
+
+static const struct cmd_opt mv_opts[] = {
+	CMD_OPT('f', "force", NULL, "when NEW exists, replace it: its revisions are removed once "
+	        "every revision of OLD carries NEW", .kind = CMD_SET, .to = TO(force)),
+	CMD_OPT('n', "dry-run", NULL, "say what would be renamed and removed; change nothing",
+	        .kind = CMD_SET, .to = TO(dry_run)),
+	CMD_OPT(0, "allow-unsafe-name", NULL, "rename to a NEW that mirror and get would refuse as a "
+	        "path", .id = OPT_UNSAFE, .kind = CMD_SET, .to = TO(allow_unsafe)),
+	CMD_OPT(0, "json", NULL, "print one JSON event: {filename, from, moved, deleted}",
+	        .id = OPT_JSON, .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
+};
 
 /* One line, human or JSON: what was (or would be) renamed and removed. */
 static void
@@ -114,7 +103,7 @@ static int
 cmd_mv(int argc, char **argv)
 {
 	struct mv_opts o = {0};
-	int i = parse_options(argc, argv, &cmd_mv_entry, on_opt, &o);
+	int i = parse_options(argc, argv, &cmd_mv_entry, NULL, &o);
 	if (i < 0)
 		return EXIT_USAGE;
 	if (argc - i != 2) {
@@ -142,5 +131,10 @@ static const struct cmd_exit mv_exits[] = {
 };
 
 const struct cmd_entry cmd_mv_entry = {
-	"mv", "rename a stored file (every revision)", "OLD NEW", mv_opts, mv_exits, cmd_mv,
+	.name = "mv",
+	.summary = "rename a stored file (every revision)",
+	.operands = "OLD NEW",
+	.opts = mv_opts,
+	.exits = mv_exits,
+	.run = cmd_mv,
 };

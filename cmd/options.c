@@ -176,7 +176,7 @@ parse_options(int argc, char **argv, const struct cmd_entry *e, opt_fn on_opt, v
 				help = true;
 			else if (opt == 'q' && !own_letter(e, 'q'))
 				set_global(OPT_QUIET, NULL);
-			else if (on_opt(cmd_opt_resolve(e->opts, opt), optarg, ctx) < 0)
+			else if (cmd_opt_take(e->opts, cmd_opt_resolve(e->opts, opt), optarg, on_opt, ctx) < 0)
 				rc = -1;
 		}
 	}

@@ -16,25 +16,6 @@
 
 enum { OPT_CHUNK = 1, OPT_JSON, OPT_UNSAFE, OPT_ID, OPT_META, OPT_NAMEPREFIX };
 
-static const struct cmd_opt put_opts[] = {
-	CMD_OPT(0, "name", "NAME", "stored name (default: the file's base name; required for '-')",
-	        .id = 'N'),
-	CMD_OPT_ALIAS('n', NULL, "NAME", "name"),
-	CMD_OPT(0, "name-prefix", "P", "store each FILE as P/ and its base name", .id = OPT_NAMEPREFIX),
-	CMD_OPT(0, "id", "ID", "the new file's _id: 24 hex digits (an ObjectId), or oid:HEX, "
-	        "str:TEXT, int:N, long:N; refused when taken", .id = OPT_ID),
-	CMD_OPT(0, "metadata", "JSON", "a JSON object stored in metadata beside gridfsctl's own "
-	        "fields (a key of theirs is refused)", .id = OPT_META),
-	CMD_OPT('t', "type", "MIME", "content type (default: detected by libmagic)"),
-	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of the name in all "
-	        "(default 1; 0 keeps every revision)"),
-	CMD_OPT(0, "chunk-size", "SIZE", "chunk size (default 255K)", .id = OPT_CHUNK),
-	CMD_OPT(0, "allow-unsafe-name", NULL, "store a NAME that mirror and get would refuse as a path",
-	        .id = OPT_UNSAFE),
-	CMD_OPT(0, "json", NULL, "print the stored file as one JSON object", .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct put_opts {
 	const char *name, *type, *name_prefix, *id_arg;
 	bson_value_t id;
@@ -42,6 +23,33 @@ struct put_opts {
 	long keep;
 	uint64_t chunk_size;
 	bool json, allow_unsafe;
+};
+
+#define TO(field) CMD_TO(struct put_opts, field)
+
+static const struct cmd_opt put_opts[] = {
+	CMD_OPT(0, "name", "NAME", "stored name (default: the file's base name; required for '-')",
+	        .id = 'N', .kind = CMD_STRING, .to = TO(name)),
+	CMD_OPT_ALIAS('n', NULL, "NAME", "name"),
+	CMD_OPT(0, "name-prefix", "P", "store each FILE as P/ and its base name", .id = OPT_NAMEPREFIX,
+	        .kind = CMD_STRING, .to = TO(name_prefix)),
+	CMD_OPT(0, "id", "ID", "the new file's _id: 24 hex digits (an ObjectId), or oid:HEX, "
+	        "str:TEXT, int:N, long:N; refused when taken", .id = OPT_ID),
+	CMD_OPT(0, "metadata", "JSON", "a JSON object stored in metadata beside gridfsctl's own "
+	        "fields (a key of theirs is refused)", .id = OPT_META),
+	CMD_OPT('t', "type", "MIME", "content type (default: detected by libmagic)", .kind = CMD_STRING,
+	        .to = TO(type)),
+	CMD_OPT('k', "keep-revisions", "N", "keep the N newest revisions of the name in all "
+	        "(default 1; 0 keeps every revision)", .kind = CMD_COUNT, .to = TO(keep), .max = 1000000,
+	        .bad = "--keep-revisions takes a count, not '%s'"),
+	CMD_OPT(0, "chunk-size", "SIZE", "chunk size (default 255K)", .id = OPT_CHUNK, .kind = CMD_BYTES,
+	        .to = TO(chunk_size), .min = 1, .max = 15u << 20,
+	        .bad = "--chunk-size takes a size from 1 byte to 15M, not '%s'"),
+	CMD_OPT(0, "allow-unsafe-name", NULL, "store a NAME that mirror and get would refuse as a path",
+	        .id = OPT_UNSAFE, .kind = CMD_SET, .to = TO(allow_unsafe)),
+	CMD_OPT(0, "json", NULL, "print the stored file as one JSON object", .id = OPT_JSON,
+	        .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
 };
 
 /* --metadata: a JSON object (libbson's parser) none of whose keys is one gridfsctl keeps itself. */
@@ -71,31 +79,17 @@ metadata_option(const char *arg, struct put_opts *o)
 	return 0;
 }
 
+/* --id and --metadata, read into values of their own. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct put_opts *o = ctx;
 	switch (opt) {
-	case 'N': o->name = arg; return 0;
-	case 't': o->type = arg; return 0;
-	case OPT_NAMEPREFIX: o->name_prefix = arg; return 0;
 	case OPT_ID:
 		o->id_arg = arg;
 		bson_value_destroy(&o->id);
 		return parse_id_option(arg, &o->id) ? 0 : -1;
 	case OPT_META: return metadata_option(arg, o);
-	case OPT_JSON: o->json = true; return 0;
-	case OPT_UNSAFE: o->allow_unsafe = true; return 0;
-	case 'k':
-		if (parse_int(arg, 0, 1000000, &o->keep))
-			return 0;
-		usage_error("--keep-revisions takes a count, not '%s'", arg);
-		return -1;
-	case OPT_CHUNK:
-		if (parse_size(arg, &o->chunk_size) && o->chunk_size > 0 && o->chunk_size <= 15u << 20)
-			return 0;
-		usage_error("--chunk-size takes a size from 1 byte to 15M, not '%s'", arg);
-		return -1;
 	}
 	return -1;
 }
@@ -555,6 +549,10 @@ static const struct cmd_exit put_exits[] = {
 };
 
 const struct cmd_entry cmd_put_entry = {
-	"put", "store files, replacing older revisions when complete", "FILE...|-", put_opts, put_exits,
-	cmd_put,
+	.name = "put",
+	.summary = "store files, replacing older revisions when complete",
+	.operands = "FILE...|-",
+	.opts = put_opts,
+	.exits = put_exits,
+	.run = cmd_put,
 };

@@ -9,46 +9,43 @@
 
 enum { OPT_ID = 1, OPT_JSON, OPT_MAXDEL };
 
-static const struct cmd_opt rm_opts[] = {
-	CMD_OPT(0, "id", "ID", "remove the file with this _id (one revision): 24 hex digits, or "
-	        "oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
-	CMD_OPT('r', "recursive", NULL, "each operand is a folder: remove every file under it"),
-	PREFIX_OPT("remove every file under the folder P (as -r P)"),
-	CMD_OPT(0, "max-delete", "N", "remove nothing (exit 7) when more than N files would go",
-	        .id = OPT_MAXDEL),
-	CMD_OPT('f', "force", NULL, "a missing name is not an error"),
-	CMD_OPT('n', "dry-run", NULL, "say what would be removed; remove nothing"),
-	CMD_OPT('v', "verbose", NULL, "print each revision removed"),
-	CMD_OPT(0, "json", NULL, "print one JSON object per name: {filename, deleted}", .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct rm_opts {
 	const char *id, *prefix;
 	gfs_max_delete max_delete;
 	bool force, json, dry_run, verbose, recursive;
 };
 
+#define TO(field) CMD_TO(struct rm_opts, field)
+
+static const struct cmd_opt rm_opts[] = {
+	CMD_OPT(0, "id", "ID", "remove the file with this _id (one revision): 24 hex digits, or "
+	        "oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID, .kind = CMD_STRING, .to = TO(id)),
+	CMD_OPT('r', "recursive", NULL, "each operand is a folder: remove every file under it",
+	        .kind = CMD_SET, .to = TO(recursive)),
+	PREFIX_OPT("remove every file under the folder P (as -r P)", .kind = CMD_STRING,
+	           .to = TO(prefix)),
+	CMD_OPT(0, "max-delete", "N", "remove nothing (exit 7) when more than N files would go",
+	        .id = OPT_MAXDEL),
+	CMD_OPT('f', "force", NULL, "a missing name is not an error", .kind = CMD_SET, .to = TO(force)),
+	CMD_OPT('n', "dry-run", NULL, "say what would be removed; remove nothing", .kind = CMD_SET,
+	        .to = TO(dry_run)),
+	CMD_OPT('v', "verbose", NULL, "print each revision removed", .kind = CMD_SET,
+	        .to = TO(verbose)),
+	CMD_OPT(0, "json", NULL, "print one JSON object per name: {filename, deleted}", .id = OPT_JSON,
+	        .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
+};
+
+/* --max-delete: a count only. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct rm_opts *o = ctx;
-	switch (opt) {
-	case OPT_ID: o->id = arg; return 0;
-	case 'p': o->prefix = arg; return 0;
-	case 'r': o->recursive = true; return 0;
-	case 'f': o->force = true; return 0;
-	case 'n': o->dry_run = true; return 0;
-	case 'v': o->verbose = true; return 0;
-	case OPT_JSON: o->json = true; return 0;
-	case OPT_MAXDEL:
-		if (max_delete_option(arg, &o->max_delete) < 0)
-			return -1;
-		if (!o->max_delete.percent)
-			return 0;
-		usage_error("rm --max-delete takes a count of files, not a percentage");
+	if (max_delete_option(arg, &o->max_delete) < 0)
 		return -1;
-	}
+	if (!o->max_delete.percent)
+		return 0;
+	usage_error("rm --max-delete takes a count of files, not a percentage");
 	return -1;
 }
 
@@ -300,6 +297,10 @@ static const struct cmd_exit rm_exits[] = {
 };
 
 const struct cmd_entry cmd_rm_entry = {
-	"rm", "remove files (all revisions of a name, or of a folder)", "NAME...|--id ID", rm_opts,
-	rm_exits, cmd_rm,
+	.name = "rm",
+	.summary = "remove files (all revisions of a name, or of a folder)",
+	.operands = "NAME...|--id ID",
+	.opts = rm_opts,
+	.exits = rm_exits,
+	.run = cmd_rm,
 };

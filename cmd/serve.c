@@ -24,45 +24,6 @@ enum {
 	OPT_NEG_TTL, OPT_DRAIN, OPT_NO_REUSE, OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE,
 };
 
-#define SERVE_OPT(name, arg, val, help) CMD_OPT(0, name, arg, help, .id = (val))
-
-static const struct cmd_opt serve_opts[] = {
-	SERVE_OPT("listen", "ADDR:PORT", OPT_LISTEN,
-	          "address to listen on (default 127.0.0.1:8080; [::1]:PORT for IPv6)"),
-	SERVE_OPT("prefix", "P", OPT_PREFIX, "serve P/<path> as /<path>"),
-	SERVE_OPT("cache-size", "SIZE", OPT_CACHE_SIZE, "bytes of file bodies kept in memory (default 256M)"),
-	SERVE_OPT("cache-dir", "DIR", OPT_CACHE_DIR,
-	          "keep file bodies on disk in DIR too (created 0700), across restarts"),
-	SERVE_OPT("cache-dir-size", "SIZE", OPT_CACHE_DIR_SIZE,
-	          "bytes DIR may hold (default: 90% of its free space, at most 100G)"),
-	SERVE_OPT("preload", NULL, OPT_PRELOAD,
-	          "fill the cache (and the --cache-dir) in one pass, while serving (see /_health)"),
-	SERVE_OPT("threads", "N", OPT_THREADS, "event threads (default: one per CPU)"),
-	SERVE_OPT("workers", "N", OPT_WORKERS, "backend fetch threads (default 8)"),
-	SERVE_OPT("queue", "N", OPT_QUEUE, "fetches allowed to wait before answering 503 (default 1024)"),
-	SERVE_OPT("stream-threshold", "SIZE", OPT_STREAM, "larger files are streamed, not cached (default 4M)"),
-	SERVE_OPT("max-connections", "N", OPT_MAXCONN, "connection limit (default 10000)"),
-	SERVE_OPT("timeout", "SECS", OPT_TIMEOUT, "close idle connections after SECS (default 30)"),
-	SERVE_OPT("header-timeout", "SECS", OPT_HEADER_TIMEOUT,
-	          "close a connection whose request headers take longer (default 10)"),
-	SERVE_OPT("max-per-ip", "N", OPT_MAX_PER_IP,
-	          "connections open at once from one address (default 256; 0: no limit)"),
-	SERVE_OPT("max-header-size", "SIZE", OPT_MAXHDR,
-	          "per-connection buffer that bounds request headers (default 16K)"),
-	SERVE_OPT("cache-control", "VALUE", OPT_CACHE_CONTROL,
-	          "Cache-Control header (default \"public, max-age=60\"; \"\" for none)"),
-	SERVE_OPT("access-log", "FILE|-", OPT_ACCESS_LOG, "write a combined-format access log to FILE or stdout"),
-	SERVE_OPT("poll", "SECS", OPT_POLL, "look for new uploads every SECS (default 2)"),
-	SERVE_OPT("poll-window", "SECS", OPT_POLL_WINDOW,
-	          "and for uploads dated up to SECS before the last poll (default 30)"),
-	SERVE_OPT("reload", "SECS", OPT_RELOAD, "reread the whole index every SECS (default 60)"),
-	SERVE_OPT("negative-ttl", "SECS", OPT_NEG_TTL, "remember missing ids and revisions for SECS (default 5)"),
-	SERVE_OPT("drain-timeout", "SECS", OPT_DRAIN,
-	          "on SIGTERM, wait this long for requests in progress (default 10)"),
-	SERVE_OPT("no-reuse-port", NULL, OPT_NO_REUSE, "do not set SO_REUSEPORT on the listening socket"),
-	CMD_OPT_END,
-};
-
 struct serve_opts {
 	struct httpserve_config cfg;
 	char host[64];
@@ -71,127 +32,101 @@ struct serve_opts {
 	int drain_ms;
 };
 
-/* Through the one parser every listener uses (lib/addr.h); port 0 is logged at start. */
-static bool
-parse_listen(const char *s, struct serve_opts *o)
-{
-	struct gfs_addr a;
-	char err[300];
-	if (!gfs_addr_parse(s, GFS_ADDR_ANY_PORT, &a, err, sizeof err)) {
-		usage_error("--listen: %s", err);
-		return false;
-	}
-	snprintf(o->host, sizeof o->host, "%s", a.host);
-	o->cfg.port = a.port;
-	return true;
-}
+#define SERVE_OPT(name, arg, val, help, ...) CMD_OPT(0, name, arg, help, .id = (val), __VA_ARGS__)
+#define TO(field) CMD_TO(struct serve_opts, field)
+#define BAD_SIZE "invalid size '%s'"
+#define BAD_NUMBER "invalid number '%s'"
+/* Durations are kept as int milliseconds: INT_MAX / 1000 seconds at most. */
+#define BAD_SECONDS "invalid number of seconds '%s' (at most 2147483)"
+_Static_assert(INT_MAX / 1000 == 2147483, "BAD_SECONDS names INT_MAX / 1000");
 
-/* --cache-size, --stream-threshold, --max-header-size, --cache-dir-size. */
-static int
-size_option(int opt, const char *arg, struct httpserve_config *c)
-{
-	uint64_t size;
-	if (opt == OPT_CACHE_DIR_SIZE) {
-		if (!parse_size(arg, &size) || size < 1 << 20) {
-			usage_error("--cache-dir-size: invalid size '%s' (at least 1M)", arg);
-			return -1;
-		}
-		c->cache_dir_size = size;
-		return 0;
-	}
-	if (!parse_size(arg, &size) || size > SIZE_MAX / 2 ||
-	    (opt == OPT_MAXHDR && (size < 4096 || size > 1 << 20))) {
-		usage_error("invalid size '%s'", arg);
-		return -1;
-	}
-	*(opt == OPT_CACHE_SIZE ? &c->cache_size : opt == OPT_STREAM ? &c->stream_threshold
-	                                                              : &c->conn_memory) = size;
-	return 0;
-}
+/*
+ * Every option but --listen is a value for a field; a duration that is an
+ * interval (or the header timeout) needs a floor, the others may be 0.
+ */
+static const struct cmd_opt serve_opts[] = {
+	SERVE_OPT("listen", "ADDR:PORT", OPT_LISTEN,
+	          "address to listen on (default 127.0.0.1:8080; [::1]:PORT for IPv6)"),
+	SERVE_OPT("prefix", "P", OPT_PREFIX, "serve P/<path> as /<path>",
+	          .kind = CMD_STRING, .to = TO(cfg.prefix)),
+	SERVE_OPT("cache-size", "SIZE", OPT_CACHE_SIZE,
+	          "bytes of file bodies kept in memory (default 256M)",
+	          .kind = CMD_BYTES, .to = TO(cfg.cache_size), .max = SIZE_MAX / 2, .bad = BAD_SIZE),
+	SERVE_OPT("cache-dir", "DIR", OPT_CACHE_DIR,
+	          "keep file bodies on disk in DIR too (created 0700), across restarts",
+	          .kind = CMD_STRING, .to = TO(cfg.cache_dir), .min = 1,
+	          .bad = "--cache-dir: empty directory name"),
+	SERVE_OPT("cache-dir-size", "SIZE", OPT_CACHE_DIR_SIZE,
+	          "bytes DIR may hold (default: 90% of its free space, at most 100G)",
+	          .kind = CMD_BYTES, .to = TO(cfg.cache_dir_size), .min = 1 << 20, .max = UINT64_MAX,
+	          .bad = "--cache-dir-size: invalid size '%s' (at least 1M)"),
+	SERVE_OPT("preload", NULL, OPT_PRELOAD,
+	          "fill the cache (and the --cache-dir) in one pass, while serving (see /_health)",
+	          .kind = CMD_SET, .to = TO(cfg.preload)),
+	SERVE_OPT("threads", "N", OPT_THREADS, "event threads (default: one per CPU)",
+	          .kind = CMD_COUNT, .to = TO(cfg.threads), .min = 1, .max = 1000000, .bad = BAD_NUMBER),
+	SERVE_OPT("workers", "N", OPT_WORKERS, "backend fetch threads (default 8)",
+	          .kind = CMD_COUNT, .to = TO(cfg.workers), .min = 1, .max = 1000000, .bad = BAD_NUMBER),
+	SERVE_OPT("queue", "N", OPT_QUEUE, "fetches allowed to wait before answering 503 (default 1024)",
+	          .kind = CMD_COUNT, .to = TO(cfg.queue_max), .min = 1, .max = 1000000, .bad = BAD_NUMBER),
+	SERVE_OPT("stream-threshold", "SIZE", OPT_STREAM,
+	          "larger files are streamed, not cached (default 4M)",
+	          .kind = CMD_BYTES, .to = TO(cfg.stream_threshold), .max = SIZE_MAX / 2, .bad = BAD_SIZE),
+	SERVE_OPT("max-connections", "N", OPT_MAXCONN, "connection limit (default 10000)",
+	          .kind = CMD_COUNT, .to = TO(cfg.max_connections), .min = 1, .max = 1000000,
+	          .bad = BAD_NUMBER),
+	SERVE_OPT("timeout", "SECS", OPT_TIMEOUT, "close idle connections after SECS (default 30)",
+	          .kind = CMD_COUNT, .to = TO(cfg.timeout_s), .min = 1, .max = 1000000, .bad = BAD_NUMBER),
+	SERVE_OPT("header-timeout", "SECS", OPT_HEADER_TIMEOUT,
+	          "close a connection whose request headers take longer (default 10)",
+	          .kind = CMD_MS, .to = TO(cfg.header_timeout_ms), .min = 100, .max = INT_MAX,
+	          .bad = BAD_SECONDS),
+	SERVE_OPT("max-per-ip", "N", OPT_MAX_PER_IP,
+	          "connections open at once from one address (default 256; 0: no limit)",
+	          .kind = CMD_COUNT, .to = TO(cfg.max_per_ip), .max = 1000000,
+	          .bad = "--max-per-ip: " BAD_NUMBER),
+	SERVE_OPT("max-header-size", "SIZE", OPT_MAXHDR,
+	          "per-connection buffer that bounds request headers (default 16K)",
+	          .kind = CMD_BYTES, .to = TO(cfg.conn_memory), .min = 4096, .max = 1 << 20,
+	          .bad = BAD_SIZE),
+	SERVE_OPT("cache-control", "VALUE", OPT_CACHE_CONTROL,
+	          "Cache-Control header (default \"public, max-age=60\"; \"\" for none)",
+	          .kind = CMD_STRING, .to = TO(cfg.cache_control)),
+	SERVE_OPT("access-log", "FILE|-", OPT_ACCESS_LOG,
+	          "write a combined-format access log to FILE or stdout",
+	          .kind = CMD_STRING, .to = TO(access_log)),
+	SERVE_OPT("poll", "SECS", OPT_POLL, "look for new uploads every SECS (default 2)",
+	          .kind = CMD_MS, .to = TO(cfg.poll_ms), .min = 100, .max = INT_MAX, .bad = BAD_SECONDS),
+	SERVE_OPT("poll-window", "SECS", OPT_POLL_WINDOW,
+	          "and for uploads dated up to SECS before the last poll (default 30)",
+	          .kind = CMD_MS, .to = TO(cfg.poll_window_ms), .max = INT_MAX, .bad = BAD_SECONDS),
+	SERVE_OPT("reload", "SECS", OPT_RELOAD, "reread the whole index every SECS (default 60)",
+	          .kind = CMD_MS, .to = TO(cfg.reload_ms), .min = 100, .max = INT_MAX, .bad = BAD_SECONDS),
+	SERVE_OPT("negative-ttl", "SECS", OPT_NEG_TTL,
+	          "remember missing ids and revisions for SECS (default 5)",
+	          .kind = CMD_MS, .to = TO(cfg.neg_ttl_ms), .max = INT_MAX, .bad = BAD_SECONDS),
+	SERVE_OPT("drain-timeout", "SECS", OPT_DRAIN,
+	          "on SIGTERM, wait this long for requests in progress (default 10)",
+	          .kind = CMD_MS, .to = TO(drain_ms), .max = INT_MAX, .bad = BAD_SECONDS),
+	SERVE_OPT("no-reuse-port", NULL, OPT_NO_REUSE, "do not set SO_REUSEPORT on the listening socket",
+	          .kind = CMD_CLEAR, .to = TO(cfg.reuse_port)),
+	CMD_OPT_END,
+};
 
-/* --threads, --workers, --queue, --max-connections, --timeout, --max-per-ip. */
-static int
-count_option(int opt, const char *arg, struct httpserve_config *c)
-{
-	long n;
-	if (!parse_int(arg, opt == OPT_MAX_PER_IP ? 0 : 1, 1000000, &n)) {
-		usage_error("%sinvalid number '%s'", opt == OPT_MAX_PER_IP ? "--max-per-ip: " : "", arg);
-		return -1;
-	}
-	switch (opt) {
-	case OPT_THREADS: c->threads = (unsigned)(n > 1024 ? 1024 : n); break;
-	case OPT_WORKERS: c->workers = (unsigned)(n > 256 ? 256 : n); break;
-	case OPT_QUEUE: c->queue_max = (unsigned)n; break;
-	case OPT_MAXCONN: c->max_connections = (unsigned)n; break;
-	case OPT_TIMEOUT: c->timeout_s = (unsigned)n; break;
-	case OPT_MAX_PER_IP: c->max_per_ip = (unsigned)n; break;
-	}
-	return 0;
-}
-
-/* The durations in seconds, kept as milliseconds. */
-static int
-duration_option(int opt, const char *arg, struct serve_opts *o)
-{
-	struct httpserve_config *c = &o->cfg;
-	/* The intervals and the header timeout need a floor; the rest may be 0. */
-	bool floor = opt == OPT_POLL || opt == OPT_RELOAD || opt == OPT_HEADER_TIMEOUT;
-	long n;
-	if (!gfs_parse_duration_ms(arg, floor ? 100 : 0, INT_MAX, &n)) {
-		usage_error("invalid number of seconds '%s' (at most %d)", arg, INT_MAX / 1000);
-		return -1;
-	}
-	switch (opt) {
-	case OPT_POLL: c->poll_ms = (int)n; break;
-	case OPT_POLL_WINDOW: c->poll_window_ms = (int)n; break;
-	case OPT_HEADER_TIMEOUT: c->header_timeout_ms = (int)n; break;
-	case OPT_RELOAD: c->reload_ms = (int)n; break;
-	case OPT_NEG_TTL: c->neg_ttl_ms = (int)n; break;
-	case OPT_DRAIN: o->drain_ms = (int)n; break;
-	}
-	return 0;
-}
-
+/* --listen, through the one parser every listener uses (lib/addr.h); port 0 is logged at start. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct serve_opts *o = ctx;
-	struct httpserve_config *c = &o->cfg;
-	switch (opt) {
-	case OPT_LISTEN: return parse_listen(arg, o) ? 0 : -1;
-	case OPT_PREFIX: c->prefix = arg; return 0;
-	case OPT_PRELOAD: c->preload = true; return 0;
-	case OPT_NO_REUSE: c->reuse_port = false; return 0;
-	case OPT_CACHE_CONTROL: c->cache_control = *arg ? arg : NULL; return 0;
-	case OPT_ACCESS_LOG: o->access_log = arg; return 0;
-	case OPT_CACHE_DIR:
-		if (!*arg) {
-			usage_error("--cache-dir: empty directory name");
-			return -1;
-		}
-		c->cache_dir = arg;
-		return 0;
-	case OPT_CACHE_SIZE:
-	case OPT_STREAM:
-	case OPT_MAXHDR:
-	case OPT_CACHE_DIR_SIZE:
-		return size_option(opt, arg, c);
-	case OPT_THREADS:
-	case OPT_WORKERS:
-	case OPT_QUEUE:
-	case OPT_MAXCONN:
-	case OPT_TIMEOUT:
-	case OPT_MAX_PER_IP:
-		return count_option(opt, arg, c);
-	case OPT_POLL:
-	case OPT_POLL_WINDOW:
-	case OPT_HEADER_TIMEOUT:
-	case OPT_RELOAD:
-	case OPT_NEG_TTL:
-	case OPT_DRAIN:
-		return duration_option(opt, arg, o);
+	struct gfs_addr a;
+	char err[300];
+	if (!gfs_addr_parse(arg, GFS_ADDR_ANY_PORT, &a, err, sizeof err)) {
+		usage_error("--listen: %s", err);
+		return -1;
 	}
-	return -1;
+	snprintf(o->host, sizeof o->host, "%s", a.host);
+	o->cfg.port = a.port;
+	return 0;
 }
 
 /*
@@ -373,6 +308,13 @@ serve_options(int argc, char **argv, struct serve_opts *o)
 		return EXIT_USAGE;
 	}
 	o->cfg.host = o->host;
+	/* More threads than these would only cost memory: taken, and capped. */
+	if (o->cfg.threads > 1024)
+		o->cfg.threads = 1024;
+	if (o->cfg.workers > 256)
+		o->cfg.workers = 256;
+	if (o->cfg.cache_control && !*o->cfg.cache_control)
+		o->cfg.cache_control = NULL;   /* --cache-control "": no header */
 	if (o->cfg.cache_dir_size && !o->cfg.cache_dir) {
 		usage_error("--cache-dir-size needs --cache-dir");
 		return EXIT_USAGE;
@@ -482,5 +424,9 @@ static const struct cmd_exit serve_exits[] = {
 };
 
 const struct cmd_entry cmd_serve_entry = {
-	"serve", "serve files over HTTP", NULL, serve_opts, serve_exits, cmd_serve,
+	.name = "serve",
+	.summary = "serve files over HTTP",
+	.opts = serve_opts,
+	.exits = serve_exits,
+	.run = cmd_serve,
 };

@@ -5,32 +5,32 @@
 
 enum { OPT_ID = 1, OPT_JSON };
 
-static const struct cmd_opt stat_opts[] = {
-	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
-	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID),
-	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
-	        .id = 'R'),
-	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
-	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 struct stat_opts {
 	const char *id;
 	long rev;
 	bool json;
 };
 
+#define TO(field) CMD_TO(struct stat_opts, field)
+
+static const struct cmd_opt stat_opts[] = {
+	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
+	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID, .kind = CMD_STRING,
+	        .to = TO(id)),
+	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
+	        .id = 'R'),
+	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
+	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON, .kind = CMD_SET,
+	        .to = TO(json)),
+	CMD_OPT_END,
+};
+
+/* --rev. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct stat_opts *o = ctx;
-	switch (opt) {
-	case OPT_ID: o->id = arg; return 0;
-	case OPT_JSON: o->json = true; return 0;
-	case 'R': return parse_rev_option(arg, &o->rev);
-	}
-	return -1;
+	return parse_rev_option(arg, &o->rev);
 }
 
 static void
@@ -115,5 +115,10 @@ static const struct cmd_exit stat_exits[] = {
 };
 
 const struct cmd_entry cmd_stat_entry = {
-	"stat", "show one file's document", "NAME|--id ID", stat_opts, stat_exits, cmd_stat,
+	.name = "stat",
+	.summary = "show one file's document",
+	.operands = "NAME|--id ID",
+	.opts = stat_opts,
+	.exits = stat_exits,
+	.run = cmd_stat,
 };

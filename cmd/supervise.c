@@ -29,14 +29,34 @@ enum {
 	OPT_MAX_RESTARTS,
 };
 
-#define SV_OPT(name, arg, val, help) CMD_OPT(0, name, arg, help, .id = (val))
+#define SV_OPT(name, arg, val, help, ...) CMD_OPT(0, name, arg, help, .id = (val), __VA_ARGS__)
+
+/* Quick-form settings, applied as config keys so both forms parse values alike. */
+struct kv {
+	const char *key, *value;
+};
+
+struct opts {
+	const char *config;
+	const char *control;
+	const char *name;
+	bool check, json, quick_given;
+	struct kv kvs[64];
+	int nkv;
+};
+
+#define TO(field) CMD_TO(struct opts, field)
 
 static const struct cmd_opt supervise_opts[] = {
-	CMD_OPT('c', "config", "FILE", "run the programs of an INI file (see gridfsctl-supervise.conf(5))"),
+	CMD_OPT('c', "config", "FILE", "run the programs of an INI file (see gridfsctl-supervise.conf(5))",
+	        .kind = CMD_STRING, .to = TO(config)),
 	SV_OPT("control", "PATH", OPT_CONTROL, "control socket (default: the config's, else "
-	       "$XDG_RUNTIME_DIR, /run/gridfsctl, or /tmp/gridfsctl-UID)"),
-	SV_OPT("check", NULL, OPT_CHECK, "parse the config, print what would run, and exit"),
-	SV_OPT("json", NULL, OPT_JSON, "status: one JSON object per instance"),
+	       "$XDG_RUNTIME_DIR, /run/gridfsctl, or /tmp/gridfsctl-UID)", .kind = CMD_STRING,
+	       .to = TO(control)),
+	SV_OPT("check", NULL, OPT_CHECK, "parse the config, print what would run, and exit",
+	       .kind = CMD_SET, .to = TO(check)),
+	SV_OPT("json", NULL, OPT_JSON, "status: one JSON object per instance", .kind = CMD_SET,
+	       .to = TO(json)),
 	CMD_OPT_HEADING("quick form (gridfsctl supervise [options] -- CMD ARGS...):"),
 	SV_OPT("name", "NAME", OPT_NAME, "program name (default: the command's basename)"),
 	SV_OPT("restart-on", "REGEX", OPT_RESTART_ON, "restart when a line on its stderr matches "
@@ -57,20 +77,7 @@ static const struct cmd_opt supervise_opts[] = {
 	CMD_OPT_END,
 };
 
-/* Quick-form settings, applied as config keys so both forms parse values alike. */
-struct kv {
-	const char *key, *value;
-};
-
-struct opts {
-	const char *config;
-	const char *control;
-	const char *name;
-	bool check, json, quick_given;
-	struct kv kvs[64];
-	int nkv;
-};
-
+/* The quick form's rows: each is a key of the program's section. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
@@ -86,12 +93,10 @@ on_opt(int opt, const char *arg, void *ctx)
 		[OPT_STOP_GRACE - OPT_RESTART_ON] = "stop_grace",
 		[OPT_MAX_RESTARTS - OPT_RESTART_ON] = "max_restarts",
 	};
-	switch (opt) {
-	case 'c': o->config = arg; return 0;
-	case OPT_CONTROL: o->control = arg; return 0;
-	case OPT_CHECK: o->check = true; return 0;
-	case OPT_JSON: o->json = true; return 0;
-	case OPT_NAME: o->name = arg; o->quick_given = true; return 0;
+	if (opt == OPT_NAME) {
+		o->name = arg;
+		o->quick_given = true;
+		return 0;
 	}
 	if (opt >= OPT_RESTART_ON && opt <= OPT_MAX_RESTARTS) {
 		if (o->nkv == (int)(sizeof o->kvs / sizeof o->kvs[0])) {
@@ -474,7 +479,10 @@ static const struct cmd_exit supervise_exits[] = {
 };
 
 const struct cmd_entry cmd_supervise_entry = {
-	"supervise", "keep backends and servers running, watching their descriptors",
-	"[-- CMD ARGS... | status | restart NAME | reload | stop]", supervise_opts, supervise_exits,
-	cmd_supervise,
+	.name = "supervise",
+	.summary = "keep backends and servers running, watching their descriptors",
+	.operands = "[-- CMD ARGS... | status | restart NAME | reload | stop]",
+	.opts = supervise_opts,
+	.exits = supervise_exits,
+	.run = cmd_supervise,
 };

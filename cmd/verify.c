@@ -23,11 +23,9 @@
 #include "cmd.h"
 
 enum {
-	OPT_PREFIX = 'p',
 	OPT_AGAINST = 0x2000,
 	OPT_COMBINED,
 	OPT_REPAIR,
-	OPT_DRY_RUN,
 	OPT_JSON,
 	OPT_SAMPLE,
 	OPT_THREADS,
@@ -37,44 +35,10 @@ enum {
 	OPT_SEAL,
 	OPT_STRICT,
 	OPT_HOLD,
-	OPT_JOBS = 'j',
 };
 
 /* Orphan chunks younger than this may belong to an upload in progress. */
 #define DEFAULT_GRACE_S 3600
-
-static const struct cmd_opt verify_opts[] = {
-	PREFIX_OPT("check only files whose names start with P (orphan chunks are looked for only "
-	           "without --prefix and --sample)"),
-	CMD_OPT_GROUP(filter_opts),
-	CMD_OPT(0, "against", "DIR", "also compare with a disk tree: missing in GridFS, missing on "
-	        "disk, content differs (size, then sha256)", .id = OPT_AGAINST),
-	CMD_OPT(0, "combined", "FILE", "with --against, write an rclone-style report to FILE ('-' for "
-	        "stdout): '= path' same, '- path' only on disk, '+ path' only in GridFS, '* path' "
-	        "differs, '! path' damaged in GridFS", .id = OPT_COMBINED),
-	CMD_OPT(0, "repair", NULL, "remove orphan chunks, incomplete uploads and extra chunks; with "
-	        "--against re-upload missing or damaged files from disk", .id = OPT_REPAIR),
-	CMD_OPT(0, "grace", "SECONDS", "with --repair, leave orphan chunks younger than this (default "
-	        "3600: they may be an upload in progress)", .id = OPT_GRACE),
-	CMD_OPT(0, "seal", NULL, "store the sha256 of each whole file that has no hash (as other "
-	        "drivers write them) in metadata.sha256 and metadata.sealedAt", .id = OPT_SEAL),
-	CMD_OPT(0, "strict", NULL, "a file with no hash (unsealed) is a problem (UNVERIFIABLE, exit 1)",
-	        .id = OPT_STRICT),
-	CMD_OPT('n', "dry-run", NULL, "with --repair or --seal, show what would be done and do nothing"),
-	CMD_OPT(0, "json", NULL, "one JSON object per problem and repair, then a summary object",
-	        .id = OPT_JSON),
-	CMD_OPT(0, "sample", "N%", "check a random N percent of the files", .id = OPT_SAMPLE),
-	CMD_OPT(0, "threads", "N", "hashing threads (default: from the CPU count)", .id = OPT_THREADS),
-	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: scan for the whole bucket, "
-	        "else what the server serves from an index), scan (one pass over all chunks in "
-	        "natural order) or each (a query per file, --jobs at once; batched is the same)",
-	        .id = OPT_STRATEGY, .values = "auto scan batched each"),
-	CMD_OPT_ALIAS(0, "strategy", "MODE", "read", .id = OPT_STRATEGY_OLD),
-	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
-	        "past it their files are read again one by one", .id = OPT_HOLD),
-	CMD_OPT('j', "jobs", "N", "connections reading at once with the each strategy (default 4)"),
-	CMD_OPT_END,
-};
 
 struct vopts {
 	const char *prefix;
@@ -90,6 +54,53 @@ struct vopts {
 	enum gfs_read_strategy strategy;
 	struct name_filter filter;
 };
+
+#define TO(field) CMD_TO(struct vopts, field)
+
+static const struct cmd_opt verify_opts[] = {
+	PREFIX_OPT("check only files whose names start with P (orphan chunks are looked for only "
+	           "without --prefix and --sample)", .kind = CMD_STRING, .to = TO(prefix)),
+	CMD_OPT_GROUP(filter_opts),
+	CMD_OPT(0, "against", "DIR", "also compare with a disk tree: missing in GridFS, missing on "
+	        "disk, content differs (size, then sha256)", .id = OPT_AGAINST, .kind = CMD_STRING,
+	        .to = TO(against)),
+	CMD_OPT(0, "combined", "FILE", "with --against, write an rclone-style report to FILE ('-' for "
+	        "stdout): '= path' same, '- path' only on disk, '+ path' only in GridFS, '* path' "
+	        "differs, '! path' damaged in GridFS", .id = OPT_COMBINED, .kind = CMD_STRING,
+	        .to = TO(combined)),
+	CMD_OPT(0, "repair", NULL, "remove orphan chunks, incomplete uploads and extra chunks; with "
+	        "--against re-upload missing or damaged files from disk", .id = OPT_REPAIR,
+	        .kind = CMD_SET, .to = TO(repair)),
+	CMD_OPT(0, "grace", "SECONDS", "with --repair, leave orphan chunks younger than this (default "
+	        "3600: they may be an upload in progress)", .id = OPT_GRACE, .kind = CMD_COUNT,
+	        .to = TO(grace), .max = 100L * 365 * 86400,
+	        .bad = "--grace wants seconds (0 or more), not '%s'"),
+	CMD_OPT(0, "seal", NULL, "store the sha256 of each whole file that has no hash (as other "
+	        "drivers write them) in metadata.sha256 and metadata.sealedAt", .id = OPT_SEAL,
+	        .kind = CMD_SET, .to = TO(seal)),
+	CMD_OPT(0, "strict", NULL, "a file with no hash (unsealed) is a problem (UNVERIFIABLE, exit 1)",
+	        .id = OPT_STRICT, .kind = CMD_SET, .to = TO(strict)),
+	CMD_OPT('n', "dry-run", NULL, "with --repair or --seal, show what would be done and do nothing",
+	        .kind = CMD_SET, .to = TO(dry_run)),
+	CMD_OPT(0, "json", NULL, "one JSON object per problem and repair, then a summary object",
+	        .id = OPT_JSON, .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT(0, "sample", "N%", "check a random N percent of the files", .id = OPT_SAMPLE),
+	CMD_OPT(0, "threads", "N", "hashing threads (default: from the CPU count)", .id = OPT_THREADS,
+	        .kind = CMD_COUNT, .to = TO(threads), .min = 1, .max = 16,
+	        .bad = "--threads wants a number from 1 to 16, not '%s'"),
+	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: scan for the whole bucket, "
+	        "else what the server serves from an index), scan (one pass over all chunks in "
+	        "natural order) or each (a query per file, --jobs at once; batched is the same)",
+	        .id = OPT_STRATEGY, .values = "auto scan batched each"),
+	CMD_OPT_ALIAS(0, "strategy", "MODE", "read", .id = OPT_STRATEGY_OLD),
+	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
+	        "past it their files are read again one by one", .id = OPT_HOLD),
+	CMD_OPT('j', "jobs", "N", "connections reading at once with the each strategy (default 4)",
+	        .kind = CMD_COUNT, .to = TO(jobs), .min = 1, .max = 32,
+	        .bad = "--jobs wants a number from 1 to 32, not '%s'"),
+	CMD_OPT_END,
+};
+
 
 struct run {
 	struct vopts *o;
@@ -110,45 +121,20 @@ struct run {
 	atomic_uint_fast64_t seen_files, seen_bytes, total_files, shown_problems;
 };
 
+/* --sample, --read, --hold and the name filters. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct vopts *o = ctx;
 	switch (opt) {
-	case OPT_PREFIX: o->prefix = arg; return 0;
-	case OPT_AGAINST: o->against = arg; return 0;
-	case OPT_COMBINED: o->combined = arg; return 0;
-	case OPT_REPAIR: o->repair = true; return 0;
-	case OPT_SEAL: o->seal = true; return 0;
-	case OPT_STRICT: o->strict = true; return 0;
-	case 'n': o->dry_run = true; return 0;
-	case OPT_JSON: o->json = true; return 0;
 	case OPT_SAMPLE:
 		if (!gfs_verify_parse_percent(arg, &o->sample)) {
 			usage_error("--sample wants a percentage in (0, 100], like 5%%, not '%s'", arg);
 			return -1;
 		}
 		return 0;
-	case OPT_THREADS:
-		if (!parse_int(arg, 1, 16, &o->threads)) {
-			usage_error("--threads wants a number from 1 to 16, not '%s'", arg);
-			return -1;
-		}
-		return 0;
-	case OPT_GRACE:
-		if (!parse_int(arg, 0, 100L * 365 * 86400, &o->grace)) {
-			usage_error("--grace wants seconds (0 or more), not '%s'", arg);
-			return -1;
-		}
-		return 0;
 	case OPT_STRATEGY: return read_option("read", arg, &o->strategy);
 	case OPT_HOLD: return hold_option(arg, &o->hold);
-	case OPT_JOBS:
-		if (!parse_int(arg, 1, 32, &o->jobs)) {
-			usage_error("--jobs wants a number from 1 to 32, not '%s'", arg);
-			return -1;
-		}
-		return 0;
 	}
 	return filter_option(opt, arg, &o->filter) == 0 ? 0 : -1;
 }
@@ -806,5 +792,9 @@ static const struct cmd_exit verify_exits[] = {
 };
 
 const struct cmd_entry cmd_verify_entry = {
-	"verify", "check stored files for damage", NULL, verify_opts, verify_exits, cmd_verify,
+	.name = "verify",
+	.summary = "check stored files for damage",
+	.opts = verify_opts,
+	.exits = verify_exits,
+	.run = cmd_verify,
 };

@@ -38,33 +38,16 @@ enum {
 	OPT_DELETE = 1, OPT_NO_INITIAL, OPT_SETTLE, OPT_JSON, OPT_RESCAN_EVERY, OPT_UNWATCHED,
 	OPT_MAX_PENDING, OPT_MAX_DELETE,
 };
-
-static const struct cmd_opt watch_opts[] = {
-	CMD_OPT_GROUP(tree_opts),
-	CMD_OPT(0, "delete", NULL, "remove stored files when they are removed from DIR", .id = OPT_DELETE),
-	CMD_OPT(0, "max-delete", "N|P%", "with --delete: a settled batch or full pass that would "
-	        "remove more than N files (P% of those stored) removes none; exit 7",
-	        .id = OPT_MAX_DELETE),
-	CMD_OPT(0, "no-initial", NULL, "skip the first full pass (an import of DIR)", .id = OPT_NO_INITIAL),
-	CMD_OPT(0, "settle", "MS", "wait until a path has been quiet this long (default 50)",
-	        .id = OPT_SETTLE),
-	CMD_OPT(0, "rescan-every", "S", "a full pass every S seconds (default: never)",
-	        .id = OPT_RESCAN_EVERY),
-	CMD_OPT(0, "unwatched", "ACTION", "a directory inotify cannot watch: rescan (default) or fail",
-	        .id = OPT_UNWATCHED, .values = "rescan fail"),
-	CMD_OPT(0, "max-pending", "N", "changes kept waiting before a full pass replaces them",
-	        .id = OPT_MAX_PENDING),
-	CMD_OPT('j', "jobs", "N", "parallelism of full passes and batches (default 4)"),
-	CMD_OPT(0, "json", NULL, "one JSON object per action on stdout", .id = OPT_JSON),
-	CMD_OPT_END,
-};
+/* --unwatched's words, in the order its row gives them. */
+enum { UNWATCHED_RESCAN, UNWATCHED_FAIL };
 
 #define DEFAULT_MAX_PENDING 100000
 
 struct watch_cli {
 	gfs_watch_opts o;
 	struct tree_select sel;
-	bool delete, initial, json, unwatched_fail;
+	bool delete, initial, json;
+	int unwatched;        /* --unwatched: its index among the row's words */
 	gfs_max_delete max_delete;
 	long settle_ms, jobs, rescan_every_s, max_pending;
 	gfs_watcher *watcher;
@@ -79,46 +62,45 @@ struct watch_cli {
 	pthread_mutex_t out;  /* one line at a time on stdout and stderr */
 };
 
+#define TO(field) CMD_TO(struct watch_cli, field)
+
+static const struct cmd_opt watch_opts[] = {
+	CMD_OPT_GROUP(tree_opts),
+	CMD_OPT(0, "delete", NULL, "remove stored files when they are removed from DIR", .id = OPT_DELETE,
+	        .kind = CMD_SET, .to = TO(delete)),
+	CMD_OPT(0, "max-delete", "N|P%", "with --delete: a settled batch or full pass that would "
+	        "remove more than N files (P% of those stored) removes none; exit 7",
+	        .id = OPT_MAX_DELETE),
+	CMD_OPT(0, "no-initial", NULL, "skip the first full pass (an import of DIR)", .id = OPT_NO_INITIAL,
+	        .kind = CMD_CLEAR, .to = TO(initial)),
+	CMD_OPT(0, "settle", "MS", "wait until a path has been quiet this long (default 50)",
+	        .id = OPT_SETTLE, .kind = CMD_COUNT, .to = TO(settle_ms), .max = 600000,
+	        .bad = "--settle takes milliseconds, not '%s'"),
+	CMD_OPT(0, "rescan-every", "S", "a full pass every S seconds (default: never)",
+	        .id = OPT_RESCAN_EVERY, .kind = CMD_COUNT, .to = TO(rescan_every_s), .min = 1,
+	        .max = 30L * 86400, .bad = "--rescan-every takes seconds (1 to 2592000), not '%s'"),
+	CMD_OPT(0, "unwatched", "ACTION", "a directory inotify cannot watch: rescan (default) or fail",
+	        .id = OPT_UNWATCHED, .values = "rescan fail", .kind = CMD_WORD, .to = TO(unwatched),
+	        .bad = "--unwatched takes rescan or fail, not '%s'"),
+	CMD_OPT(0, "max-pending", "N", "changes kept waiting before a full pass replaces them",
+	        .id = OPT_MAX_PENDING, .kind = CMD_COUNT, .to = TO(max_pending), .min = 1,
+	        .max = 100000000, .bad = "--max-pending takes a count, not '%s'"),
+	CMD_OPT('j', "jobs", "N", "parallelism of full passes and batches (default 4)",
+	        .kind = CMD_COUNT, .to = TO(jobs), .min = 1, .max = 64,
+	        .bad = "--jobs takes 1 to 64, not '%s'"),
+	CMD_OPT(0, "json", NULL, "one JSON object per action on stdout", .id = OPT_JSON,
+	        .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
+};
+
+/* The rows of the tree selection, and --max-delete. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct watch_cli *w = ctx;
-	if (tree_option(opt, arg, &w->sel) == 0)
-		return 0;
-	switch (opt) {
-	case OPT_DELETE: w->delete = true; return 0;
-	case OPT_MAX_DELETE: return max_delete_option(arg, &w->max_delete);
-	case OPT_NO_INITIAL: w->initial = false; return 0;
-	case OPT_JSON: w->json = true; return 0;
-	case OPT_SETTLE:
-		if (parse_int(arg, 0, 600000, &w->settle_ms))
-			return 0;
-		usage_error("--settle takes milliseconds, not '%s'", arg);
-		return -1;
-	case OPT_RESCAN_EVERY:
-		if (parse_int(arg, 1, 30L * 86400, &w->rescan_every_s))
-			return 0;
-		usage_error("--rescan-every takes seconds (1 to 2592000), not '%s'", arg);
-		return -1;
-	case OPT_MAX_PENDING:
-		if (parse_int(arg, 1, 100000000, &w->max_pending))
-			return 0;
-		usage_error("--max-pending takes a count, not '%s'", arg);
-		return -1;
-	case OPT_UNWATCHED:
-		if (strcmp(arg, "rescan") == 0 || strcmp(arg, "fail") == 0) {
-			w->unwatched_fail = arg[0] == 'f';
-			return 0;
-		}
-		usage_error("--unwatched takes rescan or fail, not '%s'", arg);
-		return -1;
-	case 'j':
-		if (parse_int(arg, 1, 64, &w->jobs))
-			return 0;
-		usage_error("--jobs takes 1 to 64, not '%s'", arg);
-		return -1;
-	}
-	return -1;
+	if (opt == OPT_MAX_DELETE)
+		return max_delete_option(arg, &w->max_delete);
+	return tree_option(opt, arg, &w->sel) == 0 ? 0 : -1;
 }
 
 static void
@@ -414,7 +396,7 @@ watch(struct watch_cli *w, gfs_conn *conn)
 		.o = w->o,
 		.delete = w->delete,
 		.initial = w->initial,
-		.unwatched_fail = w->unwatched_fail,
+		.unwatched_fail = w->unwatched == UNWATCHED_FAIL,
 		.max_delete = w->max_delete,
 		.settle_ms = w->settle_ms,
 		.jobs = w->jobs,
@@ -520,5 +502,10 @@ static const struct cmd_exit watch_exits[] = {
 };
 
 const struct cmd_entry cmd_watch_entry = {
-	"watch", "keep the bucket in sync with a directory", "DIR", watch_opts, watch_exits, cmd_watch,
+	.name = "watch",
+	.summary = "keep the bucket in sync with a directory",
+	.operands = "DIR",
+	.opts = watch_opts,
+	.exits = watch_exits,
+	.run = cmd_watch,
 };

@@ -11,39 +11,6 @@
 enum { OPT_DELETE = 0x100, OPT_NO_FSYNC, OPT_JSON, OPT_READ, OPT_ALLOW_EMPTY, OPT_MAX_DELETE,
        OPT_BACKUP_DIR, OPT_HOLD, OPT_SIZE_ONLY, OPT_IGNORE_EXISTING };
 
-static const struct cmd_opt mirror_opts[] = {
-	PREFIX_OPT("mirror the files under folder P (DIR/x for P/x)"),
-	CMD_OPT_GROUP(filter_opts),
-	CMD_OPT(0, "delete", NULL, "remove local files the bucket does not have (never after an error; "
-	        "never files the filters leave out)",
-	        .id = OPT_DELETE),
-	CMD_OPT(0, "allow-empty", NULL, "let --delete empty DIR when nothing is stored under the prefix",
-	        .id = OPT_ALLOW_EMPTY),
-	CMD_OPT(0, "max-delete", "N|P%", "let --delete remove at most N files (P% of the files in DIR); "
-	        "above that change nothing and exit 7", .id = OPT_MAX_DELETE),
-	CMD_OPT(0, "backup-dir", "DIR", "move what --delete or an overwrite would destroy there (same "
-	        "relative path; not inside the mirrored DIR)", .id = OPT_BACKUP_DIR),
-	CMD_OPT('n', "dry-run", NULL, "print what would be done, change nothing"),
-	CMD_OPT('v', "verbose", NULL, "print each file written, fixed or deleted"),
-	CMD_OPT('j', "jobs", "N", "files read in parallel (default 4)"),
-	CMD_OPT('c', "checksum", NULL, "compare content by sha256, not size and mtime"),
-	CMD_OPT(0, "size-only", NULL, "a local file of the stored size is up to date (mtime and mode "
-	        "not compared)", .id = OPT_SIZE_ONLY),
-	CMD_OPT(0, "ignore-existing", NULL, "leave every local file that exists as it is; write only "
-	        "missing ones", .id = OPT_IGNORE_EXISTING),
-	CMD_OPT(0, "no-fsync", NULL, "do not fsync files and directories (faster, not crash-safe)",
-	        .id = OPT_NO_FSYNC),
-	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: by what is to be written and "
-	        "what the server serves from an index), each (a query per file, --jobs at once; "
-	        "batched is the same) or scan (one pass over all chunks in natural order)",
-	        .id = OPT_READ, .values = "auto each batched scan"),
-	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
-	        "past it their files are read one by one", .id = OPT_HOLD),
-	CMD_OPT(0, "json", NULL, "a JSON summary at the end; with --dry-run or -v, one object per action",
-	        .id = OPT_JSON),
-	CMD_OPT_END,
-};
-
 #define DEFAULT_JOBS 4
 #define MAX_JOBS 64
 
@@ -55,33 +22,58 @@ struct mirror {
 	char *error;            /* the first problem reported, for the JSON summary */
 };
 
+#define TO(field) CMD_TO(struct mirror, field)
+/* --jobs' message names the bound. */
+_Static_assert(MAX_JOBS == 64, "mirror's --jobs row names MAX_JOBS");
+
+static const struct cmd_opt mirror_opts[] = {
+	PREFIX_OPT("mirror the files under folder P (DIR/x for P/x)", .kind = CMD_STRING,
+	           .to = TO(o.prefix)),
+	CMD_OPT_GROUP(filter_opts),
+	CMD_OPT(0, "delete", NULL, "remove local files the bucket does not have (never after an error; "
+	        "never files the filters leave out)",
+	        .id = OPT_DELETE, .kind = CMD_SET, .to = TO(o.delete_missing)),
+	CMD_OPT(0, "allow-empty", NULL, "let --delete empty DIR when nothing is stored under the prefix",
+	        .id = OPT_ALLOW_EMPTY, .kind = CMD_SET, .to = TO(o.allow_empty)),
+	CMD_OPT(0, "max-delete", "N|P%", "let --delete remove at most N files (P% of the files in DIR); "
+	        "above that change nothing and exit 7", .id = OPT_MAX_DELETE),
+	CMD_OPT(0, "backup-dir", "DIR", "move what --delete or an overwrite would destroy there (same "
+	        "relative path; not inside the mirrored DIR)", .id = OPT_BACKUP_DIR, .kind = CMD_STRING,
+	        .to = TO(o.backup_dir)),
+	CMD_OPT('n', "dry-run", NULL, "print what would be done, change nothing", .kind = CMD_SET,
+	        .to = TO(o.dry_run)),
+	CMD_OPT('v', "verbose", NULL, "print each file written, fixed or deleted", .kind = CMD_SET,
+	        .to = TO(verbose)),
+	CMD_OPT('j', "jobs", "N", "files read in parallel (default 4)", .kind = CMD_COUNT,
+	        .to = TO(o.jobs), .min = 1, .max = MAX_JOBS, .bad = "--jobs needs a number from 1 to 64"),
+	CMD_OPT('c', "checksum", NULL, "compare content by sha256, not size and mtime", .kind = CMD_SET,
+	        .to = TO(o.checksum)),
+	CMD_OPT(0, "size-only", NULL, "a local file of the stored size is up to date (mtime and mode "
+	        "not compared)", .id = OPT_SIZE_ONLY, .kind = CMD_SET, .to = TO(o.size_only)),
+	CMD_OPT(0, "ignore-existing", NULL, "leave every local file that exists as it is; write only "
+	        "missing ones", .id = OPT_IGNORE_EXISTING, .kind = CMD_SET, .to = TO(o.ignore_existing)),
+	CMD_OPT(0, "no-fsync", NULL, "do not fsync files and directories (faster, not crash-safe)",
+	        .id = OPT_NO_FSYNC, .kind = CMD_SET, .to = TO(no_fsync)),
+	CMD_OPT(0, "read", "MODE", "how chunks are read: auto (default: by what is to be written and "
+	        "what the server serves from an index), each (a query per file, --jobs at once; "
+	        "batched is the same) or scan (one pass over all chunks in natural order)",
+	        .id = OPT_READ, .values = "auto each batched scan"),
+	CMD_OPT(0, "hold", "SIZE", "scan: chunks kept while they wait for their turn (default 64M); "
+	        "past it their files are read one by one", .id = OPT_HOLD),
+	CMD_OPT(0, "json", NULL, "a JSON summary at the end; with --dry-run or -v, one object per action",
+	        .id = OPT_JSON, .kind = CMD_SET, .to = TO(json)),
+	CMD_OPT_END,
+};
+
+/* --max-delete, --read, --hold and the name filters. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct mirror *m = ctx;
-	long jobs;
 	switch (opt) {
-	case 'p': m->o.prefix = arg; return 0;
-	case OPT_SIZE_ONLY: m->o.size_only = true; return 0;
-	case OPT_IGNORE_EXISTING: m->o.ignore_existing = true; return 0;
-	case OPT_DELETE: m->o.delete_missing = true; return 0;
-	case OPT_ALLOW_EMPTY: m->o.allow_empty = true; return 0;
 	case OPT_MAX_DELETE: return max_delete_option(arg, &m->o.max_delete);
-	case OPT_BACKUP_DIR: m->o.backup_dir = arg; return 0;
-	case 'n': m->o.dry_run = true; return 0;
-	case 'v': m->verbose = true; return 0;
-	case 'c': m->o.checksum = true; return 0;
-	case OPT_NO_FSYNC: m->no_fsync = true; return 0;
-	case OPT_JSON: m->json = true; return 0;
 	case OPT_READ: return read_option("read", arg, &m->o.read);
 	case OPT_HOLD: return hold_option(arg, &m->o.hold);
-	case 'j':
-		if (!parse_int(arg, 1, MAX_JOBS, &jobs)) {
-			usage_error("--jobs needs a number from 1 to %d", MAX_JOBS);
-			return -1;
-		}
-		m->o.jobs = (int)jobs;
-		return 0;
 	}
 	return filter_option(opt, arg, &m->filter) == 0 ? 0 : -1;
 }

@@ -3,9 +3,9 @@
  * kind, cmd/cmd.h): parse_options() hands each option here, and a row with
  * a kind is read, range-checked and written into the verb's options struct
  * in one place, with the row's own message when it is refused; the others
- * go on to the verb's on_opt. The readers are the ones every verb used
- * before (parse_int, parse_size, gfs_parse_duration_ms), so an argument
- * means the same whichever way an option is taken.
+ * go on to the verb's on_opt. The readers are the ones the special
+ * options use too (parse_int, parse_size, gfs_parse_duration_ms), so that
+ * a number means the same whichever way its option is taken.
  */
 #include <stdlib.h>
 #include <string.h>

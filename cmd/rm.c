@@ -36,12 +36,12 @@ static const struct cmd_opt rm_opts[] = {
 	CMD_OPT_END,
 };
 
-/* --max-delete: a count only. */
+/* The one row that is rm's own: --max-delete, a count only. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct rm_opts *o = ctx;
-	if (max_delete_option(arg, &o->max_delete) < 0)
+	if (opt != OPT_MAXDEL || max_delete_option(arg, &o->max_delete) < 0)
 		return -1;
 	if (!o->max_delete.percent)
 		return 0;

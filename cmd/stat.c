@@ -25,12 +25,12 @@ static const struct cmd_opt stat_opts[] = {
 	CMD_OPT_END,
 };
 
-/* --rev. */
+/* The one row that is stat's own: --rev. */
 static int
 on_opt(int opt, const char *arg, void *ctx)
 {
 	struct stat_opts *o = ctx;
-	return parse_rev_option(arg, &o->rev);
+	return opt == 'R' ? parse_rev_option(arg, &o->rev) : -1;
 }
 
 static void

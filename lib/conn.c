@@ -197,12 +197,11 @@ pin_alive(gfs_session *s)
 }
 
 /*
- * opts and the server every read of s goes to (the read concern is the
- * collections', gfs_session_pop). Without a server (none answers) the
- * driver selects one itself and reports why not.
+ * The read concern is the collections' (gfs_session_pop). Without a server
+ * (none answers) the driver selects one itself and reports why not.
  */
-static void
-read_opts(gfs_session *s, const bson_t *opts, bson_t *out)
+void
+gfs_session_read_opts(gfs_session *s, const bson_t *opts, bson_t *out)
 {
 	if (opts)
 		bson_copy_to(opts, out);
@@ -221,7 +220,7 @@ mongoc_cursor_t *
 gfs_session_find(gfs_session *s, mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts)
 {
 	bson_t all;
-	read_opts(s, opts, &all);
+	gfs_session_read_opts(s, opts, &all);
 	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, &all, NULL);
 	bson_destroy(&all);
 	return cur;
@@ -232,7 +231,7 @@ gfs_session_aggregate(gfs_session *s, mongoc_collection_t *coll, const bson_t *p
                       const bson_t *opts)
 {
 	bson_t all;
-	read_opts(s, opts, &all);
+	gfs_session_read_opts(s, opts, &all);
 	mongoc_cursor_t *cur = mongoc_collection_aggregate(coll, MONGOC_QUERY_NONE, pipeline, &all, NULL);
 	bson_destroy(&all);
 	return cur;
@@ -251,6 +250,25 @@ bool
 gfs_session_to_primary(gfs_session *s, gfs_error *err)
 {
 	return pin(s, true, err);
+}
+
+gfs_session *
+gfs_session_primary(gfs_session *s, gfs_error *err)
+{
+	gfs_session *p = gfs_session_pop(s->conn);
+	if (pin(p, true, err))
+		return p;
+	gfs_session_push(p);
+	return NULL;
+}
+
+mongoc_cursor_t *
+gfs_primary_find(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts)
+{
+	mongoc_read_prefs_t *primary = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
+	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts, primary);
+	mongoc_read_prefs_destroy(primary);
+	return cur;
 }
 
 bool

@@ -96,6 +96,24 @@ mongoc_cursor_t *gfs_session_aggregate(gfs_session *s, mongoc_collection_t *coll
 bool gfs_session_on_secondary(gfs_session *s);
 /* Sends s's later reads to the primary (to read again what a secondary showed damaged). */
 bool gfs_session_to_primary(gfs_session *s, gfs_error *err);
+/*
+ * Another session of s's connection, its reads pinned to the primary (to
+ * read again what s, on a secondary, showed damaged or missing, while s
+ * goes on where it is); NULL with err set when no primary answers. Push it.
+ */
+gfs_session *gfs_session_primary(gfs_session *s, gfs_error *err);
+/*
+ * opts (may be NULL) and s's server, into out (the caller destroys it): for
+ * the driver's reads that take opts but are not finds (counts).
+ */
+void gfs_session_read_opts(gfs_session *s, const bson_t *opts, bson_t *out);
+/*
+ * A find on the primary, whatever the read preference: for reads that
+ * decide writes (which revisions to remove, what import need not upload,
+ * what watch moves), which must see every write acknowledged so far.
+ */
+mongoc_cursor_t *gfs_primary_find(mongoc_collection_t *coll, const bson_t *filter,
+                                  const bson_t *opts);
 /* The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's client. */
 mongoc_collection_t *gfs_session_bucket_collection(gfs_session *s, const char *suffix);
 /*

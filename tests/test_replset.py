@@ -133,3 +133,52 @@ def test_mirror_scan_rechecks_on_the_primary(gfs, lagging, tmp_path):
     assert res.rc == 1, res
     assert res.err.count("posters/big.jpg") == 1 and "missing chunk" in res.err, res
     assert not (dest2 / "posters/big.jpg").exists()
+
+
+def upload_both(db, sdb, name, data, **kw):
+    """One file on both members, with its sha256 (so serve checks its bytes), by one id."""
+    fid = bson.ObjectId()
+    for d in (db, sdb):
+        gridfs.GridFSBucket(d).upload_from_stream_with_id(fid, name, data, metadata={"sha256": sha256(data)}, **kw)
+    return fid
+
+
+def test_serve_reads_what_the_secondary_lacks_from_the_primary(gfs, lagging, tmp_path):
+    """serve reads its index and the chunks on the secondary; a file whose chunks have not
+    reached it is read again on the primary (a streamed one from the chunk it lacks on),
+    answered 200 with the primary's bytes, checked against the sha256, and counted."""
+    from test_serve import Server
+    rs, db, sdb, ids = lagging
+    chunk = 64 * 1024
+    big = os.urandom(10 * chunk + 99)  # streamed: 11 chunks, all in the first window
+    big_id = upload_both(db, sdb, "posters/big.tif", big, chunk_size_bytes=chunk)
+    sdb.fs.chunks.delete_many({"files_id": big_id, "n": {"$gte": 6}})
+    late = os.urandom(2 * 1024 * 1024 + 5)  # 3 chunks: the first window holds one
+    late_id = upload_both(db, sdb, "posters/late.tif", late, chunk_size_bytes=1024 * 1024)
+    sdb.fs.chunks.delete_many({"files_id": late_id, "n": {"$gte": 2}})
+    gone = b"damaged on both " * 100
+    gone_id = upload_both(db, sdb, "posters/gone.jpg", gone)
+    for d in (db, sdb):
+        d.fs.chunks.delete_many({"files_id": gone_id})
+
+    srv = Server(gfs, tmp_path, "--stream-threshold", "512K", env={"GRIDFSCTL_URI": rs.uri()})
+    try:
+        for name, data in (("posters/old.jpg", OLD), ("posters/new.jpg", NEW),
+                           ("posters/big.tif", big), ("posters/late.tif", late)):
+            status, headers, body = srv.get("/" + name)
+            assert status == 200, (name, status, srv.stderr())
+            assert sha256(body) == sha256(data), name
+        status, _, body = srv.get("/posters/big.tif", {"Range": "bytes=400000-"})
+        assert status == 206 and body == big[400000:], status
+        # Damage the primary has too is damage: 500, as on one server.
+        status, _, _ = srv.get("/posters/gone.jpg")
+        assert status == 500, status
+        # new.jpg, big.tif twice (whole, a range), late.tif, gone.jpg
+        assert srv.metrics()["gridfsctl_serve_primary_rereads_total"] == 5
+        for name in ("new.jpg", "big.tif", "late.tif"):
+            assert name not in srv.stderr(), srv.stderr()
+    finally:
+        srv.stop()
+    # The index and the chunks were read on the secondary, the lacking chunks on the primary.
+    assert ("find", "fs.files", None) in rs.served("secondary")
+    assert ("find", "fs.chunks", None) in rs.served("primary")

@@ -541,8 +541,8 @@ again_on_primary(gfs_session *s, const struct gfs_mirror_item *it, struct gfs_mi
 		w->error = errno;
 		return false;
 	}
-	gfs_session *p = gfs_session_pop(s->conn);
-	bool ok = gfs_session_to_primary(p, err) && gfs_read(p, &it->file, true, write_chunk, w, NULL, err);
+	gfs_session *p = gfs_session_primary(s, err);
+	bool ok = p && gfs_read(p, &it->file, true, write_chunk, w, NULL, err);
 	gfs_session_push(p);
 	return ok;
 }

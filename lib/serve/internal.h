@@ -184,6 +184,7 @@ struct httpserve {
 	atomic_uint_fast64_t preloaded;
 	atomic_uint_fast64_t backend_reads;   /* file bodies read from the backend, for any reason */
 	atomic_uint_fast64_t integrity_failures; /* of them, failed the integrity rule */
+	atomic_uint_fast64_t primary_rereads; /* files a secondary showed damaged, read on the primary */
 	atomic_uint_fast64_t header_timeouts, per_ip_refused;
 	atomic_int_fast64_t last_per_ip_log_ms;
 

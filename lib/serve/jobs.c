@@ -143,6 +143,24 @@ read_failure_status(struct httpserve *srv, gfs_session *ses, const gfs_meta *m,
 	return status_for(srv, err);
 }
 
+/*
+ * Read from a secondary, a file that looks damaged or missing may only be
+ * behind the primary (docs/scale-out.md): a session on the primary to read
+ * it again on, counted, whose word goes; NULL when there is none to ask
+ * (ses reads the primary, err is the backend's or a stop), or none answers
+ * (err then says why).
+ */
+static gfs_session *
+primary_for(struct httpserve *srv, gfs_session *ses, gfs_error *err)
+{
+	if (err->code == GFS_EBACKEND || err->code == GFS_ECANCELED || !gfs_session_on_secondary(ses))
+		return NULL;
+	gfs_session *p = gfs_session_primary(ses, err);
+	if (p)
+		atomic_fetch_add(&srv->primary_rereads, 1);
+	return p;
+}
+
 struct copy_state {
 	http_cache_body *b;
 	size_t off;
@@ -166,6 +184,22 @@ memcache_insert(struct httpserve *srv, gfs_meta *m, http_cache_body *b)
 	return http_cache_put(srv->cache, m->cache_key, b, resp, gfs_meta_ref(m));
 }
 
+/* Reads m whole into b, checked by the integrity rule. */
+static bool
+read_body(gfs_session *ses, const gfs_meta *m, http_cache_body *b, gfs_error *err)
+{
+	gfs_file f;
+	gfs_meta_file(m, &f);
+	struct copy_state cs = {b, 0};
+	gfs_error_clear(err);
+	if (!gfs_read(ses, &f, true, copy_chunk, &cs, NULL, err))
+		return false;
+	if (cs.off == b->len)
+		return true;
+	gfs_error_set(err, GFS_EWRONGSIZE, "%s: short read", m->key);
+	return false;
+}
+
 /* Reads a whole file into the cache; on failure returns NULL and the status to answer. */
 static http_cache_entry *
 fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *status, bool *fresh)
@@ -176,24 +210,23 @@ fetch_body(struct httpserve *srv, gfs_session *ses, gfs_meta *m, unsigned *statu
 		return e;
 	}
 	atomic_fetch_add(&srv->backend_reads, 1);
-	gfs_file f;
-	gfs_meta_file(m, &f);
 	http_cache_body *b = http_cache_body_new((size_t)m->length);
-	struct copy_state cs = {b, 0};
 	gfs_error err;
-	gfs_error_clear(&err);
 	int64_t t0 = mono_us();
-	bool ok = gfs_read(ses, &f, true, copy_chunk, &cs, NULL, &err);
+	bool ok = read_body(ses, m, b, &err);
+	gfs_session *p = ok ? NULL : primary_for(srv, ses, &err);
+	if (p)
+		ok = read_body(p, m, b, &err);
 	observe_latency(srv, mono_us() - t0);
-	if (!ok || cs.off != b->len) {
+	if (!ok) {
 		http_cache_body_unref(b);
-		if (ok)
-			gfs_error_set(&err, GFS_EWRONGSIZE, "%s: short read", m->key);
 		if (err.code == GFS_ECHECKSUM)
 			atomic_fetch_add(&srv->integrity_failures, 1);
-		*status = read_failure_status(srv, ses, m, &err);
+		*status = read_failure_status(srv, p ? p : ses, m, &err);
+		gfs_session_push(p);
 		return NULL;
 	}
+	gfs_session_push(p);
 	*status = 200;
 	*fresh = true;
 	e = memcache_insert(srv, m, b);
@@ -300,7 +333,8 @@ first_window(int32_t chunk_size)
  * the client has its 200 and sees the connection cut short.
  */
 static bool
-stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee *tee)
+stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee *tee,
+              gfs_session **primary)
 {
 	const gfs_meta *m = j->meta;
 	struct stream *s = j->stream;
@@ -311,6 +345,9 @@ stream_chunks(struct httpserve *srv, gfs_session *ses, struct job *j, struct tee
 	for (int64_t w0 = n0, w1; w0 <= n1; w0 = w1 + 1) {
 		w1 = w0 + per - 1 < n1 ? w0 + per - 1 : n1;
 		bool ok = stream_window(ses, m, s, tee, w0, w1, &next, &err);
+		/* A revision's chunks never change: the primary's follow the secondary's sent. */
+		if (!ok && !*primary && (*primary = primary_for(srv, ses, &err)))
+			ok = stream_window(ses = *primary, m, s, tee, next, w1, &next, &err);
 		if (ok && w1 == n1)
 			ok = tee_check(srv, j, tee, &err);
 		if (w0 == n0) {
@@ -339,7 +376,9 @@ run_stream(struct httpserve *srv, gfs_session *ses, struct job *j)
 	atomic_fetch_add(&srv->backend_reads, 1);
 	struct tee tee;
 	tee_begin(srv, j->meta, j->stream, &tee);
-	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j, &tee);
+	gfs_session *primary = NULL;
+	bool ok = j->meta->length <= 0 || stream_chunks(srv, ses, j, &tee, &primary);
+	gfs_session_push(primary);
 	stream_finish(j->stream, ok);
 	tee_end(&tee, ok);
 	j->stream = NULL;

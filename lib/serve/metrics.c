@@ -100,6 +100,10 @@ metrics_caches(struct httpserve *srv, struct gfs_buf *b)
 	                (unsigned long long)ds.proofs, (unsigned long long)ds.proof_failures,
 	                (unsigned long long)atomic_load(&srv->backend_reads),
 	                (unsigned long long)atomic_load(&srv->integrity_failures));
+	gfs_buf_printf(b, "# HELP " P "primary_rereads_total Files a secondary showed damaged or missing, "
+	                "read again on the primary.\n"
+	                "# TYPE " P "primary_rereads_total counter\n" P "primary_rereads_total %llu\n",
+	                (unsigned long long)atomic_load(&srv->primary_rereads));
 	struct http_cache_stats kept = {0};
 	if (srv->open)
 		http_cache_stats(srv->open, &kept);

@@ -277,7 +277,7 @@ scan(gfs_session *s, const bson_t *filter, strmap *by_name, strmap *by_id, gfs_r
 		BSON_APPEND_INT32(&proj, fields[i], 1);
 	bson_append_document_end(&opts, &proj);
 	BSON_APPEND_INT32(&opts, "batchSize", 5000);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->files, filter, &opts);
 	bson_destroy(&opts);
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc)) {
@@ -356,14 +356,18 @@ static bool
 count_files(gfs_session *s, const char *prefix, int64_t *out, gfs_error *err)
 {
 	bson_error_t berr;
+	bson_t opts;
+	/* On the poll's server: a count from another member would prove removals that are lag. */
+	gfs_session_read_opts(s, NULL, &opts);
 	if (!*prefix) {
-		*out = mongoc_collection_estimated_document_count(s->files, NULL, NULL, NULL, &berr);
+		*out = mongoc_collection_estimated_document_count(s->files, &opts, NULL, NULL, &berr);
 	} else {
 		bson_t filter = BSON_INITIALIZER;
 		gfs_prefix_filter(&filter, prefix);
-		*out = mongoc_collection_count_documents(s->files, &filter, NULL, NULL, NULL, &berr);
+		*out = mongoc_collection_count_documents(s->files, &filter, &opts, NULL, NULL, &berr);
 		bson_destroy(&filter);
 	}
+	bson_destroy(&opts);
 	if (*out >= 0)
 		return true;
 	gfs_error_from_bson(err, &berr, "index: count the files collection");

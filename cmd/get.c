@@ -120,10 +120,33 @@ to_fd(const uint8_t *data, size_t len, void *ctx)
 /*
  * Read from a secondary, a file that looks damaged or missing may only be
  * behind: its failure is held (not reported) while nothing reached stdout,
- * and the get runs again on the primary, whose word is reported.
+ * and the get runs again on the primary, whose word is reported. Of several
+ * files, each one is read again on the primary (again_on_primary).
  */
 #define EXIT_AGAIN (-1)
 static bool hold;
+
+/*
+ * f's content into fd (a temporary file, emptied first) from the primary,
+ * when s reads a secondary and its failure err may be lag; false (err the
+ * primary's, or left as it was) otherwise.
+ */
+static bool
+again_on_primary(gfs_session *s, const gfs_file *f, struct sink *k, const char *what,
+                 gfs_error *err)
+{
+	if (err->code == GFS_ECANCELED || err->code == GFS_EBACKEND || k->fd == STDOUT_FILENO ||
+	    !gfs_session_on_secondary(s))
+		return false;
+	if (ftruncate(k->fd, 0) < 0 || lseek(k->fd, 0, SEEK_SET) < 0) {
+		gfs_error_set(err, GFS_ELOCAL, "%s: %s", what, strerror(errno));
+		return false;
+	}
+	gfs_session *p = gfs_session_primary(s, err);
+	bool ok = p && gfs_read(p, f, true, to_fd, k, NULL, err);
+	gfs_session_push(p);
+	return ok;
+}
 
 static int
 read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
@@ -134,6 +157,8 @@ read_into(gfs_session *s, const gfs_file *f, int fd, const char *what)
 		return EXIT_OK;
 	if (hold && err.code != GFS_ECANCELED && (fd != STDOUT_FILENO || !k.wrote))
 		return EXIT_AGAIN;
+	if (!hold && again_on_primary(s, f, &k, what, &err))
+		return EXIT_OK;
 	if (err.code == GFS_ECANCELED && k.interrupted) {
 		warnx_("%s: interrupted", what);
 		return EXIT_INTERRUPTED;
@@ -438,20 +463,34 @@ get_beneath(gfs_session *s, int root, const gfs_file *f, const char *nprefix, bo
 	return rc;
 }
 
-/* The names given, each to its stored name beneath root (the newest, or --rev). */
+static int lookup(gfs_session *s, const struct get_opts *o, const char *name, bool held, gfs_file *f);
+
+/*
+ * The names given, each to its stored name beneath root (the newest, or
+ * --rev); a name a secondary lacks is looked up, and got, on the primary.
+ */
 static int
 get_names(gfs_session *s, const struct get_opts *o, int root, char **names, int n)
 {
 	struct tally t = {0};
+	bool secondary = gfs_session_on_secondary(s);
 	for (int i = 0; i < n; i++) {
 		gfs_file f;
-		int rc = lookup_file(s, names[i], NULL, (int)o->rev, &f);
+		gfs_session *on = s;
+		int rc = lookup(s, o, names[i], secondary, &f);
+		if (rc == EXIT_AGAIN) {
+			gfs_error err;
+			on = gfs_session_primary(s, &err);
+			rc = on ? lookup(on, o, names[i], false, &f) : fail(&err);
+		}
 		if (rc == EXIT_OK) {
-			rc = get_beneath(s, root, &f, "", o->force);
+			rc = get_beneath(on, root, &f, "", o->force);
 			gfs_file_free(&f);
 		} else {
 			report(names[i], NULL, 0, rc);
 		}
+		if (on != s)
+			gfs_session_push(on);
 		if (!tally_add(&t, rc))
 			break;
 	}
@@ -559,11 +598,11 @@ check_operands(const struct get_opts *o, int nargs)
 	return 0;
 }
 
-/* NAME or --id as lookup_file(), but a file a secondary lacks is held (see read_into). */
+/* NAME or --id as lookup_file(), but when held, a file a secondary lacks is EXIT_AGAIN, unsaid. */
 static int
-lookup(gfs_session *s, const struct get_opts *o, const char *name, gfs_file *f)
+lookup(gfs_session *s, const struct get_opts *o, const char *name, bool held, gfs_file *f)
 {
-	if (!hold)
+	if (!held)
 		return lookup_file(s, o->id ? NULL : name, o->id, (int)o->rev, f);
 	bson_value_t id;
 	if (o->id && !parse_id_option(o->id, &id))
@@ -581,7 +620,7 @@ static int
 get_once(gfs_session *s, const struct get_opts *o, const char *name)
 {
 	gfs_file f;
-	int rc = lookup(s, o, name, &f);
+	int rc = lookup(s, o, name, hold, &f);
 	if (rc != EXIT_OK) {
 		if (rc != EXIT_AGAIN)
 			report(o->id ? NULL : name, NULL, 0, rc);

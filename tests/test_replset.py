@@ -62,6 +62,34 @@ def test_get_reads_what_the_secondary_lacks_from_the_primary(gfs, lagging, tmp_p
     assert ("find", "fs.chunks", None) in rs.served("primary")
 
 
+def test_get_of_several_files_reads_what_the_secondary_lacks_from_the_primary(gfs, lagging, tmp_path):
+    """NAMEs, --prefix and --regex: each file the secondary lacks (its chunks, or the name
+    itself for NAMEs) is read again on the primary, as one file's get is."""
+    rs, db, sdb, ids = lagging
+    want = {"posters/old.jpg": OLD, "posters/new.jpg": NEW, "posters/newest.jpg": NEWEST}
+    res = run(gfs, rs, "get", *want, "-o", tmp_path / "names")
+    assert res.rc == 0 and res.err == "", res
+    for name, data in want.items():
+        assert (tmp_path / "names" / name).read_bytes() == data, name
+    # A listing is the secondary's (the newest file has not reached it); what it lists is got whole.
+    for how in (("--prefix", "posters"), ("--regex", "^posters/")):
+        out = tmp_path / how[0].strip("-")
+        res = run(gfs, rs, "get", *how, "-o", out)
+        assert res.rc == 0 and res.err == "", res
+        base = out if how[0] == "--prefix" else out / "posters"
+        assert (base / "old.jpg").read_bytes() == OLD
+        assert (base / "new.jpg").read_bytes() == NEW
+        assert sorted(p.name for p in base.iterdir()) == ["new.jpg", "old.jpg"], how
+    assert ("find", "fs.chunks", None) in rs.served("secondary")
+    assert ("find", "fs.chunks", None) in rs.served("primary")
+    # Damage the primary has too is damage, said once, and the others are still got.
+    db.fs.chunks.delete_many({"files_id": ids["posters/new.jpg"]})
+    res = run(gfs, rs, "get", "posters/old.jpg", "posters/new.jpg", "-o", tmp_path / "again")
+    assert res.rc == 1 and res.err.count("\n") == 1 and "posters/new.jpg" in res.err, res
+    assert (tmp_path / "again/posters/old.jpg").read_bytes() == OLD
+    assert not (tmp_path / "again/posters/new.jpg").exists()
+
+
 def test_get_reports_damage_the_primary_has(gfs, lagging, tmp_path):
     rs, db, sdb, ids = lagging
     db.fs.chunks.delete_many({"files_id": ids["posters/new.jpg"]})

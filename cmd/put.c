@@ -420,8 +420,8 @@ static int
 id_free(gfs_session *s, const struct put_opts *o)
 {
 	gfs_error err;
-	int f = gfs_exists(s->files, "_id", &o->id, &err);
-	int c = f == 0 ? gfs_exists(s->chunks, "files_id", &o->id, &err) : f;
+	int f = gfs_exists(s, s->files, "_id", &o->id, &err);
+	int c = f == 0 ? gfs_exists(s, s->chunks, "files_id", &o->id, &err) : f;
 	if (f < 0 || c < 0)
 		return fail(&err);
 	if (f == 0 && c == 0)

@@ -288,6 +288,10 @@ gfs_session_bucket_collection(gfs_session *s, const char *suffix)
 	char *name = bson_strdup_printf("%s.%s", gfs_conn_bucket(s->conn), suffix);
 	mongoc_collection_t *c = mongoc_client_get_collection(s->client, gfs_conn_db(s->conn), name);
 	bson_free(name);
+	/* Writers coordinate through these (locks, markers), whose writes only the primary has yet. */
+	mongoc_read_prefs_t *primary = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
+	mongoc_collection_set_read_prefs(c, primary);
+	mongoc_read_prefs_destroy(primary);
 	return c;
 }
 

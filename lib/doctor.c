@@ -227,7 +227,7 @@ read_first(gfs_session *s, int64_t size, struct sample *smp, bool *all, gfs_erro
 	bson_t *opts = BCON_NEW("projection", "{", "_id", BCON_INT32(0), "files_id", BCON_INT32(1), "}",
 	                        "hint", "{", "$natural", BCON_INT32(1), "}", "limit", BCON_INT64(size + 1),
 	                        "batchSize", BCON_INT32((int32_t)(size + 1 < 10000 ? size + 1 : 10000)));
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->chunks, &filter, opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, s->chunks, &filter, opts);
 	bson_destroy(opts);
 	const bson_t *doc;
 	bson_iter_t it;
@@ -258,7 +258,7 @@ estimate_orphans(gfs_session *s, int64_t size, gfs_doctor_report *r, gfs_error *
 	for (size_t i = 0; ok && i < smp.n; i++) {
 		const bson_value_t *id = &smp.owners[i].id;
 		bson_t m;
-		int file = gfs_exists(s->files, "_id", id, err);
+		int file = gfs_exists(s, s->files, "_id", id, err);
 		int marker = file == 0 ? gfs_marker_find(s, id, &m, err) : 0;
 		int live = marker > 0 ? gfs_marker_live(s, &m, NULL, err) : 0;
 		ok = file >= 0 && marker >= 0 && live >= 0;
@@ -286,6 +286,20 @@ estimate_orphans(gfs_session *s, int64_t size, gfs_doctor_report *r, gfs_error *
 	return true;
 }
 
+/*
+ * Orphans are a PROBLEM, so they are decided from what the primary says,
+ * as a repair is: the sample and its owners' lookups on one session pinned
+ * to it, so that no lagging member calls a chunk's new files document absent.
+ */
+static bool
+estimate_orphans_on_primary(gfs_session *s, int64_t size, gfs_doctor_report *r, gfs_error *err)
+{
+	gfs_session *p = gfs_session_primary(s, err);
+	bool ok = p && estimate_orphans(p, size, r, err);
+	gfs_session_push(p);
+	return ok;
+}
+
 bool
 gfs_doctor(gfs_conn *conn, int64_t sample_size, gfs_doctor_report *r, gfs_error *err)
 {
@@ -294,11 +308,17 @@ gfs_doctor(gfs_conn *conn, int64_t sample_size, gfs_doctor_report *r, gfs_error 
 	if (!gfs_conn_ping(conn, err))
 		return false;
 	r->reachable = true;
+	/*
+	 * The survey (version, the bucket, its counts and indexes) reads where
+	 * the URI's read preference sends each command: it describes and decides
+	 * nothing, and a monitor on a secondary should not load the primary.
+	 * Locks are read on the primary (gfs_session_bucket_collection).
+	 */
 	gfs_session *s = gfs_session_pop(conn);
 	bool ok = server_version(s, r, err) && bucket_exists(s, r, err) &&
 	          count(s->files, &r->files, err) &&
 	          count(s->chunks, &r->chunks, err) && check_indexes(s, r, err) &&
-	          check_lock(s, r, err) && estimate_orphans(s, sample_size, r, err);
+	          check_lock(s, r, err) && estimate_orphans_on_primary(s, sample_size, r, err);
 	gfs_session_push(s);
 	r->problems = (r->files_index == GFS_INDEX_MISSING) + (r->chunks_index == GFS_INDEX_MISSING ||
 	              r->chunks_index == GFS_INDEX_NOT_UNIQUE) + (r->sampled_orphans > 0);

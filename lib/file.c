@@ -420,7 +420,8 @@ gfs_delete_each(mongoc_collection_t *coll, const bson_t *also, const char *field
 }
 
 int
-gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err)
+gfs_exists(gfs_session *s, mongoc_collection_t *coll, const char *field, const bson_value_t *id,
+           gfs_error *err)
 {
 	bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
 	gfs_id_filter(&filter, field, id);
@@ -428,7 +429,7 @@ gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id,
 	BSON_APPEND_INT32(&proj, "_id", 1);
 	bson_append_document_end(&opts, &proj);
 	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+	mongoc_cursor_t *cur = gfs_session_find(s, coll, &filter, &opts);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	const bson_t *doc;
@@ -444,8 +445,11 @@ gfs_chunk_docs(gfs_session *s, const bson_value_t *files_id)
 	bson_t filter = BSON_INITIALIZER;
 	gfs_id_filter(&filter, "files_id", files_id);
 	bson_error_t berr;
-	int64_t n = mongoc_collection_count_documents(s->chunks, &filter, NULL, NULL, NULL, &berr);
+	bson_t opts;
+	gfs_session_read_opts(s, NULL, &opts);
+	int64_t n = mongoc_collection_count_documents(s->chunks, &filter, &opts, NULL, NULL, &berr);
 	bson_destroy(&filter);
+	bson_destroy(&opts);
 	return n;
 }
 
@@ -683,7 +687,8 @@ gfs_find_old_revisions(gfs_session *s, const char *name, int keep, const bson_va
 	BSON_APPEND_INT32(&proj, "length", 1);
 	BSON_APPEND_INT32(&proj, "chunkSize", 1);
 	bson_append_document_end(&opts, &proj);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, NULL);
+	/* What is removed is decided from the primary: a lagging member would hide a revision. */
+	mongoc_cursor_t *cur = gfs_primary_find(s->files, &filter, &opts);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 

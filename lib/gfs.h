@@ -114,7 +114,11 @@ void gfs_session_read_opts(gfs_session *s, const bson_t *opts, bson_t *out);
  */
 mongoc_cursor_t *gfs_primary_find(mongoc_collection_t *coll, const bson_t *filter,
                                   const bson_t *opts);
-/* The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's client. */
+/*
+ * The bucket's collection BUCKET.SUFFIX (gridfsctl's uploads, locks) on s's
+ * client, read on the primary whatever the read preference: writers
+ * coordinate through it.
+ */
 mongoc_collection_t *gfs_session_bucket_collection(gfs_session *s, const char *suffix);
 /*
  * Ends a read through cur, wherever its loop stopped, and destroys it:
@@ -239,11 +243,16 @@ struct gfs_idlist {
 void gfs_idlist_add(struct gfs_idlist *l, const bson_value_t *v);
 void gfs_idlist_free(struct gfs_idlist *l);
 /*
- * 1 when coll has a document whose field equals id (as the server matches),
- * 0 when none, -1 on error (err set, may be NULL). One equality query.
+ * 1 when coll (one of s's collections) has a document whose field equals
+ * id (as the server matches), on s's server; 0 when none, -1 on error (err
+ * set, may be NULL). One equality query.
  */
-int gfs_exists(mongoc_collection_t *coll, const char *field, const bson_value_t *id, gfs_error *err);
-/* How many chunk documents name files_id (one equality count: extras and copies too); -1 on failure. */
+int gfs_exists(gfs_session *s, mongoc_collection_t *coll, const char *field, const bson_value_t *id,
+               gfs_error *err);
+/*
+ * How many chunk documents name files_id, on s's server (one equality
+ * count: extras and copies too); -1 on failure.
+ */
 int64_t gfs_chunk_docs(gfs_session *s, const bson_value_t *files_id);
 /* Parses 24 hex digits into an ObjectId value. */
 bool gfs_id_parse_oid(const char *s, bson_value_t *out);

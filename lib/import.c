@@ -426,7 +426,12 @@ load_matching(gfs_import *imp, gfs_session *s, const bson_t *filter, const char 
 {
 	bson_t opts = BSON_INITIALIZER;
 	state_projection(&opts);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, &opts, NULL);
+	/*
+	 * What need not be uploaded (and, with --delete, what goes) is decided
+	 * from the primary: a lagging member would have an import store again
+	 * what is stored, or miss what it must replace.
+	 */
+	mongoc_cursor_t *cur = gfs_primary_find(s->files, filter, &opts);
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc))
 		add_existing(imp, doc);

@@ -88,12 +88,10 @@ gfs_ensure_indexes(gfs_session *s, gfs_error *err)
 	BSON_APPEND_INT32(&proj, "_id", 1);
 	bson_append_document_end(&opts, &proj);
 	BSON_APPEND_INT64(&opts, "limit", 1);
-	mongoc_read_prefs_t *primary = mongoc_read_prefs_new(MONGOC_READ_PRIMARY);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, &filter, &opts, primary);
+	mongoc_cursor_t *cur = gfs_primary_find(s->files, &filter, &opts);
 	const bson_t *doc;
 	bool empty = !mongoc_cursor_next(cur, &doc);
 	bool ok = gfs_cursor_done(cur, "cannot read the files collection", err);
-	mongoc_read_prefs_destroy(primary);
 	bson_destroy(&filter);
 	bson_destroy(&opts);
 	if (!ok)

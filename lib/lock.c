@@ -720,9 +720,7 @@ gfs_lock_acquire(gfs_conn *conn, const char *name, int ttl_s, gfs_error *err)
 	l->name = gfs_xstrdup(name);
 	l->ttl_s = ttl_s > 0 ? ttl_s : GFS_LOCK_DEFAULT_TTL;
 	l->s = gfs_session_pop(conn);
-	char *coll = bson_strdup_printf("%s.%s", gfs_conn_bucket(conn), GFS_LOCKS_SUFFIX);
-	l->coll = mongoc_client_get_collection(l->s->client, gfs_conn_db(conn), coll);
-	bson_free(coll);
+	l->coll = gfs_session_bucket_collection(l->s, GFS_LOCKS_SUFFIX);
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_condattr_t attr;
 	pthread_condattr_init(&attr);

@@ -235,7 +235,7 @@ recover_marker(gfs_session *s, const bson_t *doc, size_t *removed, gfs_error *er
 		}
 	}
 	int64_t late = 0, files = 0;
-	int has = gfs_exists(s->files, "_id", id, err);
+	int has = gfs_exists(s, s->files, "_id", id, err);
 	bool ok = has >= 0, exists = has > 0;
 	if (ok && exists && !flagged) {
 		/* Complete; its writer died before removing older revisions, if it was to. */
@@ -406,7 +406,7 @@ static bool
 find_complete(gfs_session *s, const struct marker *m, size_t n, bool *complete, gfs_error *err)
 {
 	for (size_t i = 0; i < n; i++) {
-		int has = gfs_exists(s->files, "_id", &m[i].id, err);
+		int has = gfs_exists(s, s->files, "_id", &m[i].id, err);
 		if (has < 0)
 			return false;
 		complete[i] = has > 0;

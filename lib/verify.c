@@ -456,7 +456,7 @@ unless_removed_meanwhile(struct verify *v, gfs_verify_problem *p)
 		return;
 	gfs_error err;
 	gfs_error_clear(&err);
-	int found = gfs_exists(v->s->files, "_id", p->id, &err);
+	int found = gfs_exists(v->s, v->s->files, "_id", p->id, &err);
 	v->lookups_failed = found < 0;
 	if (found < 0)
 		v->lookup_err = err;
@@ -747,8 +747,8 @@ judge_orphans(struct verify *v, const bson_value_t *fid, gfs_verify_problem *p)
 	int live = found > 0 ? gfs_marker_live(v->s, &m, v->o->own_import_lock ? GFS_IMPORT_LOCK : NULL,
 	                                       &err)
 	                     : 0;
-	int file = gfs_exists(v->s->files, "_id", fid, &err);
-	int still = file == 0 && live == 0 ? gfs_exists(v->s->chunks, "files_id", fid, &err) : 1;
+	int file = gfs_exists(v->s, v->s->files, "_id", fid, &err);
+	int still = file == 0 && live == 0 ? gfs_exists(v->s, v->s->chunks, "files_id", fid, &err) : 1;
 	v->lookups_failed = found < 0 || live < 0 || file < 0 || still < 0;
 	if (v->lookups_failed)
 		v->lookup_err = err;
@@ -1503,13 +1503,13 @@ gfs_verify_remove_chunks(gfs_session *s, const bson_value_t *files_id, int64_t b
 int
 gfs_verify_file_exists(gfs_session *s, const bson_value_t *id, gfs_error *err)
 {
-	return gfs_exists(s->files, "_id", id, err);
+	return gfs_exists(s, s->files, "_id", id, err);
 }
 
 int
 gfs_verify_chunks_exist(gfs_session *s, const bson_value_t *files_id, gfs_error *err)
 {
-	return gfs_exists(s->chunks, "files_id", files_id, err);
+	return gfs_exists(s, s->chunks, "files_id", files_id, err);
 }
 
 bool

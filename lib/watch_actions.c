@@ -240,7 +240,8 @@ find_refs(gfs_session *s, const bson_t *filter, struct doc_refs *r, gfs_error *e
 	BSON_APPEND_INT32(&proj, "filename", 1);
 	BSON_APPEND_INT32(&proj, "metadata." GFS_RAWNAME_FIELD, 1);
 	bson_append_document_end(&opts, &proj);
-	mongoc_cursor_t *cur = mongoc_collection_find_with_opts(s->files, filter, &opts, NULL);
+	/* What watch renames and removes: decided from the primary, where its writes go. */
+	mongoc_cursor_t *cur = gfs_primary_find(s->files, filter, &opts);
 	bson_destroy(&opts);
 	const bson_t *doc;
 	while (mongoc_cursor_next(cur, &doc))

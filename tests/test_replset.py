@@ -210,3 +210,30 @@ def test_serve_reads_what_the_secondary_lacks_from_the_primary(gfs, lagging, tmp
     # The index and the chunks were read on the secondary, the lacking chunks on the primary.
     assert ("find", "fs.files", None) in rs.served("secondary")
     assert ("find", "fs.chunks", None) in rs.served("primary")
+
+
+def test_import_decides_from_the_primary_not_a_lagging_secondary(gfs, lagging, tmp_path):
+    """import's idempotence check reads the primary: a secondary that lacks a stored file (or
+    shows an older revision) must not make it store the file again, nor miss a change."""
+    rs, db, sdb, ids = lagging
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.jpg").write_bytes(b"a" * 5000)
+    (tree / "b.jpg").write_bytes(b"b" * 7000)
+    res = gfs.run("import", tree, "--prefix", "imp")
+    assert res.rc == 0, res
+    # The secondary has a.jpg's documents only: b.jpg has not reached it.
+    a = db.fs.files.find_one({"filename": "imp/a.jpg"})
+    sdb.fs.files.insert_one(a)
+    sdb.fs.chunks.insert_many(db.fs.chunks.find({"files_id": a["_id"]}))
+    before = sorted((f["filename"], f["_id"]) for f in db.fs.files.find({"filename": {"$regex": "^imp/"}}))
+    res = run(gfs, rs, "import", tree, "--prefix", "imp", "--delete", "--json")
+    assert res.rc == 0, res
+    after = sorted((f["filename"], f["_id"]) for f in db.fs.files.find({"filename": {"$regex": "^imp/"}}))
+    assert after == before, res
+    # A change the secondary has not seen the old revision of is still a change.
+    (tree / "b.jpg").write_bytes(b"B" * 7001)
+    res = run(gfs, rs, "import", tree, "--prefix", "imp", "--json")
+    assert res.rc == 0, res
+    assert [f["length"] for f in db.fs.files.find({"filename": "imp/b.jpg"})] == [7001], res
+    assert not [c for c in rs.served("secondary") if c[1] in ("fs.files", "fs.chunks")]

@@ -183,9 +183,9 @@ json_filename(bson_t *doc, const char *name)
 static const struct {
 	const char *said, *event;
 } action_words[] = {
-	{"uploaded", "upload"}, {"replaced", "replace"}, {"removed", "delete"},
-	{"deleted", "delete"}, {"moved", "move"}, {"written", "write"},
-	{"removed-folder", "delete-folder"}, {"moved-folder", "move-folder"},
+	{"uploaded", "upload"}, {"replaced", "replace"}, {"deleted", "delete"},
+	{"moved", "move"}, {"written", "write"}, {"deleted-folder", "delete-folder"},
+	{"moved-folder", "move-folder"},
 };
 
 const char *

@@ -125,7 +125,9 @@ report(const struct watch_cli *w, const char *event, const char *name, int64_t b
 			BSON_APPEND_INT64(&doc, "bytes", bytes);
 		emit_json(&doc);
 	} else {
-		human_line(stdout, "%s %s", event, name ? name : "");
+		/* "deleted-folder": "deleted folder NAME" */
+		size_t n = strcspn(event, "-");
+		human_line(stdout, "%.*s%s %s", (int)n, event, event[n] ? " folder" : "", name ? name : "");
 		fflush(stdout);
 	}
 }
@@ -168,7 +170,7 @@ report_moved(const struct watch_cli *w, const gfs_watcher_event *ev)
 		BSON_APPEND_INT64(&doc, "files", (int64_t)ev->files);
 		emit_json(&doc);
 	} else {
-		human_line(stdout, "%s %s -> %s", ev->is_dir ? "moved-folder" : "moved", ev->from, ev->name);
+		human_line(stdout, "moved%s %s -> %s", ev->is_dir ? " folder" : "", ev->from, ev->name);
 		fflush(stdout);
 	}
 }
@@ -227,7 +229,7 @@ count_action(struct watch_cli *w, const char *action)
 		w->uploaded++;
 	else if (strcmp(action, "replaced") == 0)
 		w->replaced++;
-	else if (strncmp(action, "removed", 7) == 0)
+	else if (strncmp(action, "deleted", 7) == 0)
 		w->deleted++;
 }
 

@@ -156,7 +156,10 @@ warning(const gfs_watcher *w, const char *fmt, ...)
 	bson_free(msg);
 }
 
-/* What is stored under a name changed: "uploaded" or "replaced" (bytes), "removed"... */
+/*
+ * What is stored under a name changed, in the participles of gridfsctl(1),
+ * JSON OUTPUT: "uploaded" or "replaced" (bytes), "deleted", "deleted-folder".
+ */
 static void
 report(const gfs_watcher *w, const char *action, const char *name, int64_t bytes)
 {
@@ -533,7 +536,7 @@ report_removed(const gfs_watcher *w, const char *rel, bool is_dir, uint64_t remo
 		return;
 	/* A folder's files may have gone one by one already; its own removal is still news. */
 	char *name = gfs_prefix_join(w->o.prefix, rel);
-	report(w, is_dir ? "removed-folder" : "removed", name, -1);
+	report(w, is_dir ? "deleted-folder" : "deleted", name, -1);
 	free(name);
 }
 

@@ -26,9 +26,12 @@ FILES_UPDATE = b"\x02update\x00\x09\x00\x00\x00fs.files\x00"
 
 
 class Watcher:
-    def __init__(self, gfs, directory, *args, env=None, wrap=()):
-        self.proc = gfs.popen("watch", directory, "--json", "--settle", "50", *args, env=env,
-                              wrap=wrap, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def __init__(self, gfs, directory, *args, env=None, wrap=(), human=False):
+        """human: without --json; events are then the human lines, as text."""
+        self.human = human
+        self.proc = gfs.popen("watch", directory, *(() if human else ("--json",)), "--settle", "50",
+                              *args, env=env, wrap=wrap, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
         self.events = queue.Queue()
         self.stderr = []
         self.readers = [threading.Thread(target=self._read, daemon=True),
@@ -38,6 +41,9 @@ class Watcher:
 
     def _read(self):
         for line in self.proc.stdout:
+            if self.human:
+                self.events.put(line.decode("utf-8", "replace").rstrip("\n"))
+                continue
             ev = json.loads(line)
             jsonvocab.check_line(ev, "watch")
             self.events.put(ev)
@@ -60,6 +66,21 @@ class Watcher:
             if ev.get("event") == event and (name is None or ev.get("filename") == name):
                 return ev
         raise AssertionError(f"no {event} {name} in {seen}; stderr: {self.stderr}")
+
+    def wait_line(self, line):
+        """Waits for a human line (human=True); returns the lines before it."""
+        end = time.monotonic() + DEADLINE
+        seen = []
+        while time.monotonic() < end:
+            try:
+                got = self.events.get(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                break
+            assert got is not None, f"watch exited: {self.stderr}"
+            if got == line:
+                return seen
+            seen.append(got)
+        raise AssertionError(f"no line {line!r} in {seen}; stderr: {self.stderr}")
 
     def next_events(self, count):
         """The next count events, in whatever order they come."""
@@ -123,6 +144,35 @@ def test_initial_pass_then_changes(gfs, bucket, db, tree):
         (tree / "ab" / "old.jpg").unlink()
         w.wait_for("delete", "p/ab/old.jpg")
         assert db.fs.files.count_documents({"filename": "p/ab/old.jpg"}) == 0
+    finally:
+        assert w.stop() == 0
+
+
+def test_human_lines_say_the_words_of_every_verb(gfs, bucket, db, tree):
+    """One word per action (gridfsctl(1), JSON OUTPUT): watch's lines say uploaded, replaced,
+    deleted and moved, as import's do, a folder's with "folder"; never the old "removed"."""
+    (tree / "cd").mkdir()
+    (tree / "cd" / "x.jpg").write_bytes(b"x")
+    (tree / "ef").mkdir()
+    (tree / "ef" / "y.jpg").write_bytes(b"y")
+    w = Watcher(gfs, tree, "--prefix", "p", "--delete", human=True)
+    try:
+        lines = []
+        for name in ("ab/old.jpg", "cd/x.jpg", "ef/y.jpg"):
+            wait_for(lambda: db.fs.files.count_documents({"filename": f"p/{name}"}) == 1,
+                     DEADLINE, f"p/{name} stored")
+        (tree / "ab" / "new.jpg").write_bytes(b"new poster")
+        lines += w.wait_line("uploaded p/ab/new.jpg")
+        (tree / "ab" / "new.jpg").write_bytes(b"changed poster")
+        lines += w.wait_line("replaced p/ab/new.jpg")
+        (tree / "ab" / "new.jpg").unlink()
+        lines += w.wait_line("deleted p/ab/new.jpg")
+        os.rename(tree / "ef", tree / "gh")
+        lines += w.wait_line("moved folder p/ef -> p/gh")
+        shutil.rmtree(tree / "cd")
+        lines += w.wait_line("deleted folder p/cd")
+        assert not [ln for ln in lines if ln.split(" ")[0] in ("removed", "removed-folder",
+                                                              "moved-folder")], lines
     finally:
         assert w.stop() == 0
 

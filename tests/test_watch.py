@@ -53,7 +53,8 @@ class Watcher:
         for line in self.proc.stderr:
             self.stderr.append(line.decode("utf-8", "replace"))
 
-    def wait_for(self, event, name=None):
+    def _wait(self, match, what):
+        """The first event match accepts, and the events before it."""
         end = time.monotonic() + DEADLINE
         seen = []
         while time.monotonic() < end:
@@ -62,25 +63,19 @@ class Watcher:
             except queue.Empty:
                 break
             assert ev is not None, f"watch exited: {self.stderr}"
+            if match(ev):
+                return ev, seen
             seen.append(ev)
-            if ev.get("event") == event and (name is None or ev.get("filename") == name):
-                return ev
-        raise AssertionError(f"no {event} {name} in {seen}; stderr: {self.stderr}")
+        raise AssertionError(f"no {what} in {seen}; stderr: {self.stderr}")
+
+    def wait_for(self, event, name=None):
+        def match(ev):
+            return ev.get("event") == event and (name is None or ev.get("filename") == name)
+        return self._wait(match, f"{event} {name}")[0]
 
     def wait_line(self, line):
         """Waits for a human line (human=True); returns the lines before it."""
-        end = time.monotonic() + DEADLINE
-        seen = []
-        while time.monotonic() < end:
-            try:
-                got = self.events.get(timeout=max(0.01, end - time.monotonic()))
-            except queue.Empty:
-                break
-            assert got is not None, f"watch exited: {self.stderr}"
-            if got == line:
-                return seen
-            seen.append(got)
-        raise AssertionError(f"no line {line!r} in {seen}; stderr: {self.stderr}")
+        return self._wait(lambda got: got == line, f"line {line!r}")[1]
 
     def next_events(self, count):
         """The next count events, in whatever order they come."""

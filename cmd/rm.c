@@ -108,12 +108,12 @@ say(const struct rm_opts *o, const gfs_rev *v, size_t n)
 		char *id = gfs_id_string(&v[i].id);
 		const char *name = v[i].filename ? v[i].filename : "";
 		if (o->dry_run)
-			action_line(stdout, true, "would remove %s (id %s, %lld bytes)", name, id,
+			action_line(stdout, true, "would delete %s (id %s, %lld bytes)", name, id,
 			            (long long)v[i].length);
 		else if (o->id)
-			human_line(stdout, "removed id %s", id);
+			human_line(stdout, "deleted id %s", id);
 		else
-			human_line(stdout, "removed %s (id %s)", name, id);
+			human_line(stdout, "deleted %s (id %s)", name, id);
 		free(id);
 	}
 }

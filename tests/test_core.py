@@ -896,7 +896,7 @@ def test_rm_dry_run_says_what_it_would_remove_and_removes_nothing(gfs, bucket, d
     r = gfs.run("rm", "--dry-run", "gone")
     assert r.rc == 0, r
     lines = r.text.splitlines()
-    assert len(lines) == 3 and all(l.startswith("would remove gone (id ") for l in lines)
+    assert len(lines) == 3 and all(l.startswith("would delete gone (id ") for l in lines)
     assert f"id {old}, 1 bytes" in r.text and f"id {new}, 2 bytes" in r.text
     j = gfs.run("rm", "-n", "gone", "--json")
     d = rm_result(j)
@@ -1041,10 +1041,10 @@ def test_rm_verbose_lists_each_revision_removed(gfs, bucket, db):
     a = bucket.upload_from_stream("v", b"1")
     b = bucket.upload_from_stream("v", b"2")
     r = gfs.run("rm", "-v", "v")
-    assert r.rc == 0 and r.text == f"removed v (id {a})\nremoved v (id {b})\n", r
+    assert r.rc == 0 and r.text == f"deleted v (id {a})\ndeleted v (id {b})\n", r
     c = bucket.upload_from_stream("w", b"3")
     r = gfs.run("rm", "--verbose", "--id", str(c))
-    assert r.rc == 0 and r.text == f"removed id {c}\n"
+    assert r.rc == 0 and r.text == f"deleted id {c}\n"
     assert gfs.run("rm", "-f", "v").text == ""
     assert db.fs.files.count_documents({}) == 0
 

@@ -383,7 +383,7 @@ def test_an_unreachable_backend_is_said_once(gfs, tmp_path):
 def test_rm_dry_run_prints_a_number_id_as_the_number(gfs, db):
     planted.plant(db, 5, "five", b"12345")
     r = gfs.run("rm", "-n", "five")
-    assert r.rc == 0 and r.text == "would remove five (id 5, 5 bytes) (DRY RUN)\n", r
+    assert r.rc == 0 and r.text == "would delete five (id 5, 5 bytes) (DRY RUN)\n", r
 
 
 def test_a_long_name_in_a_refusal_is_shortened_with_its_length(gfs, db, tmp_path):

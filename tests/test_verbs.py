@@ -212,7 +212,7 @@ def test_rm_folder_dry_run_and_max_delete(gfs, bucket, db):
     before = names(db)
     r = gfs.run("rm", "-r", "p", "--dry-run")
     assert r.rc == 0 and len(r.text.splitlines()) == 3, r
-    assert all(l.startswith("would remove p/") for l in r.text.splitlines())
+    assert all(l.startswith("would delete p/") for l in r.text.splitlines())
     r = gfs.run("rm", "--prefix", "p", "--max-delete", "2")
     assert r.rc == 7 and names(db) == before, r
     r = gfs.run("rm", "--prefix", "p", "--max-delete", "2", "--dry-run")

@@ -70,7 +70,7 @@ def test_every_human_line_of_a_dry_run_says_so(gfs, bucket, db, tmp_path):
     real = gfs.run("mirror", out, "--prefix", "m", "-v")
     assert real.rc == 0 and real.text == "write x.txt\n", real
     r = gfs.run("rm", "m/x.txt", "-n")
-    assert r.rc == 0 and r.text.endswith(" (DRY RUN)\n") and r.text.startswith("would remove m/x.txt"), r
+    assert r.rc == 0 and r.text.endswith(" (DRY RUN)\n") and r.text.startswith("would delete m/x.txt"), r
     planted.plant_dead_upload(db, "dead.bin")
     r = gfs.run("verify", "--repair", "-n", "--grace", "0")
     lines = [line for line in r.text.splitlines() if line.startswith("WOULD")]

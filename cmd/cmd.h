@@ -229,6 +229,13 @@ extern const struct cmd_opt tree_opts[];
  * and more fields designated after it (.kind = ..., .to = ...).
  */
 #define PREFIX_OPT(help, ...) CMD_OPT('p', "prefix", "P", help, __VA_ARGS__)
+/* How an _id is written on the command line (--id ID), for the rows' help. */
+#define ID_SYNTAX "24 hex digits (an ObjectId), or typed: oid:HEX, str:TEXT, int:N, long:N"
+/* --rev N and its deprecated spelling -r, as get and stat take them (on_opt: 'R'). */
+#define REV_OPTS \
+	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first", \
+	        .id = 'R'), \
+	CMD_OPT_ALIAS('r', NULL, "N", "rev")
 int tree_option(int id, const char *arg, struct tree_select *t);
 /* Copies the selection into walk options; the globs stay t's (free_tree_select). */
 struct gfs_walk_opts;

@@ -27,12 +27,9 @@ struct get_opts {
 #define TO(field) CMD_TO(struct get_opts, field)
 
 static const struct cmd_opt get_opts[] = {
-	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
-	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID, .kind = CMD_STRING,
-	        .to = TO(id)),
-	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
-	        .id = 'R'),
-	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
+	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: " ID_SYNTAX, .id = OPT_ID,
+	        .kind = CMD_STRING, .to = TO(id)),
+	REV_OPTS,
 	PREFIX_OPT("every file under the folder P (newest revisions), into -o DIR, named as "
 	           "below P", .kind = CMD_STRING, .to = TO(prefix)),
 	CMD_OPT(0, "regex", "RE", "every file whose name the POSIX extended regular expression RE "

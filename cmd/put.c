@@ -33,8 +33,7 @@ static const struct cmd_opt put_opts[] = {
 	CMD_OPT_ALIAS('n', NULL, "NAME", "name"),
 	CMD_OPT(0, "name-prefix", "P", "store each FILE as P/ and its base name", .id = OPT_NAMEPREFIX,
 	        .kind = CMD_STRING, .to = TO(name_prefix)),
-	CMD_OPT(0, "id", "ID", "the new file's _id: 24 hex digits (an ObjectId), or oid:HEX, "
-	        "str:TEXT, int:N, long:N; refused when taken", .id = OPT_ID),
+	CMD_OPT(0, "id", "ID", "the new file's _id: " ID_SYNTAX "; refused when taken", .id = OPT_ID),
 	CMD_OPT(0, "metadata", "JSON", "a JSON object stored in metadata beside gridfsctl's own "
 	        "fields (a key of theirs is refused)", .id = OPT_META),
 	CMD_OPT('t', "type", "MIME", "content type (default: detected by libmagic)", .kind = CMD_STRING,

@@ -18,8 +18,8 @@ struct rm_opts {
 #define TO(field) CMD_TO(struct rm_opts, field)
 
 static const struct cmd_opt rm_opts[] = {
-	CMD_OPT(0, "id", "ID", "remove the file with this _id (one revision): 24 hex digits, or "
-	        "oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID, .kind = CMD_STRING, .to = TO(id)),
+	CMD_OPT(0, "id", "ID", "remove the file with this _id (one revision): " ID_SYNTAX, .id = OPT_ID,
+	        .kind = CMD_STRING, .to = TO(id)),
 	CMD_OPT('r', "recursive", NULL, "each operand is a folder: remove every file under it",
 	        .kind = CMD_SET, .to = TO(recursive)),
 	PREFIX_OPT("remove every file under the folder P (as -r P)", .kind = CMD_STRING,

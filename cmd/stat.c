@@ -14,12 +14,9 @@ struct stat_opts {
 #define TO(field) CMD_TO(struct stat_opts, field)
 
 static const struct cmd_opt stat_opts[] = {
-	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: 24 hex digits (an ObjectId), "
-	        "or typed: oid:HEX, str:TEXT, int:N, long:N", .id = OPT_ID, .kind = CMD_STRING,
-	        .to = TO(id)),
-	CMD_OPT(0, "rev", "N", "revision: -1 newest (default), -2 the one before, 0 the first",
-	        .id = 'R'),
-	CMD_OPT_ALIAS('r', NULL, "N", "rev"),
+	CMD_OPT(0, "id", "ID", "the file with this _id instead of a NAME: " ID_SYNTAX, .id = OPT_ID,
+	        .kind = CMD_STRING, .to = TO(id)),
+	REV_OPTS,
 	CMD_OPT(0, "json", NULL, "print one JSON object", .id = OPT_JSON, .kind = CMD_SET,
 	        .to = TO(json)),
 	CMD_OPT_END,

@@ -132,17 +132,13 @@ static bool
 again_on_primary(gfs_session *s, const gfs_file *f, struct sink *k, const char *what,
                  gfs_error *err)
 {
-	if (err->code == GFS_ECANCELED || err->code == GFS_EBACKEND || k->fd == STDOUT_FILENO ||
-	    !gfs_session_on_secondary(s))
+	if (k->fd == STDOUT_FILENO || !gfs_session_may_lag(s, err))
 		return false;
 	if (ftruncate(k->fd, 0) < 0 || lseek(k->fd, 0, SEEK_SET) < 0) {
 		gfs_error_set(err, GFS_ELOCAL, "%s: %s", what, strerror(errno));
 		return false;
 	}
-	gfs_session *p = gfs_session_primary(s, err);
-	bool ok = p && gfs_read(p, f, true, to_fd, k, NULL, err);
-	gfs_session_push(p);
-	return ok;
+	return gfs_read_on_primary(s, f, to_fd, k, err);
 }
 
 static int

@@ -262,6 +262,12 @@ gfs_session_primary(gfs_session *s, gfs_error *err)
 	return NULL;
 }
 
+bool
+gfs_session_may_lag(gfs_session *s, const gfs_error *err)
+{
+	return err->code != GFS_EBACKEND && err->code != GFS_ECANCELED && gfs_session_on_secondary(s);
+}
+
 mongoc_cursor_t *
 gfs_primary_find(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts)
 {

@@ -103,6 +103,13 @@ bool gfs_session_to_primary(gfs_session *s, gfs_error *err);
  */
 gfs_session *gfs_session_primary(gfs_session *s, gfs_error *err);
 /*
+ * Whether err, from a read through s, may be only a secondary's lag, worth
+ * reading again on the primary: s reads a secondary, and err is neither the
+ * backend failing (asking the primary would wait out its timeout again)
+ * nor a stop.
+ */
+bool gfs_session_may_lag(gfs_session *s, const gfs_error *err);
+/*
  * opts (may be NULL) and s's server, into out (the caller destroys it): for
  * the driver's reads that take opts but are not finds (counts).
  */
@@ -319,6 +326,9 @@ typedef bool (*gfs_data_fn)(const uint8_t *data, size_t len, void *ctx);
  */
 bool gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, void *ctx,
               char *sha256_out, gfs_error *err);
+/* f read again, checked, on a session pinned to the primary (gfs_session_primary); as gfs_read. */
+bool gfs_read_on_primary(gfs_session *s, const gfs_file *f, gfs_data_fn fn, void *ctx,
+                         gfs_error *err);
 
 /* A batchSize for chunk cursors that keeps each batch well under 16 MB. */
 int32_t gfs_chunk_batch_size(int32_t chunk_size);

@@ -364,3 +364,12 @@ gfs_read(gfs_session *s, const gfs_file *f, bool verify_hash, gfs_data_fn fn, vo
 		memcpy(sha256_out, hex, 65);
 	return ok;
 }
+
+bool
+gfs_read_on_primary(gfs_session *s, const gfs_file *f, gfs_data_fn fn, void *ctx, gfs_error *err)
+{
+	gfs_session *p = gfs_session_primary(s, err);
+	bool ok = p && gfs_read(p, f, true, fn, ctx, NULL, err);
+	gfs_session_push(p);
+	return ok;
+}

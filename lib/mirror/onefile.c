@@ -541,10 +541,7 @@ again_on_primary(gfs_session *s, const struct gfs_mirror_item *it, struct gfs_mi
 		w->error = errno;
 		return false;
 	}
-	gfs_session *p = gfs_session_primary(s, err);
-	bool ok = p && gfs_read(p, &it->file, true, write_chunk, w, NULL, err);
-	gfs_session_push(p);
-	return ok;
+	return gfs_read_on_primary(s, &it->file, write_chunk, w, err);
 }
 
 bool

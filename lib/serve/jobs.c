@@ -153,7 +153,7 @@ read_failure_status(struct httpserve *srv, gfs_session *ses, const gfs_meta *m,
 static gfs_session *
 primary_for(struct httpserve *srv, gfs_session *ses, gfs_error *err)
 {
-	if (err->code == GFS_EBACKEND || err->code == GFS_ECANCELED || !gfs_session_on_secondary(ses))
+	if (!gfs_session_may_lag(ses, err))
 		return NULL;
 	gfs_session *p = gfs_session_primary(ses, err);
 	if (p)

@@ -126,7 +126,14 @@ gfs_workq_pop(gfs_workq *q)
 		q->count--;
 		q->bytes -= s.bytes;
 		item = s.item;
-		pthread_cond_signal(&q->not_full);
+		/*
+		 * With a byte bound the producer woken may still not fit and wait
+		 * on, while another's smaller item would: wake them all then.
+		 */
+		if (q->max_bytes)
+			pthread_cond_broadcast(&q->not_full);
+		else
+			pthread_cond_signal(&q->not_full);
 	}
 	pthread_mutex_unlock(&q->mu);
 	return item;
